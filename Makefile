@@ -1,0 +1,41 @@
+# Capstan's developer commands. `make run` runs Capstan on a local cluster; `make test` runs every
+# test. Everything they need beyond Go is built from Go modules by hack/tools.sh.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+BIN := $(CURDIR)/bin
+GO_TEST_FLAGS ?= -timeout 45m
+
+.PHONY: help
+help: ## Show the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and controller-gen (cached).
+	@hack/tools.sh
+
+.PHONY: generate
+generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
+	$(BIN)/controller-gen object paths=./api/...
+	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+
+.PHONY: verify
+verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout checks.
+	@hack/verify.sh
+
+.PHONY: test
+test: verify ## Run all tests (unit, API validation on a real API server, local cluster).
+	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: cluster-up
+cluster-up: ## Start the local cluster; KUBECONFIG=.capstan/kubeconfig.
+	@hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove its state.
+	@hack/cluster.sh down
+
+.PHONY: run
+run: ## Run Capstan on the local cluster (for now: bring the cluster up with the CRDs).
+	@hack/run.sh

@@ -1,0 +1,38 @@
+package v1
+
+// Labels that describe an EC2 instance type; NodePool requirements may constrain them.
+const (
+	LabelInstanceCategory                     = Group + "/instance-category"
+	LabelInstanceFamily                       = Group + "/instance-family"
+	LabelInstanceGeneration                   = Group + "/instance-generation"
+	LabelInstanceSize                         = Group + "/instance-size"
+	LabelInstanceCPU                          = Group + "/instance-cpu"
+	LabelInstanceCPUManufacturer              = Group + "/instance-cpu-manufacturer"
+	LabelInstanceCPUSustainedClockSpeedMhz    = Group + "/instance-cpu-sustained-clock-speed-mhz"
+	LabelInstanceMemory                       = Group + "/instance-memory"
+	LabelInstanceEBSBandwidth                 = Group + "/instance-ebs-bandwidth"
+	LabelInstanceNetworkBandwidth             = Group + "/instance-network-bandwidth"
+	LabelInstanceHypervisor                   = Group + "/instance-hypervisor"
+	LabelInstanceEncryptionInTransitSupported = Group + "/instance-encryption-in-transit-supported"
+	LabelInstanceCapabilityFlex               = Group + "/instance-capability-flex"
+	LabelInstanceLocalNVME                    = Group + "/instance-local-nvme"
+	LabelInstanceGPUName                      = Group + "/instance-gpu-name"
+	LabelInstanceGPUManufacturer              = Group + "/instance-gpu-manufacturer"
+	LabelInstanceGPUCount                     = Group + "/instance-gpu-count"
+	LabelInstanceGPUMemory                    = Group + "/instance-gpu-memory"
+	LabelInstanceAcceleratorName              = Group + "/instance-accelerator-name"
+	LabelInstanceAcceleratorManufacturer      = Group + "/instance-accelerator-manufacturer"
+	LabelInstanceAcceleratorCount             = Group + "/instance-accelerator-count"
+)
+
+// Annotations and tags Capstan sets on AWS resources.
+const (
+	// AnnotationEC2NodeClassHash is the hash of an EC2NodeClass's spec, for drift detection.
+	AnnotationEC2NodeClassHash = Group + "/ec2nodeclass-hash"
+	// AnnotationEC2NodeClassHashVersion is the version of that hashing scheme.
+	AnnotationEC2NodeClassHashVersion = Group + "/ec2nodeclass-hash-version"
+	// TagNodeClaim names the NodeClaim an instance was launched for.
+	TagNodeClaim = "karpenter.sh/nodeclaim"
+	// TagEC2NodeClass names the EC2NodeClass an instance was launched from.
+	TagEC2NodeClass = Group + "/ec2nodeclass"
+)

@@ -1,0 +1,171 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Catalog names a built-in set of instance types.
+//
+// +kubebuilder:validation:Enum=Default;Full
+type Catalog string
+
+// Catalogs.
+const (
+	// CatalogDefault is a few hundred current-generation EC2 types (c, m, r, t families and a few
+	// GPU types), enough for realistic plans while keeping the solver's input small.
+	CatalogDefault Catalog = "Default"
+	// CatalogFull is every instance type of the embedded EC2 catalog.
+	CatalogFull Catalog = "Full"
+)
+
+// SimNodeClassSpec is the simulated cloud a NodePool's machines are launched in.
+type SimNodeClassSpec struct {
+	// Zones are the zones the simulated region offers.
+	// +kubebuilder:default:={"zone-a","zone-b","zone-c"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(z, self.exists_one(y, y == z))",message="zones must be unique"
+	// +optional
+	Zones []string `json:"zones,omitempty"`
+	// Catalog is the built-in set of instance types offered.
+	// +kubebuilder:default=Default
+	// +optional
+	Catalog Catalog `json:"catalog,omitempty"`
+	// InstanceTypes, when set, offers only these types of the catalog.
+	// +kubebuilder:validation:MaxItems=2000
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9][-a-z0-9.]*$`
+	// +optional
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
+	// SpotPrice sets the spot price as a fraction of on-demand; each type and zone gets a stable
+	// fraction within the range.
+	// +kubebuilder:default:={minPercent: 30, maxPercent: 45}
+	// +optional
+	SpotPrice SpotPriceRange `json:"spotPrice,omitzero"`
+	// PriceOverrides replace catalog prices of some offerings.
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	PriceOverrides []PriceOverride `json:"priceOverrides,omitempty"`
+	// LaunchDelay is how long a launch takes before the instance exists.
+	// +kubebuilder:default:="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +optional
+	LaunchDelay *metav1.Duration `json:"launchDelay,omitempty"`
+	// RegistrationDelay is how long a launched instance takes to create its Node.
+	// +kubebuilder:default:="2s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +optional
+	RegistrationDelay *metav1.Duration `json:"registrationDelay,omitempty"`
+	// Failures injects faults into launches.
+	// +optional
+	Failures Failures `json:"failures,omitzero"`
+}
+
+// SpotPriceRange is a range of spot prices as percentages of on-demand.
+//
+// +kubebuilder:validation:XValidation:rule="self.minPercent <= self.maxPercent",message="minPercent must not exceed maxPercent"
+type SpotPriceRange struct {
+	// MinPercent is the lowest spot price, in percent of on-demand.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +required
+	MinPercent int32 `json:"minPercent"`
+	// MaxPercent is the highest spot price, in percent of on-demand.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +required
+	MaxPercent int32 `json:"maxPercent"`
+}
+
+// OfferingSelector matches offerings; an empty field matches every value.
+type OfferingSelector struct {
+	// InstanceType is the instance type name.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	InstanceType string `json:"instanceType,omitempty"`
+	// Zone is the zone.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// CapacityType is on-demand or spot.
+	// +kubebuilder:validation:Enum=on-demand;spot
+	// +optional
+	CapacityType string `json:"capacityType,omitempty"`
+}
+
+// PriceOverride sets the hourly price of the offerings it selects.
+type PriceOverride struct {
+	OfferingSelector `json:",inline"`
+	// Price is the price in US dollars per hour, as a decimal ("0.0416").
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=20
+	// +required
+	Price string `json:"price"`
+}
+
+// Failures are faults the simulated cloud injects.
+type Failures struct {
+	// InsufficientCapacity makes launches of the selected offerings fail with an
+	// insufficient-capacity error.
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	InsufficientCapacity []OfferingSelector `json:"insufficientCapacity,omitempty"`
+	// LaunchErrors makes launches of the selected offerings fail with a generic error.
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	LaunchErrors []OfferingSelector `json:"launchErrors,omitempty"`
+	// NeverRegister launches the selected offerings but never creates their Nodes.
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	NeverRegister []OfferingSelector `json:"neverRegister,omitempty"`
+}
+
+// SimNodeClassStatus is what the simulated cloud resolved of a SimNodeClass.
+type SimNodeClassStatus struct {
+	// InstanceTypes is the number of instance types offered.
+	// +optional
+	InstanceTypes int32 `json:"instanceTypes,omitempty"`
+	// Conditions hold Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ConditionTypeReady is true when the class resolves to at least one instance type.
+const ConditionTypeReady = "Ready"
+
+// SimNodeClass is the simulated cloud's NodeClass. A NodePool names it in nodeClassRef
+// ({group: capstan.dev, kind: SimNodeClass, name: …}).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=simnodeclasses,scope=Cluster,categories=capstan,shortName=snc
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Types",type="integer",JSONPath=".status.instanceTypes"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type SimNodeClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the simulated cloud's settings.
+	// +kubebuilder:default:={}
+	// +optional
+	Spec SimNodeClassSpec `json:"spec,omitzero"`
+	// Status is what was resolved.
+	// +optional
+	Status SimNodeClassStatus `json:"status,omitzero"`
+}
+
+// SimNodeClassList is a list of SimNodeClasses.
+//
+// +kubebuilder:object:root=true
+type SimNodeClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SimNodeClass `json:"items"`
+}

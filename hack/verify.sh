@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fails when generated files differ from what the generators produce, when Go files are not
+# gofmt'ed, when go vet complains, or when api/ imports more than the Kubernetes API packages.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+status=0
+# Regenerate, and compare with what was there before.
+before=$(mktemp -d); trap 'rm -rf "$before"' EXIT
+generated=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml'; } | sort -u)
+for f in $generated; do mkdir -p "$before/$(dirname "$f")"; cp "$f" "$before/$f"; done
+rm -f config/crd/*.yaml
+bin/controller-gen object paths=./api/...
+bin/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+after=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml'; } | sort -u)
+if [ "$generated" != "$after" ]; then
+  echo "generated files were added or removed (now in the tree; commit them):" >&2
+  diff <(echo "$generated") <(echo "$after") >&2 || true
+  status=1
+fi
+for f in $after; do
+  if ! cmp -s "$f" "$before/$f"; then
+    echo "$f was out of date (regenerated now; commit it):" >&2
+    diff -u "$before/$f" "$f" | head -40 >&2 || true
+    status=1
+  fi
+done
+
+unformatted=$(gofmt -l $(git ls-files -co --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" >&2; echo "$unformatted" >&2; status=1
+fi
+
+go vet ./... || status=1
+
+# api/ holds only API types: it may import the standard library and Kubernetes' API packages.
+bad=$(go list -f '{{range .Imports}}{{.}}{{"\n"}}{{end}}' ./api/... | sort -u |
+  grep -Ev '^(k8s\.io/api/|k8s\.io/apimachinery/|capstan\.dev/capstan/api/)' | grep '\.' || true)
+if [ -n "$bad" ]; then
+  echo "api/ imports packages other than Kubernetes' API packages:" >&2; echo "$bad" >&2; status=1
+fi
+exit $status

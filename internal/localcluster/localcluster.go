@@ -1,0 +1,251 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"capstan.dev/capstan/config/crd"
+	"capstan.dev/capstan/internal/scheme"
+)
+
+// KwokNodeAnnotation marks the nodes kwok simulates; the simulated cloud puts it on its nodes.
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// Options configure a local cluster.
+type Options struct {
+	// Dir holds the cluster's state: etcd data, certificates, logs and the kubeconfig.
+	Dir string
+	// AssetsDir holds the binaries (etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler, kwok) and kwok-stages/.
+	AssetsDir string
+	// Log receives progress messages.
+	Log logr.Logger
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	// Config reaches the API server as a cluster administrator.
+	Config *rest.Config
+	// KubeconfigPath is the administrator kubeconfig written into Options.Dir.
+	KubeconfigPath string
+
+	opts  Options
+	env   *envtest.Environment
+	procs []*process
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// Start brings the cluster up: the API server with Capstan's CRDs, then the controller manager,
+// the scheduler and kwok. On error everything started is stopped again.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	for _, d := range []string{"etcd", "pki", "logs"} {
+		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("creating cluster directory: %w", err)
+		}
+	}
+	s, err := scheme.New()
+	if err != nil {
+		return nil, err
+	}
+	crds, err := crd.Load()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: opts.AssetsDir,
+		Scheme:                s,
+		CRDs:                  crds,
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(opts.Dir, "etcd")}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(opts.Dir, "pki")}
+	if env.ControlPlane.Etcd.Out, err = logFile(opts.Dir, "etcd"); err != nil {
+		return nil, err
+	}
+	env.ControlPlane.Etcd.Err = env.ControlPlane.Etcd.Out
+	if env.ControlPlane.APIServer.Out, err = logFile(opts.Dir, "kube-apiserver"); err != nil {
+		return nil, err
+	}
+	env.ControlPlane.APIServer.Err = env.ControlPlane.APIServer.Out
+	opts.Log.Info("starting etcd and kube-apiserver")
+	cfg, err := env.Start()
+	if err != nil {
+		// envtest leaves etcd and kube-apiserver running when installing the CRDs fails.
+		_ = env.Stop()
+		return nil, fmt.Errorf("starting etcd and kube-apiserver (logs in %s): %w", filepath.Join(opts.Dir, "logs"), err)
+	}
+	c = &Cluster{Config: cfg, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"), opts: opts, env: env}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	if err := os.WriteFile(c.KubeconfigPath, env.KubeConfig, 0o600); err != nil {
+		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	if err := c.startComponents(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) startComponents(ctx context.Context) error {
+	kc := "--kubeconfig=" + c.KubeconfigPath
+	kcmPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	schedPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	kwokArgs := []string{kc,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
+		"--node-lease-duration-seconds=40",
+	}
+	stages, err := filepath.Glob(filepath.Join(c.opts.AssetsDir, "kwok-stages", "*.yaml"))
+	if err != nil || len(stages) == 0 {
+		return fmt.Errorf("no kwok stage files in %s: rebuild with hack/tools.sh", filepath.Join(c.opts.AssetsDir, "kwok-stages"))
+	}
+	for _, s := range stages {
+		kwokArgs = append(kwokArgs, "--config="+s)
+	}
+	components := []struct {
+		name string
+		args []string
+	}{
+		{"kube-controller-manager", []string{kc,
+			"--authentication-kubeconfig=" + c.KubeconfigPath,
+			"--authorization-kubeconfig=" + c.KubeconfigPath,
+			"--authentication-skip-lookup=true",
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(kcmPort),
+			"--use-service-account-credentials=false",
+			"--controllers=*,-serviceaccount-token,-nodeipam,-csrsigning,-csrapproving,-csrcleaner,-bootstrapsigner,-tokencleaner,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ephemeral-volume",
+			"--cluster-name=capstan-local",
+		}},
+		{"kube-scheduler", []string{kc,
+			"--authentication-kubeconfig=" + c.KubeconfigPath,
+			"--authorization-kubeconfig=" + c.KubeconfigPath,
+			"--authentication-skip-lookup=true",
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(schedPort),
+		}},
+		{"kwok", kwokArgs},
+	}
+	for _, comp := range components {
+		c.opts.Log.Info("starting component", "component", comp.name)
+		p, err := c.start(ctx, comp.name, comp.args)
+		if err != nil {
+			return err
+		}
+		c.procs = append(c.procs, p)
+	}
+	// A component that dies at once (bad flag, port taken) should fail Start, not a later test.
+	select {
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for _, p := range c.procs {
+		select {
+		case err := <-p.done:
+			return fmt.Errorf("%s exited at start-up (see %s): %v", p.name, filepath.Join(c.opts.Dir, "logs", p.name+".log"), err)
+		default:
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) start(_ context.Context, name string, args []string) (*process, error) {
+	out, err := logFile(c.opts.Dir, name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(c.opts.AssetsDir, name), args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() {
+		p.done <- cmd.Wait()
+		_ = out.Close()
+	}()
+	return p, nil
+}
+
+// Wait blocks until the context ends or a component exits; it returns the component's error.
+func (c *Cluster) Wait(ctx context.Context) error {
+	cases := make(chan error, len(c.procs))
+	for _, p := range c.procs {
+		go func() {
+			err := <-p.done
+			p.done <- err
+			cases <- fmt.Errorf("%s exited: %v", p.name, err)
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-cases:
+		return err
+	}
+}
+
+// Stop stops the components, then the API server and etcd.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	c.procs = nil
+	if err := c.env.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func logFile(dir, name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening log of %s: %w", name, err)
+	}
+	return f, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,251 @@
+package apivalidation
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+type invalidCase struct {
+	name  string
+	base  string
+	patch string
+	// want are substrings of the API server's message: the field path and what is wrong.
+	want []string
+}
+
+func hundredAndOneRequirements() string {
+	var sb strings.Builder
+	sb.WriteString("spec: {template: {spec: {requirements: [")
+	for i := range 101 {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "{key: example.com/k%d, operator: Exists}", i)
+	}
+	sb.WriteString("]}}}")
+	return sb.String()
+}
+
+func requirement(r string) string {
+	return "spec: {template: {spec: {requirements: [" + r + "]}}}"
+}
+
+func budgets(b string) string {
+	return "spec: {disruption: {budgets: [" + b + "]}}"
+}
+
+var invalidCases = []invalidCase{
+	// NodePool: weight and limits.
+	{"nodepool weight zero", baseNodePool, "spec: {weight: 0}", []string{"spec.weight", "greater than or equal to 1"}},
+	{"nodepool weight above 100", baseNodePool, "spec: {weight: 101}", []string{"spec.weight", "less than or equal to 100"}},
+	{"nodepool limits not a quantity", baseNodePool, "spec: {limits: {cpu: lots}}", []string{"spec.limits.cpu", `Invalid value: "lots"`, "should match"}},
+	// NodePool: requirements.
+	{"requirement unknown operator", baseNodePool, requirement("{key: kubernetes.io/arch, operator: Equals, values: [amd64]}"),
+		[]string{"spec.template.spec.requirements[0].operator", `Unsupported value: "Equals"`}},
+	{"requirement In without values", baseNodePool, requirement("{key: kubernetes.io/arch, operator: In}"),
+		[]string{"spec.template.spec.requirements[0]", "requirements with operator 'In' must have a value defined"}},
+	{"requirement In with empty values", baseNodePool, requirement("{key: kubernetes.io/arch, operator: In, values: []}"),
+		[]string{"spec.template.spec.requirements[0]", "requirements with operator 'In' must have a value defined"}},
+	{"requirement Gt with two values", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-cpu, operator: Gt, values: ["1", "2"]}`),
+		[]string{"spec.template.spec.requirements[0]", "must have a single non-negative integer value"}},
+	{"requirement Gt not an integer", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-cpu, operator: Gt, values: ["four"]}`),
+		[]string{"spec.template.spec.requirements[0]", "must have a single non-negative integer value"}},
+	{"requirement Lt negative", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-cpu, operator: Lt, values: ["-1"]}`),
+		[]string{"spec.template.spec.requirements[0]", "must have a single non-negative integer value"}},
+	{"requirement Gte without value", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-cpu, operator: Gte}`),
+		[]string{"spec.template.spec.requirements[0]", "must have a single non-negative integer value"}},
+	{"requirement Lte decimal", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-memory, operator: Lte, values: ["1.5"]}`),
+		[]string{"spec.template.spec.requirements[0]", "must have a single non-negative integer value"}},
+	{"requirement Exists with values", baseNodePool, requirement(`{key: example.com/gpu, operator: Exists, values: ["x"]}`),
+		[]string{"spec.template.spec.requirements[0]", "must not have values"}},
+	{"requirement minValues above values", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-family, operator: In, values: [c5, m5], minValues: 3}`),
+		[]string{"spec.template.spec.requirements[0]", "'minValues' must have at least that many values"}},
+	{"requirement minValues zero", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 0}`),
+		[]string{"spec.template.spec.requirements[0].minValues", "greater than or equal to 1"}},
+	{"requirement minValues above 50", baseNodePool, requirement(`{key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 51}`),
+		[]string{"spec.template.spec.requirements[0].minValues", "less than or equal to 50"}},
+	{"requirement on hostname", baseNodePool, requirement(`{key: kubernetes.io/hostname, operator: In, values: [a]}`),
+		[]string{"spec.template.spec.requirements[0].key", `label "kubernetes.io/hostname" is restricted`}},
+	{"requirement on nodepool label in a nodepool", baseNodePool, requirement(`{key: karpenter.sh/nodepool, operator: In, values: [a]}`),
+		[]string{"spec.template.spec.requirements", `label "karpenter.sh/nodepool" is restricted`}},
+	{"requirement in karpenter.sh domain", baseNodePool, requirement(`{key: karpenter.sh/custom, operator: Exists}`),
+		[]string{"spec.template.spec.requirements[0].key", `label domain "karpenter.sh" is restricted`}},
+	{"requirement in kubernetes.io domain", baseNodePool, requirement(`{key: team.kubernetes.io/owner, operator: Exists}`),
+		[]string{"spec.template.spec.requirements[0].key", `label domain "kubernetes.io" is restricted`}},
+	{"requirement in k8s.io domain", baseNodePool, requirement(`{key: example.k8s.io/x, operator: Exists}`),
+		[]string{"spec.template.spec.requirements[0].key", `label domain "k8s.io" is restricted`}},
+	{"requirement in karpenter.k8s.aws domain", baseNodePool, requirement(`{key: karpenter.k8s.aws/ec2nodeclass, operator: Exists}`),
+		[]string{"spec.template.spec.requirements[0].key", `label domain "karpenter.k8s.aws" is restricted`}},
+	{"requirement key not a label key", baseNodePool, requirement(`{key: "has space", operator: Exists}`),
+		[]string{"spec.template.spec.requirements[0].key", "should match"}},
+	{"requirement value not a label value", baseNodePool, requirement(`{key: example.com/team, operator: In, values: ["a b"]}`),
+		[]string{"spec.template.spec.requirements[0].values[0]", "should match"}},
+	{"more than 100 requirements", baseNodePool, hundredAndOneRequirements(),
+		[]string{"spec.template.spec.requirements", "must have at most 100 items"}},
+	// NodePool: template labels and taints.
+	{"label karpenter.sh/nodepool", baseNodePool, "spec: {template: {metadata: {labels: {karpenter.sh/nodepool: x}}}}",
+		[]string{"spec.template.metadata.labels", `label "karpenter.sh/nodepool" is restricted`}},
+	{"label kubernetes.io/hostname", baseNodePool, "spec: {template: {metadata: {labels: {kubernetes.io/hostname: x}}}}",
+		[]string{"spec.template.metadata.labels", `label "kubernetes.io/hostname" is restricted`}},
+	{"label in karpenter.sh domain", baseNodePool, "spec: {template: {metadata: {labels: {karpenter.sh/team: x}}}}",
+		[]string{"spec.template.metadata.labels", `label domain "karpenter.sh" is restricted`}},
+	{"label in kubernetes.io domain", baseNodePool, "spec: {template: {metadata: {labels: {kubernetes.io/team: x}}}}",
+		[]string{"spec.template.metadata.labels", `label domain "kubernetes.io" is restricted`}},
+	{"label in karpenter.k8s.aws domain", baseNodePool, "spec: {template: {metadata: {labels: {karpenter.k8s.aws/instance-family: c5}}}}",
+		[]string{"spec.template.metadata.labels", `label domain "karpenter.k8s.aws" is restricted`}},
+	{"label value too long", baseNodePool, "spec: {template: {metadata: {labels: {team: " + strings.Repeat("a", 64) + "}}}}",
+		[]string{"spec.template.metadata.labels", "label values must be at most 63 characters"}},
+	{"taint effect unknown", baseNodePool, "spec: {template: {spec: {taints: [{key: workload, value: orders, effect: Sometimes}]}}}",
+		[]string{"spec.template.spec.taints", "taint effect must be one of"}},
+	{"startup taint without key", baseNodePool, `spec: {template: {spec: {startupTaints: [{key: "", effect: NoSchedule}]}}}`,
+		[]string{"spec.template.spec.startupTaints", "taint key may not be empty"}},
+	// NodePool: nodeClassRef and durations.
+	{"nodeClassRef missing", baseNodePool, "spec: {template: {spec: {nodeClassRef: null}}}",
+		[]string{"spec.template.spec.nodeClassRef", "Required value"}},
+	{"nodeClassRef empty name", baseNodePool, `spec: {template: {spec: {nodeClassRef: {name: ""}}}}`,
+		[]string{"spec.template.spec.nodeClassRef.name", "name may not be empty"}},
+	{"nodeClassRef empty group", baseNodePool, `spec: {template: {spec: {nodeClassRef: {group: ""}}}}`,
+		[]string{"spec.template.spec.nodeClassRef.group", "group may not be empty"}},
+	{"nodeClassRef empty kind", baseNodePool, `spec: {template: {spec: {nodeClassRef: {kind: ""}}}}`,
+		[]string{"spec.template.spec.nodeClassRef.kind", "kind may not be empty"}},
+	{"expireAfter in days", baseNodePool, "spec: {template: {spec: {expireAfter: 30d}}}",
+		[]string{"spec.template.spec.expireAfter", "should match"}},
+	{"expireAfter lower-case never", baseNodePool, "spec: {template: {spec: {expireAfter: never}}}",
+		[]string{"spec.template.spec.expireAfter", "should match"}},
+	{"terminationGracePeriod Never", baseNodePool, "spec: {template: {spec: {terminationGracePeriod: Never}}}",
+		[]string{"spec.template.spec.terminationGracePeriod", "should match"}},
+	{"consolidateAfter in days", baseNodePool, "spec: {disruption: {consolidateAfter: 1d}}",
+		[]string{"spec.disruption.consolidateAfter", "should match"}},
+	{"consolidationPolicy of v1beta1", baseNodePool, "spec: {disruption: {consolidationPolicy: WhenUnderutilized}}",
+		[]string{"spec.disruption.consolidationPolicy", `Unsupported value: "WhenUnderutilized"`}},
+	// NodePool: budgets.
+	{"budget nodes above 100%", baseNodePool, budgets(`{nodes: "110%"}`), []string{"spec.disruption.budgets[0].nodes", "should match"}},
+	{"budget nodes word", baseNodePool, budgets(`{nodes: "all"}`), []string{"spec.disruption.budgets[0].nodes", "should match"}},
+	{"budget schedule without duration", baseNodePool, budgets(`{nodes: "0", schedule: "@daily"}`),
+		[]string{"spec.disruption.budgets[0]", "'schedule' must be set with 'duration'"}},
+	{"budget duration without schedule", baseNodePool, budgets(`{nodes: "0", duration: 1h}`),
+		[]string{"spec.disruption.budgets[0]", "'schedule' must be set with 'duration'"}},
+	{"budget duration in seconds", baseNodePool, budgets(`{nodes: "0", schedule: "@daily", duration: 30s}`),
+		[]string{"spec.disruption.budgets[0].duration", "should match"}},
+	{"budget schedule not cron", baseNodePool, budgets(`{nodes: "0", schedule: "every day", duration: 1h}`),
+		[]string{"spec.disruption.budgets[0].schedule", "should match"}},
+	{"budget reason unknown", baseNodePool, budgets(`{nodes: "1", reasons: [Expired]}`),
+		[]string{"spec.disruption.budgets[0].reasons[0]", `Unsupported value: "Expired"`}},
+	// NodeClaim.
+	{"nodeclaim without requirements", baseNodeClaim, "spec: {requirements: null}", []string{"spec.requirements", "Required value"}},
+	{"nodeclaim without nodeClassRef", baseNodeClaim, "spec: {nodeClassRef: null}", []string{"spec.nodeClassRef", "Required value"}},
+	{"nodeclaim requirement on hostname", baseNodeClaim, "spec: {requirements: [{key: kubernetes.io/hostname, operator: Exists}]}",
+		[]string{"spec.requirements[0].key", `label "kubernetes.io/hostname" is restricted`}},
+	{"nodeclaim In without values", baseNodeClaim, "spec: {requirements: [{key: kubernetes.io/arch, operator: In}]}",
+		[]string{"spec.requirements[0]", "requirements with operator 'In' must have a value defined"}},
+	{"nodeclaim request not a quantity", baseNodeClaim, "spec: {resources: {requests: {cpu: one}}}",
+		[]string{"spec.resources.requests.cpu", `Invalid value: "one"`, "should match"}},
+	{"nodeclaim expireAfter in weeks", baseNodeClaim, "spec: {expireAfter: 4w}", []string{"spec.expireAfter", "should match"}},
+	// EC2NodeClass.
+	{"ec2nodeclass role and instanceProfile", baseEC2NodeClass, "spec: {instanceProfile: KarpenterNodeProfile}",
+		[]string{"spec", "must specify exactly one of ['role', 'instanceProfile']"}},
+	{"ec2nodeclass neither role nor instanceProfile", baseEC2NodeClass, "spec: {role: null}",
+		[]string{"spec", "must specify exactly one of ['role', 'instanceProfile']"}},
+	{"ec2nodeclass no amiSelectorTerms", baseEC2NodeClass, "spec: {amiSelectorTerms: []}",
+		[]string{"spec.amiSelectorTerms", "should have at least 1 items"}},
+	{"ec2nodeclass empty ami term", baseEC2NodeClass, "spec: {amiSelectorTerms: [{}]}",
+		[]string{"spec.amiSelectorTerms[0]", "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']"}},
+	{"ec2nodeclass ami id placeholder", baseEC2NodeClass, "spec: {amiFamily: AL2023, amiSelectorTerms: [{id: ami-REPLACE_VERIFIED_AMI}]}",
+		[]string{"spec.amiSelectorTerms[0].id", `"ami-REPLACE_VERIFIED_AMI"`, "should match"}},
+	{"ec2nodeclass ami id with tags", baseEC2NodeClass, "spec: {amiFamily: AL2023, amiSelectorTerms: [{id: ami-0123456789abcdef0, tags: {team: a}}]}",
+		[]string{"spec.amiSelectorTerms[0]", "'id' is mutually exclusive"}},
+	{"ec2nodeclass alias with another term", baseEC2NodeClass, "spec: {amiSelectorTerms: [{alias: al2023@latest}, {id: ami-0123456789abcdef0}]}",
+		[]string{"spec.amiSelectorTerms", "'alias' is mutually exclusive"}},
+	{"ec2nodeclass alias family unknown", baseEC2NodeClass, "spec: {amiSelectorTerms: [{alias: ubuntu@latest}]}",
+		[]string{"spec.amiSelectorTerms[0].alias", "family is not supported"}},
+	{"ec2nodeclass ami id without amiFamily", baseEC2NodeClass, "spec: {amiSelectorTerms: [{id: ami-0123456789abcdef0}]}",
+		[]string{"spec", "amiFamily is required if amiSelectorTerms does not specify an alias"}},
+	{"ec2nodeclass amiFamily unknown", baseEC2NodeClass, "spec: {amiFamily: Ubuntu}",
+		[]string{"spec.amiFamily", `Unsupported value: "Ubuntu"`}},
+	{"ec2nodeclass empty subnet term", baseEC2NodeClass, "spec: {subnetSelectorTerms: [{}]}",
+		[]string{"spec.subnetSelectorTerms[0]", "expected at least one, got none, ['tags', 'id']"}},
+	{"ec2nodeclass subnet id placeholder", baseEC2NodeClass, "spec: {subnetSelectorTerms: [{id: subnet-REPLACE}]}",
+		[]string{"spec.subnetSelectorTerms[0].id", "should match"}},
+	{"ec2nodeclass subnet id with tags", baseEC2NodeClass, "spec: {subnetSelectorTerms: [{id: subnet-0123456789abcdef0, tags: {a: b}}]}",
+		[]string{"spec.subnetSelectorTerms[0]", "'id' is mutually exclusive"}},
+	{"ec2nodeclass no security group terms", baseEC2NodeClass, "spec: {securityGroupSelectorTerms: null}",
+		[]string{"spec.securityGroupSelectorTerms", "Required value"}},
+	{"ec2nodeclass security group id placeholder", baseEC2NodeClass, "spec: {securityGroupSelectorTerms: [{id: sg-REPLACE_NODE_SECURITY_GROUP}]}",
+		[]string{"spec.securityGroupSelectorTerms[0].id", "should match"}},
+	{"ec2nodeclass security group name with id", baseEC2NodeClass, "spec: {securityGroupSelectorTerms: [{id: sg-0123456789abcdef0, name: nodes}]}",
+		[]string{"spec.securityGroupSelectorTerms[0]", "'id' is mutually exclusive"}},
+	{"ec2nodeclass security group name with tags", baseEC2NodeClass, "spec: {securityGroupSelectorTerms: [{name: nodes, tags: {a: b}}]}",
+		[]string{"spec.securityGroupSelectorTerms[0]", "'name' is mutually exclusive"}},
+	{"ec2nodeclass selector tag empty value", baseEC2NodeClass, `spec: {subnetSelectorTerms: [{tags: {karpenter.sh/discovery: ""}}]}`,
+		[]string{"spec.subnetSelectorTerms[0].tags", "empty tag keys or values aren't supported"}},
+	{"ec2nodeclass httpTokens unknown", baseEC2NodeClass, "spec: {metadataOptions: {httpTokens: maybe}}",
+		[]string{"spec.metadataOptions.httpTokens", `Unsupported value: "maybe"`}},
+	{"ec2nodeclass httpEndpoint unknown", baseEC2NodeClass, "spec: {metadataOptions: {httpEndpoint: on}}",
+		[]string{"spec.metadataOptions.httpEndpoint", "Unsupported value"}},
+	{"ec2nodeclass hop limit zero", baseEC2NodeClass, "spec: {metadataOptions: {httpPutResponseHopLimit: 0}}",
+		[]string{"spec.metadataOptions.httpPutResponseHopLimit", "greater than or equal to 1"}},
+	{"ec2nodeclass hop limit 65", baseEC2NodeClass, "spec: {metadataOptions: {httpPutResponseHopLimit: 65}}",
+		[]string{"spec.metadataOptions.httpPutResponseHopLimit", "less than or equal to 64"}},
+	{"ec2nodeclass restricted cluster tag", baseEC2NodeClass, "spec: {tags: {kubernetes.io/cluster/prod-east: owned}}",
+		[]string{"spec.tags", "restricted tag matching kubernetes.io/cluster/"}},
+	{"ec2nodeclass restricted nodepool tag", baseEC2NodeClass, "spec: {tags: {karpenter.sh/nodepool: x}}",
+		[]string{"spec.tags", "restricted tag matching karpenter.sh/nodepool"}},
+	{"ec2nodeclass two root volumes", baseEC2NodeClass, "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, rootVolume: true, ebs: {volumeSize: 20Gi}}, {deviceName: /dev/xvdb, rootVolume: true, ebs: {volumeSize: 20Gi}}]}",
+		[]string{"spec.blockDeviceMappings", "must have only one blockDeviceMappings with rootVolume"}},
+	{"ec2nodeclass volume type unknown", baseEC2NodeClass, "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 20Gi, volumeType: gp9}}]}",
+		[]string{"spec.blockDeviceMappings[0].ebs.volumeType", `Unsupported value: "gp9"`}},
+	{"ec2nodeclass volume size in bytes", baseEC2NodeClass, "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 20000000}}]}",
+		[]string{"spec.blockDeviceMappings[0].ebs.volumeSize", "must be of type string"}},
+	{"ec2nodeclass volume size in megabytes", baseEC2NodeClass, "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 500Mi}}]}",
+		[]string{"spec.blockDeviceMappings[0].ebs.volumeSize", `Invalid value: "500Mi"`, "should match"}},
+	{"ec2nodeclass kubelet reserved key", baseEC2NodeClass, "spec: {kubelet: {systemReserved: {gpu: '1'}}}",
+		[]string{"spec.kubelet.systemReserved", "valid keys for systemReserved are"}},
+	{"ec2nodeclass kubelet reserved negative", baseEC2NodeClass, "spec: {kubelet: {kubeReserved: {cpu: '-1'}}}",
+		[]string{"spec.kubelet.kubeReserved.cpu", `Invalid value: "-1"`, "should match"}},
+	{"ec2nodeclass image gc thresholds inverted", baseEC2NodeClass, "spec: {kubelet: {imageGCHighThresholdPercent: 50, imageGCLowThresholdPercent: 80}}",
+		[]string{"spec.kubelet", "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"}},
+	{"ec2nodeclass evictionSoft without grace period", baseEC2NodeClass, "spec: {kubelet: {evictionSoft: {memory.available: 5%}}}",
+		[]string{"spec.kubelet", "each evictionSoft key needs an evictionSoftGracePeriod"}},
+	{"ec2nodeclass eviction signal unknown", baseEC2NodeClass, "spec: {kubelet: {evictionHard: {cpu.available: 5%}}}",
+		[]string{"spec.kubelet.evictionHard", "valid keys for evictionHard are"}},
+	{"ec2nodeclass maxPods negative", baseEC2NodeClass, "spec: {kubelet: {maxPods: -1}}",
+		[]string{"spec.kubelet.maxPods", "greater than or equal to 0"}},
+	// SimNodeClass.
+	{"simnodeclass duplicate zones", baseSimNodeClass, "spec: {zones: [zone-a, zone-a]}", []string{"spec.zones", "zones must be unique"}},
+	{"simnodeclass catalog unknown", baseSimNodeClass, "spec: {catalog: Huge}", []string{"spec.catalog", `Unsupported value: "Huge"`}},
+	{"simnodeclass spot range inverted", baseSimNodeClass, "spec: {spotPrice: {minPercent: 50, maxPercent: 40}}",
+		[]string{"spec.spotPrice", "minPercent must not exceed maxPercent"}},
+	{"simnodeclass price not a number", baseSimNodeClass, "spec: {priceOverrides: [{instanceType: m5.large, price: cheap}]}",
+		[]string{"spec.priceOverrides[0].price", "should match"}},
+	{"simnodeclass capacity type unknown", baseSimNodeClass, "spec: {failures: {insufficientCapacity: [{capacityType: reserved}]}}",
+		[]string{"spec.failures.insufficientCapacity[0].capacityType", `Unsupported value: "reserved"`}},
+	{"simnodeclass launch delay in days", baseSimNodeClass, "spec: {launchDelay: 1d}", []string{"spec.launchDelay", "should match"}},
+}
+
+func TestInvalidManifestsAreRejected(t *testing.T) {
+	if len(invalidCases) < 40 {
+		t.Fatalf("the table has %d cases; keep at least 40", len(invalidCases))
+	}
+	for _, tc := range invalidCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			obj := object(t, tc.base, tc.patch, uniqueName(t))
+			err := env.Client.Create(t.Context(), obj, client.DryRunAll)
+			if err == nil {
+				t.Fatalf("accepted; want rejection mentioning %q", tc.want)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("got %v; want an Invalid error", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not contain %q", err.Error(), w)
+				}
+			}
+		})
+	}
+}
