@@ -1,0 +1,155 @@
+package requirements
+
+import (
+	"testing"
+)
+
+func TestRequirementAllows(t *testing.T) {
+	tests := []struct {
+		name       string
+		r          Requirement
+		allowed    []string
+		disallowed []string
+		absentOK   bool
+	}{
+		{"In", MustNew("k", In, "a", "b"), []string{"a", "b"}, []string{"c", ""}, false},
+		{"NotIn", MustNew("k", NotIn, "a"), []string{"b", "zzz"}, []string{"a"}, true},
+		{"Exists", MustNew("k", Exists), []string{"a", "1"}, nil, false},
+		{"DoesNotExist", MustNew("k", DoesNotExist), nil, []string{"a"}, true},
+		{"Gt", MustNew("k", Gt, "5"), []string{"6", "100"}, []string{"5", "4", "x"}, false},
+		{"Gte", MustNew("k", Gte, "5"), []string{"5", "6"}, []string{"4"}, false},
+		{"Lt", MustNew("k", Lt, "5"), []string{"4", "0", "-3"}, []string{"5", "x"}, false},
+		{"Lte", MustNew("k", Lte, "5"), []string{"5"}, []string{"6"}, false},
+	}
+	for _, tc := range tests {
+		for _, v := range tc.allowed {
+			if !tc.r.Allows(v) {
+				t.Errorf("%s: %q not allowed", tc.name, v)
+			}
+		}
+		for _, v := range tc.disallowed {
+			if tc.r.Allows(v) {
+				t.Errorf("%s: %q allowed", tc.name, v)
+			}
+		}
+		if tc.r.AllowsAbsent() != tc.absentOK {
+			t.Errorf("%s: AllowsAbsent = %v", tc.name, tc.r.AllowsAbsent())
+		}
+	}
+}
+
+func TestRequirementIntersects(t *testing.T) {
+	tests := []struct {
+		a, b Requirement
+		want bool
+	}{
+		{MustNew("k", In, "a", "b"), MustNew("k", In, "b", "c"), true},
+		{MustNew("k", In, "a"), MustNew("k", In, "b"), false},
+		{MustNew("k", In, "a"), MustNew("k", NotIn, "a"), false},
+		{MustNew("k", In, "a", "b"), MustNew("k", NotIn, "a"), true},
+		{MustNew("k", NotIn, "a"), MustNew("k", NotIn, "b"), true},
+		{MustNew("k", Exists), MustNew("k", DoesNotExist), false},
+		{MustNew("k", NotIn, "a"), MustNew("k", DoesNotExist), true},
+		{MustNew("k", DoesNotExist), MustNew("k", DoesNotExist), true},
+		{MustNew("k", In, "a"), MustNew("k", DoesNotExist), false},
+		{MustNew("k", Gt, "4"), MustNew("k", Lt, "6"), true},
+		{MustNew("k", Gt, "4"), MustNew("k", Lt, "5"), false},
+		{MustNew("k", Gte, "5"), MustNew("k", Lte, "5"), true},
+		{MustNew("k", Gt, "4"), MustNew("k", In, "3", "8"), true},
+		{MustNew("k", Gt, "4"), MustNew("k", In, "3", "x"), false},
+		{MustNew("k", Lt, "4"), MustNew("k", NotIn, "1", "2"), true},
+	}
+	for _, tc := range tests {
+		if got := tc.a.Intersects(&tc.b); got != tc.want {
+			t.Errorf("%s ∩ %s: got %v, want %v", tc.a.String(), tc.b.String(), got, tc.want)
+		}
+		if got := tc.b.Intersects(&tc.a); got != tc.want {
+			t.Errorf("%s ∩ %s (reversed): got %v, want %v", tc.b.String(), tc.a.String(), got, tc.want)
+		}
+	}
+}
+
+func TestIntersectNarrows(t *testing.T) {
+	a := MustNew("k", In, "a", "b", "c")
+	b := MustNew("k", NotIn, "b")
+	x := a.Intersect(&b)
+	if got := x.Values(); len(got) != 2 || got[0] != "a" || got[1] != "c" {
+		t.Fatalf("In [a b c] ∩ NotIn [b] = %v", got)
+	}
+	g := MustNew("n", Gt, "2")
+	in := MustNew("n", In, "1", "2", "3", "10")
+	y := g.Intersect(&in)
+	if got := y.Values(); len(got) != 2 || got[0] != "10" || got[1] != "3" {
+		t.Fatalf("Gt 2 ∩ In [1 2 3 10] = %v", got)
+	}
+	m := MustNew("k", In, "a", "b")
+	m.MinValues = 2
+	z := m.Intersect(&a)
+	if z.MinValues != 2 {
+		t.Fatalf("minValues lost in intersection: %d", z.MinValues)
+	}
+}
+
+func TestRequirementsCompatible(t *testing.T) {
+	node := Requirements{}
+	node.Add(MustNew("kubernetes.io/arch", In, "amd64"))
+	node.Add(MustNew("team", In, "a"))
+	wellKnown := func(k string) bool { return k == "topology.kubernetes.io/zone" }
+
+	tests := []struct {
+		name string
+		pod  []Requirement
+		ok   bool
+	}{
+		{"same arch", []Requirement{MustNew("kubernetes.io/arch", In, "amd64", "arm64")}, true},
+		{"other arch", []Requirement{MustNew("kubernetes.io/arch", In, "arm64")}, false},
+		{"undefined custom label required", []Requirement{MustNew("gpu", In, "true")}, false},
+		{"undefined custom label excluded", []Requirement{MustNew("gpu", NotIn, "true")}, true},
+		{"undefined custom label absent", []Requirement{MustNew("gpu", DoesNotExist)}, true},
+		{"undefined well-known label", []Requirement{MustNew("topology.kubernetes.io/zone", In, "a")}, true},
+		{"defined label must not exist", []Requirement{MustNew("team", DoesNotExist)}, false},
+	}
+	for _, tc := range tests {
+		var pod Requirements
+		for _, r := range tc.pod {
+			pod.Add(r)
+		}
+		err := node.Compatible(pod, wellKnown)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: Compatible = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestRequirementsSatisfied(t *testing.T) {
+	var rs Requirements
+	rs.Add(MustNew("zone", In, "a", "b"))
+	rs.Add(MustNew("gpu", DoesNotExist))
+	rs.Add(MustNew("cpu", Gte, "4"))
+	tests := []struct {
+		labels map[string]string
+		ok     bool
+	}{
+		{map[string]string{"zone": "a", "cpu": "4"}, true},
+		{map[string]string{"zone": "c", "cpu": "4"}, false},
+		{map[string]string{"zone": "a", "cpu": "4", "gpu": "1"}, false},
+		{map[string]string{"zone": "a", "cpu": "2"}, false},
+		{map[string]string{"zone": "a"}, false},
+	}
+	for _, tc := range tests {
+		if _, ok := rs.Satisfied(tc.labels); ok != tc.ok {
+			t.Errorf("%v: Satisfied = %v, want %v", tc.labels, ok, tc.ok)
+		}
+	}
+}
+
+func TestLabelsAreTheSingleValuedKeys(t *testing.T) {
+	var rs Requirements
+	rs.Add(MustNew("zone", In, "a", "b"))
+	rs.Add(MustNew("zone", In, "b", "c"))
+	rs.Add(MustNew("arch", In, "amd64", "arm64"))
+	l := rs.Labels()
+	if len(l) != 1 || l["zone"] != "b" {
+		t.Fatalf("Labels = %v, want zone=b only", l)
+	}
+}

@@ -1,0 +1,341 @@
+package solver
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// class is a set of pods with identical scheduling constraints and requests; every decision that
+// depends only on those is made once per class.
+type class struct {
+	id     int
+	pods   []*corev1.Pod
+	ns     string
+	labels map[string]string
+	req    vec
+
+	tolerations []corev1.Toleration
+	hostPorts   []hostPort
+	// nodeTerms are the ORed required node-affinity terms, each ANDed with the node selector; one
+	// empty set when the pod has none.
+	nodeTerms []requirements.Requirements
+	spreads   []spreadConstraint
+	affinity  []podTerm
+	anti      []podTerm
+	// preferences in relaxation order: lowest weight first.
+	preferences []preference
+
+	// matches are the topology groups whose selector matches the class's pods.
+	matches []int
+	// variants[i] is the class with the first i preferences relaxed (per node term); built lazily.
+	variants []*variant
+	// err is set when the pod's spec cannot be understood (a malformed requirement).
+	err error
+}
+
+type hostPort struct {
+	protocol corev1.Protocol
+	ip       string
+	port     int32
+}
+
+func (a hostPort) conflicts(b hostPort) bool {
+	if a.port != b.port || a.protocol != b.protocol {
+		return false
+	}
+	return a.ip == b.ip || a.ip == "" || a.ip == "0.0.0.0" || b.ip == "" || b.ip == "0.0.0.0"
+}
+
+type spreadConstraint struct {
+	group      int
+	maxSkew    int32
+	minDomains int32
+	// honorAffinity and honorTaints are nodeAffinityPolicy and nodeTaintsPolicy == Honor.
+	honorAffinity, honorTaints bool
+	selfMatch                  bool
+	desc                       string
+}
+
+type podTerm struct {
+	group     int
+	selfMatch bool
+	desc      string
+}
+
+type prefKind int
+
+const (
+	prefNodeAffinity prefKind = iota
+	prefPodAffinity
+	prefPodAntiAffinity
+	prefSpread
+	prefTaints
+)
+
+type preference struct {
+	kind   prefKind
+	weight int32
+	reqs   requirements.Requirements
+	term   podTerm
+	spread spreadConstraint
+	desc   string
+}
+
+// signature is what makes two pods interchangeable for the solver.
+type signature struct {
+	NS          string                            `json:"n"`
+	Labels      map[string]string                 `json:"l,omitempty"`
+	Requests    corev1.ResourceList               `json:"r"`
+	Selector    map[string]string                 `json:"s,omitempty"`
+	Affinity    *corev1.Affinity                  `json:"a,omitempty"`
+	Tolerations []corev1.Toleration               `json:"t,omitempty"`
+	Spread      []corev1.TopologySpreadConstraint `json:"p,omitempty"`
+	Ports       []hostPort                        `json:"h,omitempty"`
+}
+
+func podHostPorts(p *corev1.Pod) []hostPort {
+	var out []hostPort
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for _, port := range c.Ports {
+				if port.HostPort > 0 {
+					proto := port.Protocol
+					if proto == "" {
+						proto = corev1.ProtocolTCP
+					}
+					out = append(out, hostPort{protocol: proto, ip: port.HostIP, port: port.HostPort})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func podSignature(p *corev1.Pod, req corev1.ResourceList) string {
+	hp := podHostPorts(p)
+	sig := signature{
+		NS: p.Namespace, Labels: p.Labels, Requests: req, Selector: p.Spec.NodeSelector,
+		Affinity: p.Spec.Affinity, Tolerations: p.Spec.Tolerations, Spread: p.Spec.TopologySpreadConstraints,
+	}
+	if len(hp) > 0 {
+		sig.Ports = hp
+	}
+	b, err := json.Marshal(sig)
+	if err != nil {
+		// Unreachable for API types; fall back to a unique key so the pod gets its own class.
+		return fmt.Sprintf("%s/%s/%p", p.Namespace, p.Name, p)
+	}
+	return string(b)
+}
+
+// MarshalJSON lets hostPort take part in signatures.
+func (h hostPort) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf("%q", fmt.Sprintf("%s/%s/%d", h.protocol, h.ip, h.port))), nil
+}
+
+// buildClass reads the constraints of a class's first pod.
+func (s *solver) buildClass(id int, p *corev1.Pod, req corev1.ResourceList) *class {
+	c := &class{
+		id: id, ns: p.Namespace, labels: p.Labels, req: s.ri.vec(req),
+		tolerations: p.Spec.Tolerations, hostPorts: podHostPorts(p),
+	}
+	selector := requirements.FromLabels(p.Spec.NodeSelector)
+	c.nodeTerms = []requirements.Requirements{selector}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		if req := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; req != nil && len(req.NodeSelectorTerms) > 0 {
+			c.nodeTerms = nil
+			for _, term := range req.NodeSelectorTerms {
+				rs, err := requirements.FromNodeSelector(term.MatchExpressions)
+				if err != nil {
+					c.err = fmt.Errorf("node affinity: %w", err)
+					continue
+				}
+				rs.AddAll(selector)
+				c.nodeTerms = append(c.nodeTerms, rs)
+			}
+			if len(c.nodeTerms) == 0 {
+				c.nodeTerms = []requirements.Requirements{selector}
+			}
+		}
+		for _, pt := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			rs, err := requirements.FromNodeSelector(pt.Preference.MatchExpressions)
+			if err != nil {
+				continue
+			}
+			c.preferences = append(c.preferences, preference{kind: prefNodeAffinity, weight: pt.Weight, reqs: rs,
+				desc: fmt.Sprintf("preferred node affinity (weight %d)", pt.Weight)})
+		}
+	}
+	for _, tsc := range p.Spec.TopologySpreadConstraints {
+		sc, err := s.spread(p, tsc)
+		if err != nil {
+			c.err = err
+			continue
+		}
+		if tsc.WhenUnsatisfiable == corev1.ScheduleAnyway {
+			c.preferences = append(c.preferences, preference{kind: prefSpread, weight: 0, spread: sc, desc: "ScheduleAnyway " + sc.desc})
+		} else {
+			c.spreads = append(c.spreads, sc)
+		}
+	}
+	if a := p.Spec.Affinity; a != nil {
+		if pa := a.PodAffinity; pa != nil {
+			for _, t := range pa.RequiredDuringSchedulingIgnoredDuringExecution {
+				pt, err := s.podTerm(p, t, "pod affinity")
+				if err != nil {
+					c.err = err
+					continue
+				}
+				c.affinity = append(c.affinity, pt)
+			}
+			for _, wt := range pa.PreferredDuringSchedulingIgnoredDuringExecution {
+				pt, err := s.podTerm(p, wt.PodAffinityTerm, "pod affinity")
+				if err != nil {
+					continue
+				}
+				c.preferences = append(c.preferences, preference{kind: prefPodAffinity, weight: wt.Weight, term: pt,
+					desc: fmt.Sprintf("preferred %s (weight %d)", pt.desc, wt.Weight)})
+			}
+		}
+		if pa := a.PodAntiAffinity; pa != nil {
+			for _, t := range pa.RequiredDuringSchedulingIgnoredDuringExecution {
+				pt, err := s.podTerm(p, t, "pod anti-affinity")
+				if err != nil {
+					c.err = err
+					continue
+				}
+				c.anti = append(c.anti, pt)
+			}
+			for _, wt := range pa.PreferredDuringSchedulingIgnoredDuringExecution {
+				pt, err := s.podTerm(p, wt.PodAffinityTerm, "pod anti-affinity")
+				if err != nil {
+					continue
+				}
+				c.preferences = append(c.preferences, preference{kind: prefPodAntiAffinity, weight: wt.Weight, term: pt,
+					desc: fmt.Sprintf("preferred %s (weight %d)", pt.desc, wt.Weight)})
+			}
+		}
+	}
+	// PreferNoSchedule taints are avoided until everything else has been relaxed.
+	if s.preferNoScheduleTaints {
+		c.preferences = append(c.preferences, preference{kind: prefTaints, weight: math.MaxInt32, desc: "PreferNoSchedule taints"})
+	}
+	sort.SliceStable(c.preferences, func(i, j int) bool { return c.preferences[i].weight < c.preferences[j].weight })
+	return c
+}
+
+func selectorFor(ls *metav1.LabelSelector, extra map[string]string) (labels.Selector, error) {
+	if ls == nil {
+		// A nil selector matches nothing, as in kube-scheduler.
+		return labels.Nothing(), nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range extra {
+		r, err := labels.NewRequirement(k, "=", []string{v})
+		if err != nil {
+			return nil, err
+		}
+		sel = sel.Add(*r)
+	}
+	return sel, nil
+}
+
+func (s *solver) spread(p *corev1.Pod, tsc corev1.TopologySpreadConstraint) (spreadConstraint, error) {
+	extra := map[string]string{}
+	for _, k := range tsc.MatchLabelKeys {
+		if v, ok := p.Labels[k]; ok {
+			extra[k] = v
+		}
+	}
+	sel, err := selectorFor(tsc.LabelSelector, extra)
+	if err != nil {
+		return spreadConstraint{}, fmt.Errorf("topology spread selector: %w", err)
+	}
+	g := s.group(tsc.TopologyKey, sel, nsScope{names: []string{p.Namespace}})
+	minDomains := int32(1)
+	if tsc.MinDomains != nil {
+		minDomains = *tsc.MinDomains
+	}
+	return spreadConstraint{
+		group: g, maxSkew: tsc.MaxSkew, minDomains: minDomains,
+		honorAffinity: tsc.NodeAffinityPolicy == nil || *tsc.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor,
+		honorTaints:   tsc.NodeTaintsPolicy != nil && *tsc.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor,
+		selfMatch:     sel.Matches(labels.Set(p.Labels)),
+		desc:          fmt.Sprintf("topology spread %s maxSkew %d", shortKey(tsc.TopologyKey), tsc.MaxSkew),
+	}, nil
+}
+
+func (s *solver) podTerm(p *corev1.Pod, t corev1.PodAffinityTerm, what string) (podTerm, error) {
+	extra := map[string]string{}
+	for _, k := range t.MatchLabelKeys {
+		if v, ok := p.Labels[k]; ok {
+			extra[k] = v
+		}
+	}
+	sel, err := selectorFor(t.LabelSelector, extra)
+	if err != nil {
+		return podTerm{}, fmt.Errorf("%s selector: %w", what, err)
+	}
+	scope := nsScope{names: t.Namespaces}
+	if t.NamespaceSelector != nil {
+		nsSel, err := metav1.LabelSelectorAsSelector(t.NamespaceSelector)
+		if err != nil {
+			return podTerm{}, fmt.Errorf("%s namespace selector: %w", what, err)
+		}
+		scope.selector = nsSel
+	} else if len(t.Namespaces) == 0 {
+		scope.names = []string{p.Namespace}
+	}
+	g := s.group(t.TopologyKey, sel, scope)
+	return podTerm{
+		group:     g,
+		selfMatch: sel.Matches(labels.Set(p.Labels)) && scope.contains(p.Namespace, s.in.NamespaceLabels),
+		desc:      fmt.Sprintf("%s on %s (%s)", what, shortKey(t.TopologyKey), sel.String()),
+	}, nil
+}
+
+// nsScope is the namespaces a pod-affinity term or spread counts pods in.
+type nsScope struct {
+	names    []string
+	selector labels.Selector
+}
+
+func (n nsScope) key() string {
+	names := slices.Clone(n.names)
+	slices.Sort(names)
+	k := strings.Join(names, ",")
+	if n.selector != nil {
+		k += "|" + n.selector.String()
+	}
+	return k
+}
+
+func (n nsScope) contains(ns string, nsLabels map[string]map[string]string) bool {
+	if slices.Contains(n.names, ns) {
+		return true
+	}
+	return n.selector != nil && n.selector.Matches(labels.Set(nsLabels[ns]))
+}
+
+func shortKey(k string) string {
+	switch k {
+	case corev1.LabelTopologyZone:
+		return "zone"
+	case corev1.LabelHostname:
+		return "hostname"
+	}
+	return k
+}

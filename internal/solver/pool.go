@@ -1,0 +1,231 @@
+package solver
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// itInfo is an instance type with its resources as vectors.
+type itInfo struct {
+	it       *cloudprovider.InstanceType
+	alloc    vec
+	capacity vec
+	// labels are the type's single-valued requirement keys, for minValues counting.
+	labels map[string]string
+	// minPrice is the cheapest available offering the pool allows.
+	minPrice float64
+	// offMask has a bit per (zone, capacity type) the type is available in; offPrice holds the
+	// price of each, when the solver's offering index is small enough for masks.
+	offMask  uint64
+	offPrice []float64
+}
+
+// pool is a NodePool prepared for a solve.
+type pool struct {
+	np     *NodePool
+	idx    int
+	reqs   requirements.Requirements
+	types  []*itInfo
+	daemon vec
+	// remaining is what is left of the limits; limited marks the dimensions that have a limit.
+	remaining vec
+	limited   []bool
+	// fits caches, per variant requirement key, whether and how the variant fits the pool.
+	fits map[string]*poolFit
+}
+
+// poolFit is what a variant can get from a pool.
+type poolFit struct {
+	reason string
+	reqs   requirements.Requirements
+	types  []*itInfo
+}
+
+// undefinedOK says which label keys a NodePool need not define: those its instance types and
+// offerings resolve.
+func undefinedOK(key string) bool {
+	switch key {
+	case karpv1.ZoneLabelKey, karpv1.InstanceTypeLabelKey, karpv1.ArchLabelKey, karpv1.OSLabelKey,
+		karpv1.CapacityTypeLabelKey, karpv1.RegionLabelKey, karpv1.WindowsBuildLabelKey,
+		corev1.LabelFailureDomainBetaZone, corev1.LabelInstanceType:
+		return true
+	}
+	return strings.HasPrefix(key, "karpenter.k8s.aws/")
+}
+
+func (s *solver) newPool(np *NodePool, idx int) *pool {
+	p := &pool{np: np, idx: idx, reqs: np.Requirements.Clone(), fits: map[string]*poolFit{}}
+	p.reqs.Add(requirements.Single(karpv1.NodePoolLabelKey, np.Name))
+	for _, it := range np.InstanceTypes {
+		if err := it.Requirements.Intersects(p.reqs); err != nil {
+			continue
+		}
+		price, ok := cheapestOffering(it, p.reqs)
+		if !ok {
+			continue
+		}
+		info := &itInfo{it: it, alloc: s.ri.vec(it.Allocatable()), capacity: s.ri.vec(it.Capacity), minPrice: price,
+			labels: it.Requirements.Labels()}
+		s.offerings.index(info)
+		p.types = append(p.types, info)
+	}
+	sort.SliceStable(p.types, func(i, j int) bool {
+		if p.types[i].minPrice != p.types[j].minPrice {
+			return p.types[i].minPrice < p.types[j].minPrice
+		}
+		return p.types[i].it.Name < p.types[j].it.Name
+	})
+	p.daemon = make(vec, s.ri.len())
+	for _, ds := range s.in.DaemonSetPods {
+		if s.daemonRunsOn(ds, p) {
+			p.daemon.add(s.ri.vec(podRequests(ds)))
+		}
+	}
+	if np.Remaining != nil {
+		p.remaining = s.ri.vec(np.Remaining)
+		p.limited = make([]bool, s.ri.len())
+		for n := range np.Remaining {
+			p.limited[s.ri.pos[n]] = true
+		}
+	}
+	return p
+}
+
+// daemonRunsOn reports whether a DaemonSet's pod would run on the pool's machines.
+func (s *solver) daemonRunsOn(ds *corev1.Pod, p *pool) bool {
+	if _, untolerated := untoleratedTaint(ds.Spec.Tolerations, p.np.Taints, false); untolerated {
+		return false
+	}
+	reqs := requirements.FromLabels(ds.Spec.NodeSelector)
+	if a := ds.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		for _, term := range terms {
+			rs, err := requirements.FromNodeSelector(term.MatchExpressions)
+			if err != nil {
+				continue
+			}
+			rs.AddAll(reqs)
+			if p.reqs.Compatible(rs, undefinedOK) == nil {
+				return true
+			}
+		}
+		return len(terms) == 0
+	}
+	return p.reqs.Compatible(reqs, undefinedOK) == nil
+}
+
+// cheapestOffering is the lowest price among available offerings whose zone and capacity type
+// reqs allow.
+func cheapestOffering(it *cloudprovider.InstanceType, reqs requirements.Requirements) (float64, bool) {
+	f := offeringFilter(reqs)
+	return f.cheapest(it)
+}
+
+// offeringReqs are the zone and capacity-type requirements offerings are checked against.
+type offeringReqs struct {
+	zone, ct       requirements.Requirement
+	hasZone, hasCT bool
+}
+
+func offeringFilter(reqs requirements.Requirements) offeringReqs {
+	var o offeringReqs
+	o.zone, o.hasZone = reqs.Get(karpv1.ZoneLabelKey)
+	o.ct, o.hasCT = reqs.Get(karpv1.CapacityTypeLabelKey)
+	return o
+}
+
+// cheapest is the lowest price among the type's available offerings the requirements allow.
+func (f *offeringReqs) cheapest(it *cloudprovider.InstanceType) (float64, bool) {
+	zone, hasZone, ct, hasCT := &f.zone, f.hasZone, &f.ct, f.hasCT
+	best, found := math.Inf(1), false
+	for i := range it.Offerings {
+		o := &it.Offerings[i]
+		if !o.Available || hasZone && !zone.Allows(o.Zone) || hasCT && !ct.Allows(o.CapacityType) {
+			continue
+		}
+		if o.Price < best {
+			best, found = o.Price, true
+		}
+	}
+	return best, found
+}
+
+// typeAllows reports whether a machine of the type can satisfy reqs: labels compatible and an
+// available offering in an allowed zone and capacity type.
+func typeAllows(info *itInfo, reqs requirements.Requirements) bool {
+	if info.it.Requirements.Intersects(reqs) != nil {
+		return false
+	}
+	_, ok := cheapestOffering(info.it, reqs)
+	return ok
+}
+
+// untoleratedTaint returns the first NoSchedule or NoExecute taint (and PreferNoSchedule when
+// avoidPreferNoSchedule) the tolerations do not tolerate.
+func untoleratedTaint(tolerations []corev1.Toleration, taints []corev1.Taint, avoidPreferNoSchedule bool) (corev1.Taint, bool) {
+	for i := range taints {
+		t := &taints[i]
+		if t.Effect == corev1.TaintEffectPreferNoSchedule && !avoidPreferNoSchedule {
+			continue
+		}
+		tolerated := false
+		for j := range tolerations {
+			if tolerations[j].ToleratesTaint(klog.Background(), t, false) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			return *t, true
+		}
+	}
+	return corev1.Taint{}, false
+}
+
+func describeTaint(t corev1.Taint) string {
+	if t.Value == "" {
+		return fmt.Sprintf("%s:%s", t.Key, t.Effect)
+	}
+	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+}
+
+// fit computes, once per variant requirement key, what the variant can get from the pool.
+func (s *solver) fit(v *variant, p *pool) *poolFit {
+	if f, ok := p.fits[v.reqsKey]; ok {
+		return f
+	}
+	f := &poolFit{}
+	p.fits[v.reqsKey] = f
+	if t, bad := untoleratedTaint(v.class.tolerations, p.np.Taints, v.avoidPreferNoS); bad {
+		f.reason = fmt.Sprintf("taint %s not tolerated", describeTaint(t))
+		return f
+	}
+	if err := p.reqs.Compatible(v.reqs, undefinedOK); err != nil {
+		f.reason = "incompatible requirements: " + err.Error()
+		return f
+	}
+	f.reqs = p.reqs.Clone()
+	f.reqs.AddAll(v.reqs)
+	if v.reqs.Len() == 0 {
+		f.types = p.types
+	} else {
+		for _, info := range p.types {
+			if typeAllows(info, f.reqs) {
+				f.types = append(f.types, info)
+			}
+		}
+	}
+	if len(f.types) == 0 {
+		f.reason = "no instance type satisfies " + v.reqs.String()
+	}
+	return f
+}

@@ -1,0 +1,145 @@
+package solver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// vec is a dense resource vector in milli-units, indexed by a resourceIndex.
+type vec []int64
+
+// resourceIndex maps resource names to vector positions for one solve.
+type resourceIndex struct {
+	names []corev1.ResourceName
+	pos   map[corev1.ResourceName]int
+}
+
+const (
+	rCPU = iota
+	rMemory
+	rPods
+	rEphemeral
+	rFirstExtended
+)
+
+func newResourceIndex() *resourceIndex {
+	ri := &resourceIndex{pos: map[corev1.ResourceName]int{}}
+	for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
+		ri.add(n)
+	}
+	return ri
+}
+
+func (ri *resourceIndex) add(n corev1.ResourceName) int {
+	if p, ok := ri.pos[n]; ok {
+		return p
+	}
+	ri.pos[n] = len(ri.names)
+	ri.names = append(ri.names, n)
+	return len(ri.names) - 1
+}
+
+// register adds every resource of rl; call it for all inputs before making vectors.
+func (ri *resourceIndex) register(rl corev1.ResourceList) {
+	for n := range rl {
+		ri.add(n)
+	}
+}
+
+func (ri *resourceIndex) len() int { return len(ri.names) }
+
+func (ri *resourceIndex) vec(rl corev1.ResourceList) vec {
+	v := make(vec, len(ri.names))
+	for n, q := range rl {
+		if p, ok := ri.pos[n]; ok {
+			v[p] = q.MilliValue()
+		}
+	}
+	return v
+}
+
+func (ri *resourceIndex) list(v vec) corev1.ResourceList {
+	rl := corev1.ResourceList{}
+	for i, x := range v {
+		if x == 0 {
+			continue
+		}
+		switch ri.names[i] {
+		case corev1.ResourceCPU:
+			rl[ri.names[i]] = *resource.NewMilliQuantity(x, resource.DecimalSI)
+		case corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
+			rl[ri.names[i]] = *resource.NewQuantity(x/1000, resource.BinarySI)
+		default:
+			rl[ri.names[i]] = *resource.NewQuantity(x/1000, resource.DecimalSI)
+		}
+	}
+	return rl
+}
+
+// podRequests are a pod's requests as kube-scheduler counts them — max(init containers,
+// containers + sidecars) + overhead — plus one for the pod count.
+func podRequests(p *corev1.Pod) corev1.ResourceList {
+	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	rl[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
+	return rl
+}
+
+func (v vec) add(o vec) {
+	for i := range v {
+		v[i] += o[i]
+	}
+}
+
+func (v vec) sub(o vec) {
+	for i := range v {
+		v[i] -= o[i]
+	}
+}
+
+func (v vec) clone() vec { return slices.Clone(v) }
+
+// fitsWith reports whether v + extra ≤ limit in every dimension.
+func (v vec) fitsWith(extra, limit vec) bool {
+	for i := range v {
+		if v[i]+extra[i] > limit[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// lessEq reports whether v ≤ limit in every dimension.
+func (v vec) lessEq(limit vec) bool {
+	for i := range v {
+		if v[i] > limit[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// maxInto raises every dimension of v to at least o's.
+func (v vec) maxInto(o vec) {
+	for i := range v {
+		if o[i] > v[i] {
+			v[i] = o[i]
+		}
+	}
+}
+
+// describe renders the non-zero dimensions of v ("cpu 1500m, memory 2Gi").
+func (ri *resourceIndex) describe(v vec) string {
+	var parts []string
+	rl := ri.list(v)
+	for _, n := range ri.names {
+		if q, ok := rl[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %s", n, q.String()))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,723 @@
+package solver
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// DefaultMaxInstanceTypes bounds the candidate instance types of a planned NodeClaim.
+const DefaultMaxInstanceTypes = 60
+
+type solver struct {
+	in   Input
+	opts Options
+	ri   *resourceIndex
+
+	pools      []*pool
+	classes    []*class
+	groups     []*group
+	groupIndex map[string]int
+	// domains are the known values of each non-hostname topology key.
+	domains map[string]domainSet
+
+	targets []*target
+	open    []*target
+	// version counts placements; topology plans are valid for one version.
+	version int
+	// topoKeys are the non-hostname keys some topology group uses.
+	topoKeys []string
+	// scratch is reused for the resources a candidate must hold.
+	scratch   vec
+	offerings *offeringIndex
+	// preferNoScheduleTaints is set when some pool or node has a PreferNoSchedule taint.
+	preferNoScheduleTaints bool
+	nClosed   int
+	minReq    vec
+
+	result Result
+}
+
+// Solve plans where in.Pods go. It is deterministic: the same input gives the same plan.
+func Solve(in Input, opts Options) *Result {
+	if opts.MaxInstanceTypes <= 0 {
+		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
+	}
+	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}}
+	s.prepare()
+	s.run()
+	s.finish()
+	return &s.result
+}
+
+type podItem struct {
+	pod   *corev1.Pod
+	class *class
+}
+
+func (s *solver) prepare() {
+	reqs := make([]corev1.ResourceList, len(s.in.Pods))
+	for i, p := range s.in.Pods {
+		reqs[i] = podRequests(p)
+		s.ri.register(reqs[i])
+	}
+	for _, ds := range s.in.DaemonSetPods {
+		s.ri.register(podRequests(ds))
+	}
+	for i := range s.in.NodePools {
+		for _, it := range s.in.NodePools[i].InstanceTypes {
+			s.ri.register(it.Capacity)
+		}
+		s.ri.register(s.in.NodePools[i].Remaining)
+	}
+	for i := range s.in.Nodes {
+		s.ri.register(s.in.Nodes[i].Allocatable)
+	}
+
+	hasPNS := func(ts []corev1.Taint) bool {
+		return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Effect == corev1.TaintEffectPreferNoSchedule })
+	}
+	for i := range s.in.NodePools {
+		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(s.in.NodePools[i].Taints)
+	}
+	for i := range s.in.Nodes {
+		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(s.in.Nodes[i].Taints)
+	}
+
+	// Classes.
+	bySig := map[string]*class{}
+	for i, p := range s.in.Pods {
+		sig := podSignature(p, reqs[i])
+		c, ok := bySig[sig]
+		if !ok {
+			c = s.buildClass(len(s.classes), p, reqs[i])
+			bySig[sig] = c
+			s.classes = append(s.classes, c)
+		}
+		c.pods = append(c.pods, p)
+	}
+	// Existing pods' required anti-affinity terms make groups too (their symmetry binds new pods).
+	type owned struct {
+		node   int
+		groups []int
+	}
+	var owners []owned
+	for ni := range s.in.Nodes {
+		for _, p := range s.in.Nodes[ni].Pods {
+			if a := p.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+				var gs []int
+				for _, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+					if pt, err := s.podTerm(p, t, "pod anti-affinity"); err == nil {
+						gs = append(gs, pt.group)
+					}
+				}
+				owners = append(owners, owned{node: ni, groups: gs})
+			}
+		}
+	}
+
+	// Pools, highest weight first.
+	s.offerings = newOfferingIndex(s.in.NodePools)
+	for i := range s.in.NodePools {
+		s.pools = append(s.pools, s.newPool(&s.in.NodePools[i], i))
+	}
+	sort.SliceStable(s.pools, func(i, j int) bool {
+		a, b := s.pools[i].np, s.pools[j].np
+		if a.Weight != b.Weight {
+			return a.Weight > b.Weight
+		}
+		return a.Name < b.Name
+	})
+	for _, g := range s.groups {
+		if !g.hostname {
+			s.domainsOf(g.key)
+			if !slices.Contains(s.topoKeys, g.key) {
+				s.topoKeys = append(s.topoKeys, g.key)
+			}
+		}
+	}
+	slices.Sort(s.topoKeys)
+	s.scratch = make(vec, s.ri.len())
+
+	// Existing nodes, with their pods counted.
+	for ni := range s.in.Nodes {
+		n := &s.in.Nodes[ni]
+		t := &target{id: len(s.targets), existing: n, labels: n.Labels, alloc: s.ri.vec(n.Allocatable), used: make(vec, s.ri.len())}
+		s.targets = append(s.targets, t)
+		for _, p := range n.Pods {
+			t.used.add(s.ri.vec(podRequests(p)))
+			t.ports = append(t.ports, podHostPorts(p)...)
+			for _, g := range s.groups {
+				if g.matches(p.Namespace, p.Labels, s.in.NamespaceLabels) {
+					d, _ := t.domain(g.key)
+					g.record(t, d, true, false)
+				}
+			}
+		}
+	}
+	for _, o := range owners {
+		t := s.targets[o.node]
+		for _, gi := range o.groups {
+			g := s.groups[gi]
+			d, _ := t.domain(g.key)
+			g.record(t, d, false, true)
+		}
+	}
+
+	for _, c := range s.classes {
+		for gi, g := range s.groups {
+			if g.matches(c.ns, c.labels, s.in.NamespaceLabels) {
+				c.matches = append(c.matches, gi)
+			}
+		}
+	}
+	s.minReq = nil
+	for _, c := range s.classes {
+		if s.minReq == nil {
+			s.minReq = c.req.clone()
+			continue
+		}
+		for i := range s.minReq {
+			s.minReq[i] = min(s.minReq[i], c.req[i])
+		}
+	}
+}
+
+// domainsOf returns the values a topology key can take: from the pools' requirements and
+// instance types, and from existing nodes.
+func (s *solver) domainsOf(key string) domainSet {
+	if d, ok := s.domains[key]; ok {
+		return d
+	}
+	seen := map[string]bool{}
+	for _, p := range s.pools {
+		r, constrained := p.reqs.Get(key)
+		if constrained && r.IsFinite() {
+			for _, v := range r.Values() {
+				seen[v] = true
+			}
+			continue
+		}
+		for _, info := range p.types {
+			tr, ok := info.it.Requirements.Get(key)
+			if !ok || !tr.IsFinite() {
+				continue
+			}
+			for _, v := range tr.Values() {
+				if !constrained || r.Allows(v) {
+					seen[v] = true
+				}
+			}
+		}
+	}
+	for i := range s.in.Nodes {
+		if v, ok := s.in.Nodes[i].Labels[key]; ok {
+			seen[v] = true
+		}
+	}
+	d := make(domainSet, 0, len(seen))
+	for v := range seen {
+		d = append(d, v)
+	}
+	slices.Sort(d)
+	s.domains[key] = d
+	return d
+}
+
+func (s *solver) run() {
+	items := make([]podItem, 0, len(s.in.Pods))
+	order := slices.Clone(s.classes)
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i].req, order[j].req
+		if a[rCPU] != b[rCPU] {
+			return a[rCPU] > b[rCPU]
+		}
+		if a[rMemory] != b[rMemory] {
+			return a[rMemory] > b[rMemory]
+		}
+		return order[i].id < order[j].id
+	})
+	for _, c := range order {
+		for _, p := range c.pods {
+			items = append(items, podItem{pod: p, class: c})
+		}
+	}
+	// Pods that fail may fit once others are placed (pod affinity to a pod later in the order),
+	// so failures are retried until a pass places nothing new.
+	for len(items) > 0 {
+		var failed []podItem
+		reasons := map[*corev1.Pod]string{}
+		for _, it := range items {
+			if reason := s.place(it); reason != "" {
+				failed = append(failed, it)
+				reasons[it.pod] = reason
+			}
+		}
+		if len(failed) == len(items) {
+			for _, it := range failed {
+				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: reasons[it.pod]})
+			}
+			return
+		}
+		items = failed
+	}
+}
+
+// place puts one pod somewhere, relaxing preferences as needed, or returns why it fits nowhere.
+func (s *solver) place(it podItem) string {
+	c := it.class
+	if c.err != nil {
+		return c.err.Error()
+	}
+	ignore := s.opts.IgnorePreferences
+	var reason string
+	for i := c.firstVariant(ignore); i < c.variantCount(); i = c.nextVariant(i, ignore) {
+		v := s.variant(c, i)
+		if v.reqs.Empty() {
+			reason = "requirements cannot be satisfied: " + v.reqs.String()
+			continue
+		}
+		for _, t := range s.targets {
+			if t.isClaim() {
+				break
+			}
+			if s.tryExisting(v, t, it.pod) {
+				return ""
+			}
+		}
+		if s.tryOpenClaims(v, it.pod) {
+			return ""
+		}
+		var why []string
+		for _, p := range s.pools {
+			r := s.tryNew(v, p, it.pod)
+			if r == "" {
+				return ""
+			}
+			why = append(why, fmt.Sprintf("NodePool %s: %s", p.np.Name, r))
+		}
+		switch {
+		case len(s.pools) == 0:
+			reason = "no NodePool"
+		default:
+			reason = strings.Join(why, "; ")
+		}
+		if rel := v.describeRelaxed(); rel != "" {
+			reason += " (" + rel + ")"
+		}
+	}
+	return reason
+}
+
+func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
+	if t.existing.Unschedulable || !t.used.fitsWith(v.class.req, t.alloc) {
+		return false
+	}
+	if _, bad := untoleratedTaint(v.class.tolerations, t.existing.Taints, v.avoidPreferNoS); bad {
+		return false
+	}
+	if _, ok := v.reqs.Satisfied(t.labels); !ok {
+		return false
+	}
+	if !t.portsFree(v.class.hostPorts) {
+		return false
+	}
+	if _, err := s.topology(v, t); err != nil {
+		return false
+	}
+	s.commit(v, t, pod, nil, nil, false)
+	s.result.Bindings = append(s.result.Bindings, Binding{Pod: pod, Node: t.existing.Name})
+	return true
+}
+
+// tryOpenClaims adds the pod to a planned claim: first to one where it fits in the claim's
+// cheapest instance type (it costs nothing more), else to the first where it fits at all.
+func (s *solver) tryOpenClaims(v *variant, pod *corev1.Pod) bool {
+	for pass := 0; pass < 2; pass++ {
+		for _, t := range s.open {
+			if t.closed || v.isDead(t.id) {
+				continue
+			}
+			if !t.used.fitsWith(v.class.req, t.alloc) {
+				v.markDead(t.id)
+				continue
+			}
+			if pass == 0 && !t.used.fitsWith(v.class.req, t.candidates[0].alloc) {
+				continue
+			}
+			if f := s.fit(v, t.pool); f.reason != "" {
+				v.markDead(t.id)
+				continue
+			}
+			switch s.tryClaim(v, t, pod) {
+			case joined:
+				return true
+			case never:
+				v.markDead(t.id)
+			}
+		}
+	}
+	return false
+}
+
+// joinResult is the outcome of trying to add a pod to a planned claim.
+type joinResult int
+
+const (
+	joined joinResult = iota
+	// notNow may change as other pods are placed (zone topology, hostname pod affinity).
+	notNow
+	// never cannot change: claims only fill up and narrow.
+	never
+)
+
+// tryClaim adds the pod to a planned claim if it fits.
+func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
+	if !t.portsFree(v.class.hostPorts) {
+		return never
+	}
+	if s.hostnameBlocked(v, t.id) {
+		return never
+	}
+	reqs := t.reqs
+	var changed []string
+	view := t
+	if v.reqs.Len() > 0 {
+		if err := t.reqs.Compatible(v.reqs, undefinedOK); err != nil {
+			return never
+		}
+		reqs = t.reqs.Clone()
+		reqs.AddAll(v.reqs)
+		changed = v.reqs.Keys()
+		view = &target{id: t.id, pool: t.pool, reqs: reqs, candidates: t.candidates}
+	}
+	narrow, err := s.topology(v, view)
+	if err != nil {
+		return notNow
+	}
+	if len(narrow) > 0 {
+		if changed == nil {
+			reqs = reqs.Clone()
+		}
+		for _, n := range narrow {
+			reqs.Add(requirements.Single(n.key, n.value))
+			changed = append(changed, n.key)
+		}
+	}
+	need := s.scratch
+	copy(need, t.used)
+	need.add(v.class.req)
+	cands := s.filterCandidates(t.candidates, need, reqs, changed)
+	if len(cands) == 0 {
+		if len(narrow) == 0 {
+			return never
+		}
+		return notNow
+	}
+	if r := minValuesShortfall(cands, reqs); r != "" {
+		return notNow
+	}
+	s.commit(v, t, pod, cands, &reqs, changed != nil)
+	return joined
+}
+
+// tryNew plans a new claim from pool p for the pod, or says why it cannot.
+func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
+	f := s.fit(v, p)
+	if f.reason != "" {
+		return f.reason
+	}
+	need := p.daemon.clone()
+	need.add(v.class.req)
+	var cands []*itInfo
+	fitsResources := false
+	for _, info := range f.types {
+		if !need.lessEq(info.alloc) {
+			continue
+		}
+		fitsResources = true
+		if p.remaining != nil && !withinLimits(info.capacity, p.remaining, p.limited) {
+			continue
+		}
+		cands = append(cands, info)
+	}
+	if !fitsResources {
+		return s.tooBig(need, p, f)
+	}
+	if len(cands) == 0 {
+		return s.limitsExhausted(p)
+	}
+	t := &target{id: len(s.targets), pool: p, reqs: f.reqs, used: p.daemon.clone(), alloc: make(vec, s.ri.len())}
+	narrow, err := s.topology(v, &target{id: t.id, pool: p, reqs: f.reqs, candidates: cands})
+	if err != nil {
+		return err.Error()
+	}
+	reqs := f.reqs
+	changed := false
+	if len(narrow) > 0 {
+		reqs = reqs.Clone()
+		keys := make([]string, 0, len(narrow))
+		for _, n := range narrow {
+			reqs.Add(requirements.Single(n.key, n.value))
+			keys = append(keys, n.key)
+		}
+		changed = true
+		cands = s.filterCandidates(cands, need, reqs, keys)
+		if len(cands) == 0 {
+			return "no instance type offers the zone the topology constraints need"
+		}
+	}
+	if r := minValuesShortfall(cands, reqs); r != "" {
+		return r
+	}
+	if !changed {
+		reqs = reqs.Clone()
+	}
+	t.reqs = reqs
+	t.reserved = make(vec, s.ri.len())
+	s.targets = append(s.targets, t)
+	s.open = append(s.open, t)
+	s.commit(v, t, pod, cands, nil, false)
+	return ""
+}
+
+func withinLimits(capacity, remaining vec, limited []bool) bool {
+	for i, lim := range limited {
+		if lim && capacity[i] > remaining[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *solver) tooBig(need vec, p *pool, f *poolFit) string {
+	largest := make(vec, s.ri.len())
+	for _, info := range f.types {
+		largest.maxInto(info.alloc)
+	}
+	var short []string
+	for i := range need {
+		if need[i] > largest[i] {
+			short = append(short, s.ri.describe(oneDim(i, need[i], len(need))))
+		}
+	}
+	msg := fmt.Sprintf("no instance type has %s", strings.Join(short, ", "))
+	if p.daemon[rCPU] > 0 || p.daemon[rMemory] > 0 {
+		msg += " after daemonset overhead"
+	}
+	return msg
+}
+
+func oneDim(i int, x int64, n int) vec {
+	v := make(vec, n)
+	v[i] = x
+	return v
+}
+
+func (s *solver) limitsExhausted(p *pool) string {
+	var parts []string
+	for i, lim := range p.limited {
+		if lim {
+			q := s.ri.list(oneDim(i, max(p.remaining[i], 0), len(p.remaining)))[s.ri.names[i]]
+			parts = append(parts, fmt.Sprintf("%s %s", s.ri.names[i], q.String()))
+		}
+	}
+	return "limits exhausted: " + strings.Join(parts, ", ") + " left, too little for any instance type"
+}
+
+// filterCandidates keeps the candidates that can hold need and satisfy reqs on the changed keys
+// (the others were checked when the candidates were chosen).
+func (s *solver) filterCandidates(cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
+	out := make([]*itInfo, 0, len(cands))
+	offerings := false
+	for _, k := range changed {
+		if k == karpv1.ZoneLabelKey || k == karpv1.CapacityTypeLabelKey {
+			offerings = true
+		}
+	}
+	var of offeringReqs
+	var mask uint64
+	if offerings {
+		of = offeringFilter(reqs)
+		mask = s.offerings.mask(reqs)
+	}
+	keyReqs := make([]requirements.Requirement, len(changed))
+	for i, k := range changed {
+		keyReqs[i], _ = reqs.Get(k)
+	}
+	for _, info := range cands {
+		if !need.lessEq(info.alloc) {
+			continue
+		}
+		if len(changed) > 0 && !typeAllowsKeys(info, keyReqs) {
+			continue
+		}
+		if offerings && !s.offerings.offers(info, mask, &of) {
+			continue
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+func typeAllowsKeys(info *itInfo, keyReqs []requirements.Requirement) bool {
+	for i := range keyReqs {
+		tr, ok := info.it.Requirements.Get(keyReqs[i].Key)
+		if !ok {
+			continue
+		}
+		if !tr.Intersects(&keyReqs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// minValuesShortfall says which minValues the candidates fail, or "".
+func minValuesShortfall(cands []*itInfo, reqs requirements.Requirements) string {
+	var msg string
+	reqs.Each(func(r requirements.Requirement) {
+		if r.MinValues == 0 || msg != "" {
+			return
+		}
+		seen := map[string]bool{}
+		for _, info := range cands {
+			if v, ok := info.labels[r.Key]; ok && r.Allows(v) {
+				seen[v] = true
+			}
+		}
+		if len(seen) < r.MinValues {
+			msg = fmt.Sprintf("minValues %d of %s not met: only %d value(s) among fitting instance types", r.MinValues, r.Key, len(seen))
+		}
+	})
+	return msg
+}
+
+// commit records the pod on the target.
+func (s *solver) commit(v *variant, t *target, pod *corev1.Pod, cands []*itInfo, reqs *requirements.Requirements, reqsChanged bool) {
+	s.version++
+	t.used.add(v.class.req)
+	t.pods = append(t.pods, pod)
+	t.ports = append(t.ports, v.class.hostPorts...)
+	if t.isClaim() {
+		if reqs != nil && reqsChanged {
+			t.reqs = *reqs
+		}
+		if t.fixed == nil || reqsChanged {
+			t.refreshFixed(s.topoKeys)
+		}
+		t.setCandidates(cands)
+		if s.full(t) {
+			t.closed = true
+			s.nClosed++
+			if s.nClosed > 64 && s.nClosed > len(s.open)/2 {
+				s.compactOpen()
+			}
+		}
+	}
+	owned := map[int]bool{}
+	for _, a := range v.class.anti {
+		owned[a.group] = true
+	}
+	for _, gi := range v.class.matches {
+		g := s.groups[gi]
+		d, _ := t.domain(g.key)
+		g.record(t, d, true, owned[gi])
+		delete(owned, gi)
+	}
+	for gi := range owned {
+		g := s.groups[gi]
+		d, _ := t.domain(g.key)
+		g.record(t, d, false, true)
+	}
+}
+
+// full reports whether no pod of the solve could fit in what the claim has left.
+func (s *solver) full(t *target) bool {
+	for _, i := range []int{rCPU, rMemory, rPods} {
+		if s.minReq[i] > 0 && t.alloc[i]-t.used[i] < s.minReq[i] {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *solver) compactOpen() {
+	kept := s.open[:0]
+	for _, t := range s.open {
+		if !t.closed {
+			kept = append(kept, t)
+		}
+	}
+	for i := len(kept); i < len(s.open); i++ {
+		s.open[i] = nil
+	}
+	s.open = kept
+	s.nClosed = 0
+}
+
+// finish turns planned claims into the result.
+func (s *solver) finish() {
+	for _, t := range s.targets {
+		if !t.isClaim() {
+			continue
+		}
+		s.result.NodeClaims = append(s.result.NodeClaims, s.plannedClaim(t))
+	}
+}
+
+func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
+	type priced struct {
+		info  *itInfo
+		price float64
+	}
+	ps := make([]priced, 0, len(t.candidates))
+	of := offeringFilter(t.reqs)
+	mask := s.offerings.mask(t.reqs)
+	for _, info := range t.candidates {
+		price, ok := s.offerings.price(info, mask, &of)
+		if ok {
+			ps = append(ps, priced{info, price})
+		}
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		if ps[i].price != ps[j].price {
+			return ps[i].price < ps[j].price
+		}
+		return ps[i].info.it.Name < ps[j].info.it.Name
+	})
+	keep := min(len(ps), s.opts.MaxInstanceTypes)
+	chosen := ps[:keep]
+	// Extend past the bound only as far as minValues needs.
+	for keep < len(ps) {
+		infos := make([]*itInfo, len(chosen))
+		for i, p := range chosen {
+			infos[i] = p.info
+		}
+		if minValuesShortfall(infos, t.reqs) == "" {
+			break
+		}
+		keep++
+		chosen = ps[:keep]
+	}
+	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Requests: s.ri.list(t.used), Pods: t.pods, Requirements: t.reqs.Clone()}
+	names := make([]string, 0, len(chosen))
+	final := make([]*itInfo, 0, len(chosen))
+	for _, p := range chosen {
+		nc.InstanceTypes = append(nc.InstanceTypes, p.info.it)
+		names = append(names, p.info.it.Name)
+		final = append(final, p.info)
+	}
+	if len(chosen) > 0 {
+		nc.Price = chosen[0].price
+	}
+	nc.Requirements.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
+	t.setCandidates(final)
+	return nc
+}

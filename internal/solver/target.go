@@ -1,0 +1,104 @@
+package solver
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// target is somewhere pods can go: an existing node, or a NodeClaim being planned.
+type target struct {
+	id       int
+	existing *ExistingNode
+	pool     *pool
+
+	// labels are an existing node's labels; reqs a planned claim's narrowed requirements.
+	labels map[string]string
+	reqs   requirements.Requirements
+
+	used vec
+	// alloc is an existing node's allocatable, or the most any candidate can hold.
+	alloc      vec
+	candidates []*itInfo
+	// reserved is what the claim holds of its pool's limits: the largest candidate capacity.
+	reserved vec
+
+	pods   []*corev1.Pod
+	ports  []hostPort
+	closed bool
+	// fixed caches a claim's single-valued topology keys (those any group uses).
+	fixed []narrowing
+}
+
+func (t *target) isClaim() bool { return t.existing == nil }
+
+// domain is the target's value for a topology key, if it has exactly one.
+func (t *target) domain(key string) (string, bool) {
+	if !t.isClaim() {
+		v, ok := t.labels[key]
+		return v, ok
+	}
+	if t.fixed != nil {
+		for _, n := range t.fixed {
+			if n.key == key {
+				return n.value, true
+			}
+		}
+		return "", false
+	}
+	r, ok := t.reqs.Get(key)
+	if !ok || !r.IsFinite() || len(r.Values()) != 1 {
+		return "", false
+	}
+	return r.Values()[0], true
+}
+
+// refreshFixed recomputes the cache of single-valued topology keys after the claim narrowed.
+func (t *target) refreshFixed(keys []string) {
+	t.fixed = t.fixed[:0]
+	if t.fixed == nil {
+		t.fixed = make([]narrowing, 0, len(keys))
+	}
+	for _, k := range keys {
+		if r, ok := t.reqs.Get(k); ok && r.IsFinite() && len(r.Values()) == 1 {
+			t.fixed = append(t.fixed, narrowing{key: k, value: r.Values()[0]})
+		}
+	}
+}
+
+func (t *target) portsFree(ports []hostPort) bool {
+	for _, a := range ports {
+		for _, b := range t.ports {
+			if a.conflicts(b) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// setCandidates replaces a claim's candidates and recomputes its capacity bound and reservation,
+// returning to the pool what the claim no longer needs.
+func (t *target) setCandidates(c []*itInfo) {
+	t.candidates = c
+	for i := range t.alloc {
+		t.alloc[i] = 0
+	}
+	for _, info := range c {
+		t.alloc.maxInto(info.alloc)
+	}
+	if t.pool.remaining == nil {
+		return
+	}
+	reserve := make(vec, len(t.alloc))
+	for _, info := range c {
+		reserve.maxInto(info.capacity)
+	}
+	for i, lim := range t.pool.limited {
+		if !lim {
+			continue
+		}
+		t.pool.remaining[i] += t.reserved[i] - reserve[i]
+	}
+	t.reserved = reserve
+}

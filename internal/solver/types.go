@@ -1,0 +1,114 @@
+package solver
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// Input is everything a solve reads.
+type Input struct {
+	// Pods are the pods to place.
+	Pods []*corev1.Pod
+	// NodePools are the pools new machines may come from.
+	NodePools []NodePool
+	// Nodes are existing nodes and in-flight NodeClaims, with the pods bound or nominated to them.
+	Nodes []ExistingNode
+	// DaemonSetPods are one pod per DaemonSet (its template); their requests are added to every
+	// new machine they would run on.
+	DaemonSetPods []*corev1.Pod
+	// NamespaceLabels are the labels of namespaces, for pod-affinity namespace selectors.
+	NamespaceLabels map[string]map[string]string
+}
+
+// NodePool is a pool as the solver sees it.
+type NodePool struct {
+	// Name is the NodePool's name.
+	Name string
+	// Weight orders pools; higher first.
+	Weight int32
+	// Requirements are the template's requirements plus its labels.
+	Requirements requirements.Requirements
+	// Taints are put on every machine of the pool.
+	Taints []corev1.Taint
+	// StartupTaints are on machines while they start; pods need not tolerate them.
+	StartupTaints []corev1.Taint
+	// InstanceTypes are what the pool's NodeClass offers.
+	InstanceTypes []*cloudprovider.InstanceType
+	// Remaining is what is left of the pool's limits (capacity, not allocatable); nil means no
+	// limits. A resource absent from a non-nil Remaining is unlimited.
+	Remaining corev1.ResourceList
+}
+
+// ExistingNode is a node, or an in-flight NodeClaim that has no node yet.
+type ExistingNode struct {
+	// Name identifies the node (or NodeClaim).
+	Name string
+	// Labels are the node's labels; an in-flight NodeClaim's resolved labels.
+	Labels map[string]string
+	// Taints are the node's taints.
+	Taints []corev1.Taint
+	// Allocatable is what pods can use.
+	Allocatable corev1.ResourceList
+	// Pods are the pods bound or nominated to the node.
+	Pods []*corev1.Pod
+	// Unschedulable nodes (cordoned or being deleted) take no pods but count for topology.
+	Unschedulable bool
+}
+
+// Options tune a solve.
+type Options struct {
+	// IgnorePreferences treats every preference as absent from the start.
+	IgnorePreferences bool
+	// MaxInstanceTypes bounds the candidate instance types of a planned NodeClaim (default 60).
+	MaxInstanceTypes int
+}
+
+// Result is a plan.
+type Result struct {
+	// NodeClaims are the machines to buy, in creation order.
+	NodeClaims []*PlannedNodeClaim
+	// Bindings place pods on existing nodes.
+	Bindings []Binding
+	// Unschedulable are the pods that fit nowhere, with why.
+	Unschedulable []PodError
+}
+
+// PlannedNodeClaim is one machine to buy.
+type PlannedNodeClaim struct {
+	// NodePool is the pool it comes from.
+	NodePool string
+	// Requirements are the pool's requirements narrowed by its pods.
+	Requirements requirements.Requirements
+	// InstanceTypes can each hold all its pods, cheapest first, at most Options.MaxInstanceTypes
+	// (more only when minValues needs them).
+	InstanceTypes []*cloudprovider.InstanceType
+	// Requests are the summed requests of its pods and daemonsets.
+	Requests corev1.ResourceList
+	// Pods are the pods planned onto it.
+	Pods []*corev1.Pod
+	// Price is the hourly price of the cheapest instance type and offering.
+	Price float64
+}
+
+// Binding places a pod on an existing node.
+type Binding struct {
+	Pod  *corev1.Pod
+	Node string
+}
+
+// PodError says why a pod fits nowhere.
+type PodError struct {
+	Pod    *corev1.Pod
+	Reason string
+}
+
+// Price sums the planned NodeClaims' prices.
+func (r *Result) Price() float64 {
+	var p float64
+	for _, nc := range r.NodeClaims {
+		p += nc.Price
+	}
+	return p
+}

@@ -1,0 +1,105 @@
+package solver
+
+import (
+	"strings"
+
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// variant is a class with some of its preferences relaxed and one of its ORed node-affinity terms
+// chosen: the constraints a placement attempt enforces.
+type variant struct {
+	class *class
+	index int
+	reqs  requirements.Requirements
+	// reqsKey identifies reqs, so variants with equal requirements share pool fits.
+	reqsKey        string
+	spreads        []spreadConstraint
+	affinity       []podTerm
+	anti           []podTerm
+	avoidPreferNoS bool
+	relaxed        []string
+	// dead marks, by target id, the planned claims this variant can never join: failures that
+	// only get worse as claims fill up (resources, requirements, taints, host ports,
+	// hostname anti-affinity and spread).
+	dead []uint64
+	// plan caches the topology plan for the current placement count.
+	plan *topoPlan
+}
+
+func (v *variant) isDead(id int) bool {
+	w := id >> 6
+	return w < len(v.dead) && v.dead[w]&(1<<(id&63)) != 0
+}
+
+func (v *variant) markDead(id int) {
+	w := id >> 6
+	for len(v.dead) <= w {
+		v.dead = append(v.dead, 0)
+	}
+	v.dead[w] |= 1 << (id & 63)
+}
+
+// variantCount is how many variants the class has.
+func (c *class) variantCount() int { return len(c.nodeTerms) * (len(c.preferences) + 1) }
+
+// firstVariant is where attempts start: with every preference relaxed when they are ignored.
+func (c *class) firstVariant(ignorePreferences bool) int {
+	if ignorePreferences {
+		return len(c.preferences)
+	}
+	return 0
+}
+
+// nextVariant returns the variant after i, skipping the preference levels that are ignored.
+func (c *class) nextVariant(i int, ignorePreferences bool) int {
+	i++
+	levels := len(c.preferences) + 1
+	if ignorePreferences && i%levels != levels-1 {
+		i += levels - 1 - i%levels
+	}
+	return i
+}
+
+func (s *solver) variant(c *class, i int) *variant {
+	if c.variants == nil {
+		c.variants = make([]*variant, c.variantCount())
+	}
+	if v := c.variants[i]; v != nil {
+		return v
+	}
+	levels := len(c.preferences) + 1
+	term, level := i/levels, i%levels
+	v := &variant{class: c, index: i, reqs: c.nodeTerms[term].Clone(), spreads: c.spreads, affinity: c.affinity, anti: c.anti}
+	for j, p := range c.preferences {
+		if j < level {
+			v.relaxed = append(v.relaxed, p.desc)
+			continue
+		}
+		switch p.kind {
+		case prefNodeAffinity:
+			v.reqs.AddAll(p.reqs)
+		case prefPodAffinity:
+			v.affinity = append(v.affinity[:len(v.affinity):len(v.affinity)], p.term)
+		case prefPodAntiAffinity:
+			v.anti = append(v.anti[:len(v.anti):len(v.anti)], p.term)
+		case prefSpread:
+			v.spreads = append(v.spreads[:len(v.spreads):len(v.spreads)], p.spread)
+		case prefTaints:
+			v.avoidPreferNoS = true
+		}
+	}
+	v.reqsKey = v.reqs.String()
+	if v.avoidPreferNoS {
+		v.reqsKey += "|avoid-prefer-no-schedule"
+	}
+	c.variants[i] = v
+	return v
+}
+
+func (v *variant) describeRelaxed() string {
+	if len(v.relaxed) == 0 {
+		return ""
+	}
+	return "relaxed " + strings.Join(v.relaxed, ", ")
+}
