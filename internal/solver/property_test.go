@@ -53,7 +53,9 @@ func randomInput(r *rand.Rand) solver.Input {
 		for i := range replicas {
 			p := workload.Pod(fmt.Sprintf("%s-%d", app, i), cpu, mem, map[string]string{"app": app})
 			sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}
-			term := func(k string) corev1.PodAffinityTerm { return corev1.PodAffinityTerm{TopologyKey: k, LabelSelector: sel} }
+			term := func(k string) corev1.PodAffinityTerm {
+				return corev1.PodAffinityTerm{TopologyKey: k, LabelSelector: sel}
+			}
 			switch kind {
 			case 1:
 				p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone,

@@ -38,8 +38,8 @@ type solver struct {
 	offerings *offeringIndex
 	// preferNoScheduleTaints is set when some pool or node has a PreferNoSchedule taint.
 	preferNoScheduleTaints bool
-	nClosed   int
-	minReq    vec
+	nClosed                int
+	minReq                 vec
 
 	result Result
 }

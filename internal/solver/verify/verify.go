@@ -51,7 +51,9 @@ type verifier struct {
 	errs  []error
 }
 
-func (v *verifier) fail(format string, args ...any) { v.errs = append(v.errs, fmt.Errorf(format, args...)) }
+func (v *verifier) fail(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
 
 func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 

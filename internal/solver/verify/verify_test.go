@@ -30,7 +30,9 @@ func TestVerifierCatchesViolations(t *testing.T) {
 			TopologyKey: key, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}}}}
 		return p
 	}
-	small := func(name string) *corev1.Pod { return workload.Pod(name, "100m", "100Mi", map[string]string{"app": "a"}) }
+	small := func(name string) *corev1.Pod {
+		return workload.Pod(name, "100m", "100Mi", map[string]string{"app": "a"})
+	}
 
 	tests := []struct {
 		name string
