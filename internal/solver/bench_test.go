@@ -30,3 +30,47 @@ func BenchmarkKarpenterDiverse(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkPreferences(b *testing.B) {
+	its := workload.FakeInstanceTypes(400)
+	pods := workload.PreferencePods(4000, 42)
+	in := solver.Input{Pods: pods, NodePools: []solver.NodePool{workload.UnlimitedPool("default", its)}}
+	for _, ignore := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ignore=%v", ignore), func(b *testing.B) {
+			var r *solver.Result
+			for b.Loop() {
+				r = solver.Solve(in, solver.Options{IgnorePreferences: ignore})
+			}
+			if len(r.Unschedulable) > 0 {
+				b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
+			}
+			b.ReportMetric(float64(len(pods))/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
+			b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
+			b.ReportMetric(r.Price(), "$/h")
+		})
+	}
+}
+
+func BenchmarkEC2Catalog(b *testing.B) {
+	its, err := workload.EC2InstanceTypes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mix := range []workload.Mix{workload.MixWeb, workload.MixCache, workload.MixBatch, workload.MixGPU, workload.MixMixed} {
+		b.Run(string(mix), func(b *testing.B) {
+			pods := workload.MixPods(mix, 42)
+			in := solver.Input{Pods: pods, NodePools: []solver.NodePool{workload.UnlimitedPool("default", its)}}
+			var r *solver.Result
+			for b.Loop() {
+				r = solver.Solve(in, solver.Options{})
+			}
+			if len(r.Unschedulable) > 0 {
+				b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
+			}
+			b.ReportMetric(float64(len(pods))/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
+			b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
+			b.ReportMetric(r.Price(), "$/h")
+			b.ReportMetric(r.Price()/workload.LPBound(its, pods), "cost/LP")
+		})
+	}
+}

@@ -41,6 +41,8 @@ type class struct {
 	variants []*variant
 	// err is set when the pod's spec cannot be understood (a malformed requirement).
 	err error
+	// left counts the class's pods not yet placed or given up on.
+	left int
 }
 
 type hostPort struct {

@@ -27,6 +27,9 @@ type itInfo struct {
 	// price of each, when the solver's offering index is small enough for masks.
 	offMask  uint64
 	offPrice []float64
+	// efficiency is the value of the type's capacity at the batch's dual resource prices, per
+	// dollar: 1 for the types an optimal fractional purchase uses, less for the others.
+	efficiency float64
 }
 
 // pool is a NodePool prepared for a solve.
@@ -41,6 +44,10 @@ type pool struct {
 	limited   []bool
 	// fits caches, per variant requirement key, whether and how the variant fits the pool.
 	fits map[string]*poolFit
+	// dims and duals are the resources the solve's pods request and their dual prices per
+	// milli-unit, from the linear relaxation over the pool's types; nil when it has none.
+	dims  []int
+	duals []float64
 }
 
 // poolFit is what a variant can get from a pool.

@@ -28,18 +28,24 @@ type solver struct {
 	domains map[string]domainSet
 
 	targets []*target
-	open    []*target
+	// open are the planned claims in creation order; closed ones stay, and are skipped. rooms
+	// parallels it.
+	open  []*target
+	rooms []room
 	// version counts placements; topology plans are valid for one version.
 	version int
 	// topoKeys are the non-hostname keys some topology group uses.
 	topoKeys []string
 	// scratch is reused for the resources a candidate must hold.
-	scratch   vec
-	offerings *offeringIndex
+	scratch     vec
+	candScratch []*itInfo
+	offerings   *offeringIndex
 	// preferNoScheduleTaints is set when some pool or node has a PreferNoSchedule taint.
 	preferNoScheduleTaints bool
-	nClosed                int
-	minReq                 vec
+	// order is the classes in packing order; cursor the first with pods left.
+	order  []*class
+	cursor int
+	minReq vec
 
 	result Result
 }
@@ -177,6 +183,9 @@ func (s *solver) prepare() {
 			}
 		}
 	}
+	for _, p := range s.pools {
+		s.priceCapacity(p)
+	}
 	s.minReq = nil
 	for _, c := range s.classes {
 		if s.minReq == nil {
@@ -233,6 +242,7 @@ func (s *solver) domainsOf(key string) domainSet {
 func (s *solver) run() {
 	items := make([]podItem, 0, len(s.in.Pods))
 	order := slices.Clone(s.classes)
+	s.order = order
 	sort.SliceStable(order, func(i, j int) bool {
 		a, b := order[i].req, order[j].req
 		if a[rCPU] != b[rCPU] {
@@ -244,6 +254,7 @@ func (s *solver) run() {
 		return order[i].id < order[j].id
 	})
 	for _, c := range order {
+		c.left = len(c.pods)
 		for _, p := range c.pods {
 			items = append(items, podItem{pod: p, class: c})
 		}
@@ -258,7 +269,15 @@ func (s *solver) run() {
 				failed = append(failed, it)
 				reasons[it.pod] = reason
 			}
+			it.class.left--
+			for s.cursor < len(s.order) && s.order[s.cursor].left <= 0 {
+				s.cursor++
+			}
 		}
+		for _, it := range failed {
+			it.class.left++
+		}
+		s.cursor = 0
 		if len(failed) == len(items) {
 			for _, it := range failed {
 				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: reasons[it.pod]})
@@ -336,19 +355,51 @@ func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
 	return true
 }
 
+// room is a planned claim's free capacity in CPU, memory and pods, kept in one dense slice
+// parallel to open so that scanning thousands of claims per pod stays in cache.
+type room struct {
+	// free is the room left before the claim's capacity bound; cheap before its cheapest type's.
+	free, cheap [3]int64
+	closed      bool
+}
+
+func (r *room) fits(req vec, cheapest bool) bool {
+	lim := &r.free
+	if cheapest {
+		lim = &r.cheap
+	}
+	return req[rCPU] <= lim[0] && req[rMemory] <= lim[1] && req[rPods] <= lim[2]
+}
+
+func (s *solver) updateRoom(t *target) {
+	r := &s.rooms[t.openIdx]
+	r.closed = t.closed
+	for i, d := range [3]int{rCPU, rMemory, rPods} {
+		r.free[i] = t.alloc[d] - t.used[d]
+		r.cheap[i] = t.candidates[0].alloc[d] - t.used[d]
+	}
+}
+
 // tryOpenClaims adds the pod to a planned claim: first to one where it fits in the claim's
 // cheapest instance type (it costs nothing more), else to the first where it fits at all.
 func (s *solver) tryOpenClaims(v *variant, pod *corev1.Pod) bool {
+	// Claims only fill up, so those this variant can never join are skipped for good.
+	for v.cursor < len(s.open) && (s.rooms[v.cursor].closed || v.isDead(s.open[v.cursor].id)) {
+		v.cursor++
+	}
+	req := v.class.req
 	for pass := 0; pass < 2; pass++ {
-		for _, t := range s.open {
-			if t.closed || v.isDead(t.id) {
+		for i := v.cursor; i < len(s.open); i++ {
+			r := &s.rooms[i]
+			if r.closed || (pass == 0 && !r.fits(req, true)) {
 				continue
 			}
-			if !t.used.fitsWith(v.class.req, t.alloc) {
+			t := s.open[i]
+			if v.isDead(t.id) {
+				continue
+			}
+			if !r.fits(req, false) || !t.used.fitsWith(req, t.alloc) {
 				v.markDead(t.id)
-				continue
-			}
-			if pass == 0 && !t.used.fitsWith(v.class.req, t.candidates[0].alloc) {
 				continue
 			}
 			if f := s.fit(v, t.pool); f.reason != "" {
@@ -413,7 +464,8 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 	need := s.scratch
 	copy(need, t.used)
 	need.add(v.class.req)
-	cands := s.filterCandidates(t.candidates, need, reqs, changed)
+	cands := s.filterCandidatesInto(s.candScratch[:0], t.candidates, need, reqs, changed)
+	s.candScratch = cands
 	if len(cands) == 0 {
 		if len(narrow) == 0 {
 			return never
@@ -423,7 +475,10 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 	if r := minValuesShortfall(cands, reqs); r != "" {
 		return notNow
 	}
-	s.commit(v, t, pod, cands, &reqs, changed != nil)
+	// The survivors are a subsequence of the claim's candidates: keep them in its own array.
+	own := t.candidates[:len(cands)]
+	copy(own, cands)
+	s.commit(v, t, pod, own, &reqs, changed != nil)
 	return joined
 }
 
@@ -481,8 +536,13 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 	}
 	t.reqs = reqs
 	t.reserved = make(vec, s.ri.len())
+	if target := s.chooseTarget(p, cands, v.class); target != nil {
+		t.cap = target.alloc
+	}
 	s.targets = append(s.targets, t)
+	t.openIdx = len(s.open)
 	s.open = append(s.open, t)
+	s.rooms = append(s.rooms, room{})
 	s.commit(v, t, pod, cands, nil, false)
 	return ""
 }
@@ -534,7 +594,11 @@ func (s *solver) limitsExhausted(p *pool) string {
 // filterCandidates keeps the candidates that can hold need and satisfy reqs on the changed keys
 // (the others were checked when the candidates were chosen).
 func (s *solver) filterCandidates(cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
-	out := make([]*itInfo, 0, len(cands))
+	return s.filterCandidatesInto(make([]*itInfo, 0, len(cands)), cands, need, reqs, changed)
+}
+
+// filterCandidatesInto is filterCandidates appending to out.
+func (s *solver) filterCandidatesInto(out, cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
 	offerings := false
 	for _, k := range changed {
 		if k == karpv1.ZoneLabelKey || k == karpv1.CapacityTypeLabelKey {
@@ -615,11 +679,8 @@ func (s *solver) commit(v *variant, t *target, pod *corev1.Pod, cands []*itInfo,
 		t.setCandidates(cands)
 		if s.full(t) {
 			t.closed = true
-			s.nClosed++
-			if s.nClosed > 64 && s.nClosed > len(s.open)/2 {
-				s.compactOpen()
-			}
 		}
+		s.updateRoom(t)
 	}
 	owned := map[int]bool{}
 	for _, a := range v.class.anti {
@@ -646,20 +707,6 @@ func (s *solver) full(t *target) bool {
 		}
 	}
 	return false
-}
-
-func (s *solver) compactOpen() {
-	kept := s.open[:0]
-	for _, t := range s.open {
-		if !t.closed {
-			kept = append(kept, t)
-		}
-	}
-	for i := len(kept); i < len(s.open); i++ {
-		s.open[i] = nil
-	}
-	s.open = kept
-	s.nClosed = 0
 }
 
 // finish turns planned claims into the result.

@@ -22,12 +22,18 @@ type target struct {
 	candidates []*itInfo
 	// reserved is what the claim holds of its pool's limits: the largest candidate capacity.
 	reserved vec
+	// cap bounds what a claim is filled to: the allocatable of the instance type chosen as its
+	// target when it was created, so that claims grow to cost-efficient sizes, not to the largest
+	// machine the cloud sells.
+	cap vec
 
 	pods   []*corev1.Pod
 	ports  []hostPort
 	closed bool
 	// fixed caches a claim's single-valued topology keys (those any group uses).
 	fixed []narrowing
+	// openIdx is a claim's position in the solver's open list.
+	openIdx int
 }
 
 func (t *target) isClaim() bool { return t.existing == nil }
@@ -86,6 +92,11 @@ func (t *target) setCandidates(c []*itInfo) {
 	}
 	for _, info := range c {
 		t.alloc.maxInto(info.alloc)
+	}
+	if t.cap != nil {
+		for i := range t.alloc {
+			t.alloc[i] = min(t.alloc[i], t.cap[i])
+		}
 	}
 	if t.pool.remaining == nil {
 		return

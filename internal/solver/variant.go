@@ -25,6 +25,8 @@ type variant struct {
 	dead []uint64
 	// plan caches the topology plan for the current placement count.
 	plan *topoPlan
+	// cursor is the first open claim the variant might still join.
+	cursor int
 }
 
 func (v *variant) isDead(id int) bool {

@@ -7,22 +7,35 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/lp"
 )
 
 // LPBound is the optimum of the linear relaxation of buying capacity for pods: minimise
-// Σ price·x over instance types subject to Σ allocatable·x ≥ the pods' total requests, for CPU and
-// memory, x ≥ 0. With two constraints an optimal vertex uses at most two types, so it is computed
-// exactly by trying every type alone and every pair. Prices are each type's cheapest available
-// offering. No plan that buys whole machines can cost less.
+// Σ price·x over instance types subject to Σ allocatable·x ≥ the pods' total requests for every
+// resource they request (CPU, memory, the pod count, GPUs…), x ≥ 0. Prices are each type's
+// cheapest available offering. No plan that buys whole machines can cost less. It returns +Inf
+// when no mix of types covers the requests.
 func LPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
-	var needCPU, needMem float64
+	demand := corev1.ResourceList{}
 	for _, p := range pods {
 		rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-		needCPU += float64(rl.Cpu().MilliValue())
-		needMem += float64(rl.Memory().Value())
+		rl[corev1.ResourcePods] = *oneQuantity()
+		for k, q := range rl {
+			cur := demand[k]
+			cur.Add(q)
+			demand[k] = cur
+		}
 	}
-	type col struct{ cpu, mem, price float64 }
-	var cols []col
+	var names []corev1.ResourceName
+	var b []float64
+	for k, q := range demand {
+		if q.Sign() > 0 {
+			names = append(names, k)
+			b = append(b, 1)
+		}
+	}
+	var a [][]float64
+	var c []float64
 	for _, it := range its {
 		price := math.Inf(1)
 		for _, o := range it.Offerings {
@@ -30,31 +43,23 @@ func LPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
 				price = o.Price
 			}
 		}
-		a := it.Allocatable()
-		c := col{float64(a.Cpu().MilliValue()), float64(a.Memory().Value()), price}
-		if c.cpu > 0 && c.mem > 0 && !math.IsInf(price, 1) {
-			cols = append(cols, c)
+		if math.IsInf(price, 1) {
+			continue
 		}
-	}
-	best := math.Inf(1)
-	for _, c := range cols {
-		x := math.Max(needCPU/c.cpu, needMem/c.mem)
-		best = math.Min(best, x*c.price)
-	}
-	for i := range cols {
-		for j := i + 1; j < len(cols); j++ {
-			a, b := cols[i], cols[j]
-			det := a.cpu*b.mem - b.cpu*a.mem
-			if det == 0 {
-				continue
-			}
-			x := (needCPU*b.mem - b.cpu*needMem) / det
-			y := (a.cpu*needMem - needCPU*a.mem) / det
-			if x < 0 || y < 0 {
-				continue
-			}
-			best = math.Min(best, x*a.price+y*b.price)
+		alloc := it.Allocatable()
+		row := make([]float64, len(names))
+		for i, n := range names {
+			q := alloc[n]
+			d := demand[n]
+			// Scaled so that each resource's demand is 1: keeps the tableau well conditioned.
+			row[i] = float64(q.MilliValue()) / float64(d.MilliValue())
 		}
+		a = append(a, row)
+		c = append(c, price)
 	}
-	return best
+	sol, err := lp.Cover(a, c, b)
+	if err != nil {
+		return math.Inf(1)
+	}
+	return sol.Cost
 }

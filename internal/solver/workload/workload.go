@@ -161,3 +161,5 @@ func PreferencePods(n int, seed uint64) []*corev1.Pod {
 func UnlimitedPool(name string, its []*cloudprovider.InstanceType) solver.NodePool {
 	return solver.NodePool{Name: name, InstanceTypes: its}
 }
+
+func oneQuantity() *resource.Quantity { return resource.NewQuantity(1, resource.DecimalSI) }
