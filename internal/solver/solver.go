@@ -45,7 +45,10 @@ type solver struct {
 	// order is the classes in packing order; cursor the first with pods left.
 	order  []*class
 	cursor int
-	minReq vec
+	// failed are the pods of the current pass that fit nowhere, with their reasons.
+	failed  []podItem
+	reasons map[*corev1.Pod]string
+	minReq  vec
 
 	result Result
 }
@@ -240,7 +243,6 @@ func (s *solver) domainsOf(key string) domainSet {
 }
 
 func (s *solver) run() {
-	items := make([]podItem, 0, len(s.in.Pods))
 	order := slices.Clone(s.classes)
 	s.order = order
 	sort.SliceStable(order, func(i, j int) bool {
@@ -253,38 +255,95 @@ func (s *solver) run() {
 		}
 		return order[i].id < order[j].id
 	})
+	var total vec
 	for _, c := range order {
 		c.left = len(c.pods)
-		for _, p := range c.pods {
-			items = append(items, podItem{pod: p, class: c})
+		if total == nil {
+			total = make(vec, len(c.req))
 		}
+		for range c.pods {
+			total.add(c.req)
+		}
+	}
+	// Two queues in packing order: pods heavier in CPU than in memory relative to the whole
+	// demand, and the others. Drawing from the one the filling claim lacks keeps claims balanced
+	// instead of CPU-full and memory-empty (or the reverse).
+	var cpuHeavy, memHeavy []podItem
+	for _, c := range order {
+		heavy := total == nil || total[rMemory] == 0 ||
+			float64(c.req[rCPU])/float64(max(total[rCPU], 1)) >= float64(c.req[rMemory])/float64(total[rMemory])
+		for _, p := range c.pods {
+			if heavy {
+				cpuHeavy = append(cpuHeavy, podItem{pod: p, class: c})
+			} else {
+				memHeavy = append(memHeavy, podItem{pod: p, class: c})
+			}
+		}
+	}
+	items := make([]podItem, 0, len(s.in.Pods))
+	for len(cpuHeavy)+len(memHeavy) > 0 {
+		var it podItem
+		if s.wantsMemory(cpuHeavy, memHeavy) {
+			it, memHeavy = memHeavy[0], memHeavy[1:]
+		} else {
+			it, cpuHeavy = cpuHeavy[0], cpuHeavy[1:]
+		}
+		items = append(items, it)
+		s.placeCounted(it, &items)
 	}
 	// Pods that fail may fit once others are placed (pod affinity to a pod later in the order),
 	// so failures are retried until a pass places nothing new.
-	for len(items) > 0 {
-		var failed []podItem
-		reasons := map[*corev1.Pod]string{}
-		for _, it := range items {
-			if reason := s.place(it); reason != "" {
-				failed = append(failed, it)
-				reasons[it.pod] = reason
-			}
-			it.class.left--
-			for s.cursor < len(s.order) && s.order[s.cursor].left <= 0 {
-				s.cursor++
-			}
-		}
+	failed := s.failed
+	for len(failed) > 0 {
+		s.failed = nil
+		s.cursor = 0
 		for _, it := range failed {
 			it.class.left++
 		}
-		s.cursor = 0
-		if len(failed) == len(items) {
-			for _, it := range failed {
-				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: reasons[it.pod]})
+		for _, it := range failed {
+			s.placeCounted(it, nil)
+		}
+		if len(s.failed) == len(failed) {
+			for _, it := range s.failed {
+				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: s.reasons[it.pod]})
 			}
 			return
 		}
-		items = failed
+		failed = s.failed
+	}
+}
+
+// wantsMemory says whether the next pod should come from the memory-heavy queue: when the claim
+// being filled is fuller in CPU than in memory, or the CPU-heavy queue is empty.
+func (s *solver) wantsMemory(cpuHeavy, memHeavy []podItem) bool {
+	switch {
+	case len(memHeavy) == 0:
+		return false
+	case len(cpuHeavy) == 0:
+		return true
+	case len(s.open) == 0:
+		return false
+	}
+	t := s.open[len(s.open)-1]
+	if t.closed || t.alloc[rCPU] == 0 || t.alloc[rMemory] == 0 {
+		return false
+	}
+	return float64(t.used[rCPU])/float64(t.alloc[rCPU]) > float64(t.used[rMemory])/float64(t.alloc[rMemory])
+}
+
+// placeCounted places a pod, remembering failures, and keeps the class counts and the packing
+// cursor current.
+func (s *solver) placeCounted(it podItem, _ *[]podItem) {
+	if reason := s.place(it); reason != "" {
+		s.failed = append(s.failed, it)
+		if s.reasons == nil {
+			s.reasons = map[*corev1.Pod]string{}
+		}
+		s.reasons[it.pod] = reason
+	}
+	it.class.left--
+	for s.cursor < len(s.order) && s.order[s.cursor].left <= 0 {
+		s.cursor++
 	}
 }
 
@@ -381,38 +440,73 @@ func (s *solver) updateRoom(t *target) {
 }
 
 // tryOpenClaims adds the pod to a planned claim: first to one where it fits in the claim's
-// cheapest instance type (it costs nothing more), else to the first where it fits at all.
+// cheapest instance type (it costs nothing more); else to the claim whose free room the pod's
+// shape fills best (a CPU-heavy pod to a claim with spare CPU), among the first few that can
+// hold it; else to any that can.
 func (s *solver) tryOpenClaims(v *variant, pod *corev1.Pod) bool {
 	// Claims only fill up, so those this variant can never join are skipped for good.
 	for v.cursor < len(s.open) && (s.rooms[v.cursor].closed || v.isDead(s.open[v.cursor].id)) {
 		v.cursor++
 	}
 	req := v.class.req
-	for pass := 0; pass < 2; pass++ {
-		for i := v.cursor; i < len(s.open); i++ {
-			r := &s.rooms[i]
-			if r.closed || (pass == 0 && !r.fits(req, true)) {
-				continue
-			}
-			t := s.open[i]
-			if v.isDead(t.id) {
-				continue
-			}
-			if !r.fits(req, false) || !t.used.fitsWith(req, t.alloc) {
-				v.markDead(t.id)
-				continue
-			}
-			if f := s.fit(v, t.pool); f.reason != "" {
-				v.markDead(t.id)
-				continue
-			}
-			switch s.tryClaim(v, t, pod) {
-			case joined:
-				return true
-			case never:
-				v.markDead(t.id)
+	for i := v.cursor; i < len(s.open); i++ {
+		if r := &s.rooms[i]; !r.closed && r.fits(req, true) && s.tryOpen(v, i, pod) {
+			return true
+		}
+	}
+	const shortlist = 32
+	type scored struct {
+		i     int
+		score float64
+	}
+	var best []scored
+	for i := v.cursor; i < len(s.open) && len(best) < shortlist; i++ {
+		r := &s.rooms[i]
+		if r.closed || !r.fits(req, false) || v.isDead(s.open[i].id) {
+			continue
+		}
+		t := s.open[i]
+		score := 0.0
+		for k, d := range [3]int{rCPU, rMemory, rPods} {
+			if t.alloc[d] > 0 {
+				score += float64(req[d]) * float64(r.free[k]) / (float64(t.alloc[d]) * float64(t.alloc[d]))
 			}
 		}
+		best = append(best, scored{i, score})
+	}
+	slices.SortStableFunc(best, func(a, b scored) int { return cmpFloat(b.score, a.score) })
+	for _, b := range best {
+		if s.tryOpen(v, b.i, pod) {
+			return true
+		}
+	}
+	for i := v.cursor; i < len(s.open); i++ {
+		if r := &s.rooms[i]; !r.closed && r.fits(req, false) && s.tryOpen(v, i, pod) {
+			return true
+		}
+	}
+	return false
+}
+
+// tryOpen tries the open claim at index i, marking it dead for the variant when it never fits.
+func (s *solver) tryOpen(v *variant, i int, pod *corev1.Pod) bool {
+	t := s.open[i]
+	if v.isDead(t.id) {
+		return false
+	}
+	if !t.used.fitsWith(v.class.req, t.alloc) {
+		v.markDead(t.id)
+		return false
+	}
+	if f := s.fit(v, t.pool); f.reason != "" {
+		v.markDead(t.id)
+		return false
+	}
+	switch s.tryClaim(v, t, pod) {
+	case joined:
+		return true
+	case never:
+		v.markDead(t.id)
 	}
 	return false
 }

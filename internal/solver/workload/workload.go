@@ -163,3 +163,30 @@ func UnlimitedPool(name string, its []*cloudprovider.InstanceType) solver.NodePo
 }
 
 func oneQuantity() *resource.Quantity { return resource.NewQuantity(1, resource.DecimalSI) }
+
+// HasHostnameConstraint reports whether a pod has a hostname topology spread or pod
+// (anti-)affinity term.
+func HasHostnameConstraint(p *corev1.Pod) bool {
+	for _, c := range p.Spec.TopologySpreadConstraints {
+		if c.TopologyKey == hostKey {
+			return true
+		}
+	}
+	if a := p.Spec.Affinity; a != nil {
+		if a.PodAffinity != nil {
+			for _, t := range a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				if t.TopologyKey == hostKey {
+					return true
+				}
+			}
+		}
+		if a.PodAntiAffinity != nil {
+			for _, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				if t.TopologyKey == hostKey {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
