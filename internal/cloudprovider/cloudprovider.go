@@ -1,0 +1,99 @@
+package cloudprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+// CloudProvider is what Capstan needs from a cloud. Implementations: the simulated cloud
+// (internal/cloudprovider/sim) and AWS.
+//
+// Error contract: Create returns an *InsufficientCapacityError when no offering the NodeClaim
+// allows can be launched now (the caller deletes the claim and marks the offerings unavailable
+// for a while), and a *NodeClassNotReadyError when the claim's NodeClass is missing or not ready.
+// Get and Delete return a *NodeClaimNotFoundError when the machine no longer exists; Delete of a
+// machine already terminating returns nil. Any other error is transient: retry with backoff.
+type CloudProvider interface {
+	// Create launches the machine a NodeClaim asks for and returns the claim with its status
+	// (providerID, capacity, allocatable, imageID) and labels (instance type, zone, capacity type)
+	// filled in. It is idempotent per NodeClaim: a retry, or a call after a restart, returns the
+	// machine already launched for it instead of launching another.
+	Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error)
+	// Delete terminates the NodeClaim's machine.
+	Delete(ctx context.Context, nc *karpv1.NodeClaim) error
+	// Get returns the machine with this provider ID, as a NodeClaim.
+	Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error)
+	// List returns every machine the cloud runs for this cluster, as NodeClaims.
+	List(ctx context.Context) ([]*karpv1.NodeClaim, error)
+	// GetInstanceTypes returns the instance types the NodePool's NodeClass offers, with current
+	// offerings and availability.
+	GetInstanceTypes(ctx context.Context, np *karpv1.NodePool) ([]*InstanceType, error)
+	// IsDrifted says why a machine no longer matches its NodeClass, or "" when it does.
+	IsDrifted(ctx context.Context, nc *karpv1.NodeClaim) (DriftReason, error)
+	// Name is the provider's name ("sim", "aws"), the scheme of its provider IDs.
+	Name() string
+}
+
+// DriftReason says why a machine drifted from its NodeClass.
+type DriftReason string
+
+// NodeClaimNotFoundError means the machine does not exist (any more).
+type NodeClaimNotFoundError struct{ Err error }
+
+func (e *NodeClaimNotFoundError) Error() string { return fmt.Sprintf("nodeclaim not found: %v", e.Err) }
+func (e *NodeClaimNotFoundError) Unwrap() error { return e.Err }
+
+// InsufficientCapacityError means none of the offerings a NodeClaim allows could be launched.
+type InsufficientCapacityError struct {
+	// Offerings are the instance type/zone/capacity type triples that failed.
+	Offerings []OfferingKey
+	Err       error
+}
+
+// OfferingKey names one offering.
+type OfferingKey struct{ InstanceType, Zone, CapacityType string }
+
+func (e *InsufficientCapacityError) Error() string {
+	return fmt.Sprintf("insufficient capacity: %v", e.Err)
+}
+func (e *InsufficientCapacityError) Unwrap() error { return e.Err }
+
+// NodeClassNotReadyError means the NodeClaim's NodeClass is missing or not ready.
+type NodeClassNotReadyError struct {
+	// NotFound is set when the NodeClass does not exist (or is of a kind the provider does not
+	// serve), as opposed to existing but not ready yet.
+	NotFound bool
+	Err      error
+}
+
+func (e *NodeClassNotReadyError) Error() string { return fmt.Sprintf("nodeclass not ready: %v", e.Err) }
+func (e *NodeClassNotReadyError) Unwrap() error { return e.Err }
+
+// IsNodeClaimNotFound reports whether err is or wraps a NodeClaimNotFoundError.
+func IsNodeClaimNotFound(err error) bool {
+	var e *NodeClaimNotFoundError
+	return errors.As(err, &e)
+}
+
+// IgnoreNodeClaimNotFound returns nil for a NodeClaimNotFoundError and err otherwise.
+func IgnoreNodeClaimNotFound(err error) error {
+	if IsNodeClaimNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// IsInsufficientCapacity reports whether err is or wraps an InsufficientCapacityError.
+func IsInsufficientCapacity(err error) bool {
+	var e *InsufficientCapacityError
+	return errors.As(err, &e)
+}
+
+// IsNodeClassNotReady reports whether err is or wraps a NodeClassNotReadyError.
+func IsNodeClassNotReady(err error) bool {
+	var e *NodeClassNotReadyError
+	return errors.As(err, &e)
+}

@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+// KwokNodeAnnotation marks nodes kwok simulates.
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// Joiner plays the part of the machines' kubelets: once a machine's registration time has come,
+// it creates the machine's Node, as a kubelet registering would.
+type Joiner struct {
+	Cloud  *Cloud
+	Client client.Client
+	// Interval is how often Start looks for machines due to register (default 200ms).
+	Interval time.Duration
+}
+
+// Start registers due machines until ctx ends. It implements controller-runtime's Runnable.
+func (j *Joiner) Start(ctx context.Context) error {
+	interval := j.Interval
+	if interval == 0 {
+		interval = 200 * time.Millisecond
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := j.Sync(ctx); err != nil {
+				log.FromContext(ctx).Error(err, "registering simulated machines")
+			}
+		}
+	}
+}
+
+// NeedLeaderElection makes only the leader register machines.
+func (j *Joiner) NeedLeaderElection() bool { return true }
+
+// Sync creates the Nodes of every machine due to register.
+func (j *Joiner) Sync(ctx context.Context) error {
+	due, err := j.Cloud.dueForRegistration()
+	if err != nil {
+		return err
+	}
+	for _, inst := range due {
+		if err := j.register(ctx, inst); err != nil {
+			return fmt.Errorf("registering %s: %w", inst.ID, err)
+		}
+		if err := j.Cloud.markRegistered(inst.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (j *Joiner) register(ctx context.Context, inst *Instance) error {
+	labels := maps.Clone(inst.Labels)
+	taints := []corev1.Taint{karpv1.UnregisteredNoExecuteTaint}
+	nc := &karpv1.NodeClaim{}
+	if err := j.Client.Get(ctx, client.ObjectKey{Name: inst.NodeClaim}, nc); err == nil {
+		// The machine boots with its NodeClaim's labels and taints, as the kubelet is configured.
+		maps.Copy(labels, nc.Labels)
+		taints = append(taints, nc.Spec.Taints...)
+		taints = append(taints, nc.Spec.StartupTaints...)
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	name := inst.NodeClaim
+	labels[corev1.LabelHostname] = name
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{KwokNodeAnnotation: "fake"}},
+		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID(), Taints: taints},
+	}
+	if err := j.Client.Create(ctx, node); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if err := j.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+	}
+	orig := node.DeepCopy()
+	node.Status.Capacity = inst.Capacity.DeepCopy()
+	node.Status.Allocatable = inst.Allocatable.DeepCopy()
+	node.Status.NodeInfo.KubeletVersion = "v1.37.2"
+	node.Status.NodeInfo.Architecture = labels[corev1.LabelArchStable]
+	node.Status.NodeInfo.OperatingSystem = "linux"
+	return j.Client.Status().Patch(ctx, node, client.MergeFrom(orig))
+}

@@ -1,0 +1,345 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/catalog"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// Name is the simulated cloud's provider name and provider-ID scheme.
+const Name = "sim"
+
+// ImageID is the image every simulated machine boots.
+const ImageID = "sim-image-1"
+
+// defaultFamilies are the instance families of the Default catalog: current general purpose,
+// compute and memory families on x86 and Graviton, burstables, and two GPU families.
+var defaultFamilies = []string{"c5", "c6a", "c6i", "c7g", "c7i", "g4dn", "g5", "m5", "m6a", "m6i", "m7g", "m7i", "r5", "r6i", "r7g", "r7i", "t3", "t3a", "t4g"}
+
+// Provider is the simulated cloud's CloudProvider.
+type Provider struct {
+	kube        client.Reader
+	cloud       *Cloud
+	clock       clock.PassiveClock
+	catalog     []catalog.Entry
+	unavailable *cloudprovider.UnavailableOfferings
+}
+
+var _ cloudprovider.CloudProvider = (*Provider)(nil)
+
+// NewProvider returns a provider over cloud that reads SimNodeClasses through kube.
+func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavailable *cloudprovider.UnavailableOfferings) (*Provider, error) {
+	entries, err := catalog.Load()
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{kube: kube, cloud: cloud, clock: c, catalog: entries, unavailable: unavailable}, nil
+}
+
+// Name implements CloudProvider.
+func (p *Provider) Name() string { return Name }
+
+// Cloud is the simulated cloud behind the provider.
+func (p *Provider) Cloud() *Cloud { return p.cloud }
+
+func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference) (*simv1alpha1.SimNodeClass, error) {
+	if ref == nil || ref.Group != simv1alpha1.Group || ref.Kind != "SimNodeClass" {
+		return nil, &cloudprovider.NodeClassNotReadyError{NotFound: true, Err: fmt.Errorf("nodeClassRef %v is not a %s SimNodeClass", ref, simv1alpha1.Group)}
+	}
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := p.kube.Get(ctx, client.ObjectKey{Name: ref.Name}, snc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &cloudprovider.NodeClassNotReadyError{NotFound: true, Err: fmt.Errorf("SimNodeClass %q not found", ref.Name)}
+		}
+		return nil, fmt.Errorf("getting SimNodeClass %s: %w", ref.Name, err)
+	}
+	if !snc.DeletionTimestamp.IsZero() {
+		return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("SimNodeClass %q is being deleted", ref.Name)}
+	}
+	return snc, nil
+}
+
+// InstanceTypes returns what a SimNodeClass offers, with offerings in its zones.
+func (p *Provider) InstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceType, error) {
+	spec := snc.Spec
+	zones := spec.Zones
+	if len(zones) == 0 {
+		zones = []string{"zone-a", "zone-b", "zone-c"}
+	}
+	lo, hi := float64(spec.SpotPrice.MinPercent)/100, float64(spec.SpotPrice.MaxPercent)/100
+	if lo == 0 && hi == 0 {
+		lo, hi = 0.30, 0.45
+	}
+	var entries []catalog.Entry
+	for _, e := range p.catalog {
+		if len(spec.InstanceTypes) > 0 {
+			if !slices.Contains(spec.InstanceTypes, e.Name) {
+				continue
+			}
+		} else if spec.Catalog != simv1alpha1.CatalogFull && !slices.Contains(defaultFamilies, e.Labels[awsv1.LabelInstanceFamily]) {
+			continue
+		}
+		entries = append(entries, e)
+	}
+	its, err := catalog.InstanceTypes(entries, catalog.Options{Zones: zones, Spot: true, SpotFraction: catalog.StableSpotFraction(lo, hi)})
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range its {
+		for i := range it.Offerings {
+			o := &it.Offerings[i]
+			for _, po := range spec.PriceOverrides {
+				if matches(po.OfferingSelector, it.Name, o.Zone, o.CapacityType) {
+					if v, err := strconv.ParseFloat(po.Price, 64); err == nil {
+						o.Price = v
+					}
+				}
+			}
+			if p.unavailable != nil && p.unavailable.IsUnavailable(cloudprovider.OfferingKey{InstanceType: it.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
+				o.Available = false
+			}
+		}
+	}
+	return its, nil
+}
+
+func matches(s simv1alpha1.OfferingSelector, it, zone, ct string) bool {
+	return (s.InstanceType == "" || s.InstanceType == it) && (s.Zone == "" || s.Zone == zone) && (s.CapacityType == "" || s.CapacityType == ct)
+}
+
+func anyMatch(sels []simv1alpha1.OfferingSelector, it, zone, ct string) bool {
+	return slices.ContainsFunc(sels, func(s simv1alpha1.OfferingSelector) bool { return matches(s, it, zone, ct) })
+}
+
+// GetInstanceTypes implements CloudProvider.
+func (p *Provider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
+	snc, err := p.nodeClass(ctx, np.Spec.Template.Spec.NodeClassRef)
+	if err != nil {
+		return nil, err
+	}
+	return p.InstanceTypes(snc)
+}
+
+type candidate struct {
+	it *cloudprovider.InstanceType
+	o  cloudprovider.Offering
+}
+
+// Create implements CloudProvider: it launches the cheapest offering the claim's requirements
+// and requests allow, skipping offerings with injected insufficient capacity.
+func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	if inst, ok := p.cloud.existing(nc.Name); ok {
+		return p.toNodeClaim(inst), nil
+	}
+	snc, err := p.nodeClass(ctx, nc.Spec.NodeClassRef)
+	if err != nil {
+		return nil, err
+	}
+	its, err := p.InstanceTypes(snc)
+	if err != nil {
+		return nil, err
+	}
+	reqs, err := claimRequirements(nc)
+	if err != nil {
+		return nil, err
+	}
+	var cands []candidate
+	for _, it := range its {
+		if it.Requirements.Intersects(reqs) != nil || !fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if !o.Available {
+				continue
+			}
+			if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
+				continue
+			}
+			if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
+				continue
+			}
+			cands = append(cands, candidate{it, o})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].o.Price != cands[j].o.Price {
+			return cands[i].o.Price < cands[j].o.Price
+		}
+		return cands[i].it.Name < cands[j].it.Name
+	})
+	var ice []cloudprovider.OfferingKey
+	for _, c := range cands {
+		key := cloudprovider.OfferingKey{InstanceType: c.it.Name, Zone: c.o.Zone, CapacityType: c.o.CapacityType}
+		if anyMatch(snc.Spec.Failures.InsufficientCapacity, key.InstanceType, key.Zone, key.CapacityType) {
+			ice = append(ice, key)
+			if p.unavailable != nil {
+				p.unavailable.MarkUnavailable(key)
+			}
+			continue
+		}
+		if anyMatch(snc.Spec.Failures.LaunchErrors, key.InstanceType, key.Zone, key.CapacityType) {
+			return nil, fmt.Errorf("launching %s in %s: injected launch error", key.InstanceType, key.Zone)
+		}
+		never := anyMatch(snc.Spec.Failures.NeverRegister, key.InstanceType, key.Zone, key.CapacityType)
+		inst, err := p.cloud.launch(nc.Name, func(id string) *Instance {
+			return p.newInstance(id, nc, snc, c, never)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return p.toNodeClaim(inst), nil
+	}
+	if len(ice) > 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), nc.Name)}
+	}
+	return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no instance type of SimNodeClass %s satisfies NodeClaim %s", snc.Name, nc.Name)}
+}
+
+func claimRequirements(nc *karpv1.NodeClaim) (requirements.Requirements, error) {
+	var rs requirements.Requirements
+	for _, r := range nc.Spec.Requirements {
+		req, err := requirements.New(r.Key, requirements.Operator(r.Operator), r.Values...)
+		if err != nil {
+			return rs, fmt.Errorf("NodeClaim %s requirement: %w", nc.Name, err)
+		}
+		rs.Add(req)
+	}
+	return rs, nil
+}
+
+func fits(requests, alloc corev1.ResourceList) bool {
+	for name, q := range requests {
+		if a, ok := alloc[name]; !ok && !q.IsZero() || ok && q.Cmp(a) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Provider) newInstance(id string, nc *karpv1.NodeClaim, snc *simv1alpha1.SimNodeClass, c candidate, never bool) *Instance {
+	now := p.clock.Now()
+	launch, register := time.Second, 2*time.Second
+	if d := snc.Spec.LaunchDelay; d != nil {
+		launch = d.Duration
+	}
+	if d := snc.Spec.RegistrationDelay; d != nil {
+		register = d.Duration
+	}
+	labels := c.it.Requirements.Labels()
+	labels[karpv1.ZoneLabelKey] = c.o.Zone
+	labels[karpv1.CapacityTypeLabelKey] = c.o.CapacityType
+	labels[karpv1.RegionLabelKey] = "sim-region-1"
+	inst := &Instance{
+		ID: id, NodeClaim: nc.Name, NodeClass: snc.Name, InstanceType: c.it.Name, Zone: c.o.Zone,
+		CapacityType: c.o.CapacityType, Price: c.o.Price, ImageID: ImageID, Labels: labels,
+		Capacity: c.it.Capacity.DeepCopy(), Allocatable: c.it.Allocatable(), LaunchedAt: now,
+	}
+	if !never {
+		inst.RegisterAt = now.Add(launch + register)
+	}
+	return inst
+}
+
+func (p *Provider) toNodeClaim(inst *Instance) *karpv1.NodeClaim {
+	nc := &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: inst.NodeClaim, Labels: map[string]string{}, CreationTimestamp: metav1.NewTime(inst.LaunchedAt)},
+		Status: karpv1.NodeClaimStatus{
+			ProviderID: inst.ProviderID(), ImageID: inst.ImageID,
+			Capacity: inst.Capacity.DeepCopy(), Allocatable: inst.Allocatable.DeepCopy(),
+		},
+	}
+	for k, v := range inst.Labels {
+		nc.Labels[k] = v
+	}
+	return nc
+}
+
+// instanceID parses sim:///<zone>/<id>.
+func instanceID(providerID string) (string, error) {
+	rest, ok := strings.CutPrefix(providerID, Name+":///")
+	if !ok {
+		return "", fmt.Errorf("provider ID %q is not a %s provider ID", providerID, Name)
+	}
+	i := strings.LastIndex(rest, "/")
+	if i < 0 || i == len(rest)-1 {
+		return "", fmt.Errorf("provider ID %q has no instance ID", providerID)
+	}
+	return rest[i+1:], nil
+}
+
+// Get implements CloudProvider.
+func (p *Provider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim, error) {
+	id, err := instanceID(providerID)
+	if err != nil {
+		return nil, err
+	}
+	inst, ok := p.cloud.Get(id)
+	if !ok {
+		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+	}
+	return p.toNodeClaim(inst), nil
+}
+
+// List implements CloudProvider.
+func (p *Provider) List(context.Context) ([]*karpv1.NodeClaim, error) {
+	var out []*karpv1.NodeClaim
+	for _, inst := range p.cloud.Instances() {
+		out = append(out, p.toNodeClaim(inst))
+	}
+	return out, nil
+}
+
+// Delete implements CloudProvider.
+func (p *Provider) Delete(_ context.Context, nc *karpv1.NodeClaim) error {
+	id, err := instanceID(nc.Status.ProviderID)
+	if err != nil {
+		if inst, ok := p.cloud.existing(nc.Name); ok {
+			id = inst.ID
+		} else {
+			return &cloudprovider.NodeClaimNotFoundError{Err: errors.New("no instance launched for the NodeClaim")}
+		}
+	}
+	existed, err := p.cloud.Terminate(id)
+	if err != nil {
+		return err
+	}
+	if !existed {
+		return &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+	}
+	return nil
+}
+
+// IsDrifted implements CloudProvider: a machine drifts when its SimNodeClass no longer offers its
+// instance type or zone.
+func (p *Provider) IsDrifted(ctx context.Context, nc *karpv1.NodeClaim) (cloudprovider.DriftReason, error) {
+	snc, err := p.nodeClass(ctx, nc.Spec.NodeClassRef)
+	if err != nil {
+		return "", err
+	}
+	zone := nc.Labels[karpv1.ZoneLabelKey]
+	if len(snc.Spec.Zones) > 0 && zone != "" && !slices.Contains(snc.Spec.Zones, zone) {
+		return "ZoneNotOffered", nil
+	}
+	if it := nc.Labels[karpv1.InstanceTypeLabelKey]; len(snc.Spec.InstanceTypes) > 0 && it != "" && !slices.Contains(snc.Spec.InstanceTypes, it) {
+		return "InstanceTypeNotOffered", nil
+	}
+	return "", nil
+}

@@ -1,0 +1,190 @@
+package sim
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func nodeClass(t *testing.T, name string, mutate func(*simv1alpha1.SimNodeClass)) *simv1alpha1.SimNodeClass {
+	t.Helper()
+	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large", "m5.xlarge", "c5.large"}}}
+	if mutate != nil {
+		mutate(snc)
+	}
+	if err := env.Client.Create(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), snc) })
+	return snc
+}
+
+func claim(name, class string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) *karpv1.NodeClaim {
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": "a"}},
+		Spec: karpv1.NodeClaimSpec{
+			NodeClassRef: &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: class},
+			Requirements: reqs,
+			Resources:    karpv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+			Taints:       []corev1.Taint{{Key: "workload", Value: "orders", Effect: corev1.TaintEffectNoSchedule}},
+		},
+	}
+}
+
+func newProvider(t *testing.T, clk *clocktesting.FakeClock, path string) *Provider {
+	t.Helper()
+	cloud, err := NewCloud(clk, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCreateLaunchesTheCheapestOfferingOnceAndRegisters(t *testing.T) {
+	nodeClass(t, "basic", nil)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	statePath := filepath.Join(t.TempDir(), "cloud.json")
+	p := newProvider(t, clk, statePath)
+	nc := claim("basic-1", "basic", karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}})
+
+	got, err := p.Create(t.Context(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c5.large ($0.085) is cheaper than m5.large ($0.096) and holds 1 CPU.
+	if it := got.Labels[karpv1.InstanceTypeLabelKey]; it != "c5.large" {
+		t.Fatalf("launched %s, want the cheapest fitting type c5.large", it)
+	}
+	if got.Labels[karpv1.CapacityTypeLabelKey] != "on-demand" || got.Status.ProviderID == "" || got.Status.Allocatable.Cpu().IsZero() {
+		t.Fatalf("claim status %+v labels %v", got.Status, got.Labels)
+	}
+	// A retry, or a restarted controller reading the same state, gets the same machine.
+	again, err := p.Create(t.Context(), nc)
+	if err != nil || again.Status.ProviderID != got.Status.ProviderID {
+		t.Fatalf("second Create: %v, %s vs %s", err, again.Status.ProviderID, got.Status.ProviderID)
+	}
+	restarted := newProvider(t, clk, statePath)
+	third, err := restarted.Create(t.Context(), nc)
+	if err != nil || third.Status.ProviderID != got.Status.ProviderID {
+		t.Fatalf("Create after restart: %v, %s vs %s", err, third.Status.ProviderID, got.Status.ProviderID)
+	}
+	if n := restarted.Cloud().CreateCount(nc.Name); n != 1 {
+		t.Fatalf("%d machines launched for one NodeClaim", n)
+	}
+
+	// Registration happens after launch + registration delay (1s + 2s by default).
+	if err := env.Client.Create(t.Context(), nc.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: nc.Name}}) })
+	j := &Joiner{Cloud: restarted.Cloud(), Client: env.Client}
+	clk.Step(2 * time.Second)
+	if err := j.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: nc.Name}, node); err == nil {
+		t.Fatal("the node registered before its delay")
+	}
+	clk.Step(time.Second)
+	if err := j.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: nc.Name}, node); err != nil {
+		t.Fatalf("node not registered: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
+	if node.Spec.ProviderID != got.Status.ProviderID || node.Annotations[KwokNodeAnnotation] != "fake" || node.Labels["team"] != "a" {
+		t.Fatalf("node %+v", node.ObjectMeta)
+	}
+	var unregistered, workload bool
+	for _, tn := range node.Spec.Taints {
+		unregistered = unregistered || tn.Key == karpv1.UnregisteredTaintKey
+		workload = workload || tn.Key == "workload"
+	}
+	if !unregistered || !workload {
+		t.Fatalf("node taints %v lack the unregistered or the claim's taint", node.Spec.Taints)
+	}
+	if node.Status.Allocatable.Cpu().Cmp(*got.Status.Allocatable.Cpu()) != 0 {
+		t.Fatalf("node allocatable %v, claim %v", node.Status.Allocatable, got.Status.Allocatable)
+	}
+
+	// Delete terminates; then Get and Delete say not found.
+	if err := restarted.Delete(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.Get(t.Context(), got.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Fatalf("Get after Delete: %v", err)
+	}
+	if err := restarted.Delete(t.Context(), got); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Fatalf("second Delete: %v", err)
+	}
+}
+
+func TestInjectedFailures(t *testing.T) {
+	nodeClass(t, "faulty", func(s *simv1alpha1.SimNodeClass) {
+		s.Spec.Zones = []string{"zone-a"}
+		s.Spec.Failures.InsufficientCapacity = []simv1alpha1.OfferingSelector{{InstanceType: "c5.large"}}
+		s.Spec.Failures.NeverRegister = []simv1alpha1.OfferingSelector{{InstanceType: "m5.large"}}
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := newProvider(t, clk, "")
+	od := karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}
+
+	got, err := p.Create(t.Context(), claim("faulty-1", "faulty", od))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it := got.Labels[karpv1.InstanceTypeLabelKey]; it != "m5.large" {
+		t.Fatalf("launched %s, want m5.large after c5.large's insufficient capacity", it)
+	}
+	// The failed offering is now reported unavailable.
+	its, err := p.InstanceTypes(&simv1alpha1.SimNodeClass{Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"c5.large"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range its[0].Offerings {
+		if o.CapacityType == "on-demand" && o.Available {
+			t.Fatal("c5.large on-demand still available after insufficient capacity")
+		}
+	}
+	// m5.large never registers.
+	clk.Step(time.Hour)
+	j := &Joiner{Cloud: p.Cloud(), Client: env.Client}
+	if err := j.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "faulty-1"}, &corev1.Node{}); err == nil {
+		t.Fatal("a never-registering machine registered")
+	}
+	// Only c5.large allowed: insufficient capacity.
+	only := karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"c5.large"}}
+	if _, err := p.Create(t.Context(), claim("faulty-2", "faulty", only)); !cloudprovider.IsInsufficientCapacity(err) {
+		t.Fatalf("err = %v, want insufficient capacity", err)
+	}
+	// An unknown NodeClass.
+	if _, err := p.Create(t.Context(), claim("faulty-3", "missing")); !cloudprovider.IsNodeClassNotReady(err) {
+		t.Fatalf("err = %v, want NodeClassNotReady", err)
+	}
+}

@@ -1,0 +1,46 @@
+package cloudprovider
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// UnavailableOfferings remembers offerings that recently failed with insufficient capacity, so
+// that instance types report them unavailable for a while and the solver plans elsewhere.
+type UnavailableOfferings struct {
+	clock clock.PassiveClock
+	ttl   time.Duration
+
+	mu    sync.Mutex
+	until map[OfferingKey]time.Time
+}
+
+// DefaultUnavailableTTL is how long an offering stays unavailable after an insufficient-capacity
+// error.
+const DefaultUnavailableTTL = 3 * time.Minute
+
+// NewUnavailableOfferings returns an empty cache.
+func NewUnavailableOfferings(c clock.PassiveClock, ttl time.Duration) *UnavailableOfferings {
+	return &UnavailableOfferings{clock: c, ttl: ttl, until: map[OfferingKey]time.Time{}}
+}
+
+// MarkUnavailable records that the offering failed now.
+func (u *UnavailableOfferings) MarkUnavailable(k OfferingKey) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.until[k] = u.clock.Now().Add(u.ttl)
+}
+
+// IsUnavailable reports whether the offering failed within the TTL.
+func (u *UnavailableOfferings) IsUnavailable(k OfferingKey) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t, ok := u.until[k]
+	if ok && !u.clock.Now().Before(t) {
+		delete(u.until, k)
+		return false
+	}
+	return ok
+}
