@@ -284,3 +284,33 @@ func unionSorted(a, b []string) []string {
 	}
 	return out
 }
+
+// Expression is one node-selector expression.
+type Expression struct {
+	Key      string
+	Operator Operator
+	Values   []string
+}
+
+// Expressions renders the requirement as the node-selector expressions that express it: In for a
+// finite set, NotIn, Exists or DoesNotExist otherwise, plus Gt/Lt for integer bounds.
+func (r *Requirement) Expressions() []Expression {
+	var out []Expression
+	switch {
+	case !r.complement && len(r.values) == 0 && r.absentOK:
+		return []Expression{{Key: r.Key, Operator: DoesNotExist}}
+	case !r.complement:
+		return []Expression{{Key: r.Key, Operator: In, Values: r.values}}
+	case len(r.values) > 0:
+		out = append(out, Expression{Key: r.Key, Operator: NotIn, Values: r.values})
+	case !r.bounded():
+		out = append(out, Expression{Key: r.Key, Operator: Exists})
+	}
+	if r.greaterThan != math.MinInt64 {
+		out = append(out, Expression{Key: r.Key, Operator: Gt, Values: []string{strconv.FormatInt(r.greaterThan, 10)}})
+	}
+	if r.lessThan != math.MaxInt64 {
+		out = append(out, Expression{Key: r.Key, Operator: Lt, Values: []string{strconv.FormatInt(r.lessThan, 10)}})
+	}
+	return out
+}

@@ -153,3 +153,24 @@ func TestLabelsAreTheSingleValuedKeys(t *testing.T) {
 		t.Fatalf("Labels = %v, want zone=b only", l)
 	}
 }
+
+func TestExpressionsRoundTrip(t *testing.T) {
+	for _, r := range []Requirement{
+		MustNew("k", In, "b", "a"), MustNew("k", NotIn, "a"), MustNew("k", Exists), MustNew("k", DoesNotExist),
+		MustNew("k", Gt, "3"), MustNew("k", Lte, "9"),
+	} {
+		var back Requirements
+		for _, e := range r.Expressions() {
+			back.Add(MustNew(e.Key, e.Operator, e.Values...))
+		}
+		got, _ := back.Get("k")
+		for _, v := range []string{"a", "b", "c", "2", "3", "4", "9", "10"} {
+			if got.Allows(v) != r.Allows(v) {
+				t.Errorf("%s: %q allowed %v after round trip, %v before", r.String(), v, got.Allows(v), r.Allows(v))
+			}
+		}
+		if got.AllowsAbsent() != r.AllowsAbsent() {
+			t.Errorf("%s: absence changed in round trip", r.String())
+		}
+	}
+}

@@ -97,7 +97,9 @@ func TestCreateLaunchesTheCheapestOfferingOnceAndRegisters(t *testing.T) {
 	if err := env.Client.Create(t.Context(), nc.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: nc.Name}}) })
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: nc.Name}})
+	})
 	j := &Joiner{Cloud: restarted.Cloud(), Client: env.Client}
 	clk.Step(2 * time.Second)
 	if err := j.Sync(t.Context()); err != nil {

@@ -1,0 +1,230 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+)
+
+// RegistrationTTL is how long a launched machine may take to register before its claim is
+// deleted.
+const RegistrationTTL = 15 * time.Minute
+
+// Controller reconciles NodeClaims through their lifecycle.
+type Controller struct {
+	Client   client.Client
+	Cloud    cloudprovider.CloudProvider
+	Clock    clock.Clock
+	Recorder record.EventRecorder
+}
+
+// Name is the controller's name and log key.
+func (c *Controller) Name() string { return "nodeclaim.lifecycle" }
+
+// Register adds the controller to a manager: it watches NodeClaims and the Nodes that register
+// for them.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(c.Name()).
+		For(&karpv1.NodeClaim{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimForNode)).
+		Complete(c)
+}
+
+// claimForNode maps a Node to the NodeClaim with its provider ID.
+func (c *Controller) claimForNode(ctx context.Context, o client.Object) []reconcile.Request {
+	node := o.(*corev1.Node)
+	if node.Spec.ProviderID == "" {
+		return nil
+	}
+	ncs := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, ncs); err != nil {
+		return nil
+	}
+	for _, nc := range ncs.Items {
+		if nc.Status.ProviderID == node.Spec.ProviderID {
+			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(&nc)}}
+		}
+	}
+	return nil
+}
+
+// Reconcile advances one NodeClaim.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", c.Name(), "NodeClaim", klog.KRef("", req.Name)))
+	nc := &karpv1.NodeClaim{}
+	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !nc.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(nc, karpv1.TerminationFinalizer) {
+		orig := nc.DeepCopy()
+		controllerutil.AddFinalizer(nc, karpv1.TerminationFinalizer)
+		if err := c.Client.Patch(ctx, nc, client.MergeFrom(orig)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+	stored := nc.DeepCopy()
+	result, err := c.advance(ctx, nc)
+	if err != nil || !nc.DeletionTimestamp.IsZero() {
+		return result, err
+	}
+	// Each patch overwrites the object it is given with the server's answer, so each gets a copy.
+	if !equalStatus(stored, nc) {
+		if err := c.Client.Status().Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
+		}
+	}
+	if !equalMeta(stored, nc) {
+		if err := c.Client.Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim: %w", err))
+		}
+	}
+	return result, nil
+}
+
+func equalMeta(a, b *karpv1.NodeClaim) bool {
+	return maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) && slices.Equal(a.Finalizers, b.Finalizers)
+}
+
+func equalStatus(a, b *karpv1.NodeClaim) bool {
+	if a.Status.NodeName != b.Status.NodeName || a.Status.ProviderID != b.Status.ProviderID || a.Status.ImageID != b.Status.ImageID ||
+		len(a.Status.Conditions) != len(b.Status.Conditions) || len(a.Status.Capacity) != len(b.Status.Capacity) {
+		return false
+	}
+	for i := range a.Status.Conditions {
+		x, y := a.Status.Conditions[i], b.Status.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
+			return false
+		}
+	}
+	return true
+}
+
+// advance runs the steps in order; each returns done=false when the claim must wait.
+func (c *Controller) advance(ctx context.Context, nc *karpv1.NodeClaim) (reconcile.Result, error) {
+	for _, step := range []func(context.Context, *karpv1.NodeClaim) (bool, reconcile.Result, error){c.launch, c.register, c.initialize} {
+		done, result, err := step(ctx, nc)
+		if err != nil || !done {
+			return result, err
+		}
+	}
+	c.setCondition(nc, karpv1.ConditionTypeReady, metav1.ConditionTrue, "Ready", "")
+	return reconcile.Result{}, nil
+}
+
+func isTrue(nc *karpv1.NodeClaim, t string) bool {
+	return meta.IsStatusConditionTrue(nc.Status.Conditions, t)
+}
+
+func (c *Controller) setCondition(nc *karpv1.NodeClaim, t string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation,
+		LastTransitionTime: metav1.NewTime(c.Clock.Now()),
+	})
+}
+
+// launch creates the machine.
+func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, reconcile.Result, error) {
+	if isTrue(nc, karpv1.ConditionTypeLaunched) {
+		return true, reconcile.Result{}, nil
+	}
+	created, err := c.Cloud.Create(ctx, nc)
+	switch {
+	case cloudprovider.IsInsufficientCapacity(err):
+		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "InsufficientCapacityError", "NodeClaim %s event: %s", nc.Name, err)
+		log.FromContext(ctx).Info("deleting nodeclaim: insufficient capacity", "error", err.Error())
+		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
+	case cloudprovider.IsNodeClassNotReady(err):
+		var nf *cloudprovider.NodeClassNotReadyError
+		if asNotReady(err, &nf) && nf.NotFound {
+			c.Recorder.Eventf(nc, corev1.EventTypeWarning, "NodeClaimFailedToResolveNodeClass", "Failed to resolve NodeClass: %s", err)
+			log.FromContext(ctx).Info("deleting nodeclaim: nodeclass not found", "error", err.Error())
+			return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
+		}
+		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "NodeClassNotReady", err.Error())
+		return false, reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	case err != nil:
+		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "LaunchFailed", truncate(err.Error()))
+		return false, reconcile.Result{}, fmt.Errorf("launching nodeclaim: %w", err)
+	}
+	if nc.Labels == nil {
+		nc.Labels = map[string]string{}
+	}
+	maps.Copy(nc.Labels, created.Labels)
+	nc.Status.ProviderID = created.Status.ProviderID
+	nc.Status.ImageID = created.Status.ImageID
+	nc.Status.Capacity = created.Status.Capacity
+	nc.Status.Allocatable = created.Status.Allocatable
+	c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionTrue, "Launched", "")
+	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Launched", "Launched %s in %s (%s)",
+		created.Labels[karpv1.InstanceTypeLabelKey], created.Labels[karpv1.ZoneLabelKey], created.Labels[karpv1.CapacityTypeLabelKey])
+	log.FromContext(ctx).Info("launched nodeclaim", "provider-id", created.Status.ProviderID,
+		"instance-type", created.Labels[karpv1.InstanceTypeLabelKey], "zone", created.Labels[karpv1.ZoneLabelKey],
+		"capacity-type", created.Labels[karpv1.CapacityTypeLabelKey], "allocatable", describe(created.Status.Allocatable))
+	return true, reconcile.Result{}, nil
+}
+
+func asNotReady(err error, target **cloudprovider.NodeClassNotReadyError) bool {
+	for e := err; e != nil; {
+		if nr, ok := e.(*cloudprovider.NodeClassNotReadyError); ok {
+			*target = nr
+			return true
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		e = u.Unwrap()
+	}
+	return false
+}
+
+func truncate(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+func describe(rl corev1.ResourceList) string {
+	keys := slices.Sorted(maps.Keys(rl))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		q := rl[k]
+		parts = append(parts, fmt.Sprintf("%s: %s", k, q.String()))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// deleteClaim deletes the claim; nc is marked deleted so that the caller writes nothing more.
+func (c *Controller) deleteClaim(ctx context.Context, nc *karpv1.NodeClaim) error {
+	if err := c.Client.Delete(ctx, nc.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting nodeclaim: %w", err)
+	}
+	now := metav1.NewTime(c.Clock.Now())
+	nc.DeletionTimestamp = &now
+	return nil
+}

@@ -1,0 +1,227 @@
+package lifecycle
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+type fixture struct {
+	clk    *clocktesting.FakeClock
+	cloud  *sim.Cloud
+	joiner *sim.Joiner
+	ctrl   *Controller
+}
+
+func setup(t *testing.T, class string, failures simv1alpha1.Failures) *fixture {
+	t.Helper()
+	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large", "c5.large"}, Failures: failures}}
+	if err := env.Client.Create(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), snc) })
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	cloud, err := sim.NewCloud(clk, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{clk: clk, cloud: cloud, joiner: &sim.Joiner{Cloud: cloud, Client: env.Client},
+		ctrl: &Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: record.NewFakeRecorder(100)}}
+}
+
+func newClaim(t *testing.T, name, class string, startupTaints ...corev1.Taint) *karpv1.NodeClaim {
+	t.Helper()
+	nc := &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{karpv1.NodePoolLabelKey: "default", "team": "orders"}},
+		Spec: karpv1.NodeClaimSpec{
+			NodeClassRef:  &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: class},
+			Requirements:  karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}},
+			Resources:     karpv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+			Taints:        karpv1.Taints{{Key: "workload", Value: "orders", Effect: corev1.TaintEffectNoSchedule}},
+			StartupTaints: startupTaints,
+		},
+	}
+	if err := env.Client.Create(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, o := range []client.Object{&karpv1.NodeClaim{}, &corev1.Node{}} {
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, o); err == nil {
+				o.SetFinalizers(nil)
+				_ = env.Client.Update(ctx, o)
+				_ = env.Client.Delete(ctx, o)
+			}
+		}
+	})
+	return nc
+}
+
+func (f *fixture) reconcile(t *testing.T, name string) *karpv1.NodeClaim {
+	t.Helper()
+	if _, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, nc); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+func conditions(nc *karpv1.NodeClaim) []string {
+	var out []string
+	for _, c := range nc.Status.Conditions {
+		if c.Status == metav1.ConditionTrue {
+			out = append(out, c.Type)
+		}
+	}
+	return out
+}
+
+func setReady(t *testing.T, name string) {
+	t.Helper()
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, node); err != nil {
+		t.Fatal(err)
+	}
+	orig := node.DeepCopy()
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+	if err := env.Client.Status().Patch(t.Context(), node, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLaunchRegisterInitializeReady(t *testing.T) {
+	f := setup(t, "lifecycle", simv1alpha1.Failures{})
+	startup := corev1.Taint{Key: "node.cilium.io/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+	newClaim(t, "lifecycle-1", "lifecycle", startup)
+
+	nc := f.reconcile(t, "lifecycle-1")
+	if got := conditions(nc); !slices.Equal(got, []string{karpv1.ConditionTypeLaunched}) {
+		t.Fatalf("after launch: true conditions %v", got)
+	}
+	if nc.Status.ProviderID == "" || nc.Labels[karpv1.InstanceTypeLabelKey] != "c5.large" || !slices.Contains(nc.Finalizers, karpv1.TerminationFinalizer) {
+		t.Fatalf("launched claim: %+v", nc)
+	}
+	// Nothing registers before the delay.
+	nc = f.reconcile(t, "lifecycle-1")
+	if meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeRegistered) {
+		t.Fatal("registered without a node")
+	}
+	f.clk.Step(3 * time.Second)
+	if err := f.joiner.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	nc = f.reconcile(t, "lifecycle-1")
+	if got := conditions(nc); !slices.Equal(got, []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered}) {
+		t.Fatalf("after registration: %v", got)
+	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "lifecycle-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels["team"] != "orders" || node.Labels[karpv1.NodeRegisteredLabelKey] != "true" ||
+		!slices.Contains(node.Finalizers, karpv1.TerminationFinalizer) || len(node.OwnerReferences) != 1 {
+		t.Fatalf("node not adopted: %+v", node.ObjectMeta)
+	}
+	for _, tn := range node.Spec.Taints {
+		if tn.Key == karpv1.UnregisteredTaintKey {
+			t.Fatal("unregistered taint left on the node")
+		}
+	}
+	// Ready, but the startup taint is still there: not initialized.
+	setReady(t, "lifecycle-1")
+	nc = f.reconcile(t, "lifecycle-1")
+	if meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized) {
+		t.Fatal("initialized with a startup taint on the node")
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "lifecycle-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.Key == startup.Key })
+	if err := env.Client.Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	nc = f.reconcile(t, "lifecycle-1")
+	want := []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized, karpv1.ConditionTypeReady}
+	if got := conditions(nc); !slices.Equal(got, want) {
+		t.Fatalf("final conditions %v, want %v in order", got, want)
+	}
+	if nc.Status.NodeName != "lifecycle-1" {
+		t.Fatalf("status.nodeName %q", nc.Status.NodeName)
+	}
+}
+
+func TestInsufficientCapacityDeletesTheClaim(t *testing.T) {
+	f := setup(t, "ice", simv1alpha1.Failures{InsufficientCapacity: []simv1alpha1.OfferingSelector{{CapacityType: "on-demand"}}})
+	newClaim(t, "ice-1", "ice")
+	nc := f.reconcile(t, "ice-1")
+	if nc.DeletionTimestamp.IsZero() {
+		t.Fatal("claim not deleted after insufficient capacity")
+	}
+	if n := f.cloud.CreateCount("ice-1"); n != 0 {
+		t.Fatalf("%d machines launched", n)
+	}
+}
+
+func TestUnknownNodeClassDeletesTheClaim(t *testing.T) {
+	f := setup(t, "known", simv1alpha1.Failures{})
+	newClaim(t, "unknown-1", "does-not-exist")
+	nc := f.reconcile(t, "unknown-1")
+	if nc.DeletionTimestamp.IsZero() {
+		t.Fatal("claim with an unknown NodeClass not deleted")
+	}
+	rec := f.ctrl.Recorder.(*record.FakeRecorder)
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, "NodeClaimFailedToResolveNodeClass") {
+			t.Fatalf("event %q", e)
+		}
+	default:
+		t.Fatal("no event")
+	}
+}
+
+func TestNeverRegisteringMachineIsGivenUpAfterTheTTL(t *testing.T) {
+	f := setup(t, "ghost", simv1alpha1.Failures{NeverRegister: []simv1alpha1.OfferingSelector{{}}})
+	newClaim(t, "ghost-1", "ghost")
+	f.reconcile(t, "ghost-1")
+	f.clk.Step(RegistrationTTL - time.Second)
+	if err := f.joiner.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if nc := f.reconcile(t, "ghost-1"); !nc.DeletionTimestamp.IsZero() {
+		t.Fatal("deleted before the TTL")
+	}
+	f.clk.Step(2 * time.Second)
+	if nc := f.reconcile(t, "ghost-1"); nc.DeletionTimestamp.IsZero() {
+		t.Fatal("not deleted after the TTL")
+	}
+}

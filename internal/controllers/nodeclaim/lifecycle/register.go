@@ -1,0 +1,144 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+// nodeFor returns the Node with the claim's provider ID, or nil.
+func (c *Controller) nodeFor(ctx context.Context, providerID string) (*corev1.Node, error) {
+	nodes := &corev1.NodeList{}
+	if err := c.Client.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		if nodes.Items[i].Spec.ProviderID == providerID {
+			return &nodes.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// register adopts the claim's Node: labels, annotations, taints, owner reference and finalizer,
+// then lifts the unregistered taint.
+func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, reconcile.Result, error) {
+	if isTrue(nc, karpv1.ConditionTypeRegistered) {
+		return true, reconcile.Result{}, nil
+	}
+	node, err := c.nodeFor(ctx, nc.Status.ProviderID)
+	if err != nil {
+		return false, reconcile.Result{}, err
+	}
+	if node == nil {
+		launched := nc.CreationTimestamp.Time
+		for _, cond := range nc.Status.Conditions {
+			if cond.Type == karpv1.ConditionTypeLaunched {
+				launched = cond.LastTransitionTime.Time
+			}
+		}
+		if wait := launched.Add(RegistrationTTL).Sub(c.Clock.Now()); wait > 0 {
+			c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionUnknown, "AwaitingRegistration", "waiting for the node to register")
+			return false, reconcile.Result{RequeueAfter: min(wait, 30e9)}, nil
+		}
+		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Node did not register within %s", RegistrationTTL)
+		log.FromContext(ctx).Info("deleting nodeclaim: registration timed out", "ttl", RegistrationTTL.String())
+		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
+	}
+	orig := node.DeepCopy()
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	maps.Copy(node.Labels, nc.Labels)
+	node.Labels[karpv1.NodeRegisteredLabelKey] = "true"
+	if len(nc.Annotations) > 0 {
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		maps.Copy(node.Annotations, nc.Annotations)
+	}
+	if node.Labels[karpv1.NodeDoNotSyncTaintsLabelKey] != "true" {
+		for _, t := range append(slices.Clone(nc.Spec.Taints), nc.Spec.StartupTaints...) {
+			if !slices.ContainsFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.MatchTaint(&t) }) {
+				node.Spec.Taints = append(node.Spec.Taints, t)
+			}
+		}
+	}
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == karpv1.UnregisteredTaintKey })
+	controllerutil.AddFinalizer(node, karpv1.TerminationFinalizer)
+	if !slices.ContainsFunc(node.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == nc.UID }) {
+		node.OwnerReferences = append(node.OwnerReferences, metav1.OwnerReference{
+			APIVersion: karpv1.SchemeGroupVersion.String(), Kind: "NodeClaim", Name: nc.Name, UID: nc.UID, BlockOwnerDeletion: ptrTo(true),
+		})
+	}
+	if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, reconcile.Result{}, fmt.Errorf("syncing node %s: %w", node.Name, err)
+	}
+	nc.Status.NodeName = node.Name
+	c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionTrue, "Registered", "")
+	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Registered", "Node %s registered", node.Name)
+	log.FromContext(ctx).Info("registered nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name)
+	return true, reconcile.Result{}, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// initialize waits for the Node to be Ready with its startup taints gone and the requested
+// extended resources present.
+func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool, reconcile.Result, error) {
+	if isTrue(nc, karpv1.ConditionTypeInitialized) {
+		return true, reconcile.Result{}, nil
+	}
+	node, err := c.nodeFor(ctx, nc.Status.ProviderID)
+	if err != nil || node == nil {
+		return false, reconcile.Result{}, err
+	}
+	if !nodeReady(node) {
+		c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionUnknown, "NodeNotReady", "waiting for the node to be ready")
+		return false, reconcile.Result{}, nil
+	}
+	for _, st := range nc.Spec.StartupTaints {
+		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&st) }) {
+			c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionUnknown, "StartupTaintsExist", "startup taint "+st.Key+" still on the node")
+			return false, reconcile.Result{}, nil
+		}
+	}
+	for name, q := range nc.Spec.Resources.Requests {
+		if q.IsZero() {
+			continue
+		}
+		if a, ok := node.Status.Allocatable[name]; !ok || a.IsZero() {
+			c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionUnknown, "ResourceNotRegistered", "resource "+string(name)+" not yet on the node")
+			return false, reconcile.Result{}, nil
+		}
+	}
+	orig := node.DeepCopy()
+	node.Labels[karpv1.NodeInitializedLabelKey] = "true"
+	if err := c.Client.Patch(ctx, node, client.MergeFrom(orig)); err != nil {
+		return false, reconcile.Result{}, fmt.Errorf("labelling node %s initialized: %w", node.Name, err)
+	}
+	c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionTrue, "Initialized", "")
+	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Initialized", "Node %s initialized", node.Name)
+	log.FromContext(ctx).Info("initialized nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name,
+		"allocatable", describe(node.Status.Allocatable))
+	return true, reconcile.Result{}, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,92 @@
+// Package nodepools reads NodePools the way Capstan's controllers need them: their requirements
+// as a requirement set, and the hash of their template that marks NodeClaims for drift.
+package nodepools
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// HashVersion is the version of Hash's scheme; a NodeClaim whose hash version differs is not
+// compared (a new scheme must not read as drift).
+const HashVersion = "v1"
+
+// Requirements are the template's requirements and labels as one requirement set.
+func Requirements(np *karpv1.NodePool) (requirements.Requirements, error) {
+	rs, err := FromAPI(np.Spec.Template.Spec.Requirements)
+	if err != nil {
+		return rs, fmt.Errorf("NodePool %s: %w", np.Name, err)
+	}
+	for k, v := range np.Spec.Template.ObjectMeta.Labels {
+		rs.Add(requirements.Single(k, v))
+	}
+	return rs, nil
+}
+
+// FromAPI converts API requirements, keeping minValues.
+func FromAPI(reqs []karpv1.NodeSelectorRequirementWithMinValues) (requirements.Requirements, error) {
+	var rs requirements.Requirements
+	for _, r := range reqs {
+		req, err := requirements.New(r.Key, requirements.Operator(r.Operator), r.Values...)
+		if err != nil {
+			return rs, err
+		}
+		if r.MinValues != nil {
+			req.MinValues = *r.MinValues
+		}
+		rs.Add(req)
+	}
+	return rs, nil
+}
+
+// ToAPI converts a requirement set to API requirements, in key order.
+func ToAPI(rs requirements.Requirements) []karpv1.NodeSelectorRequirementWithMinValues {
+	var out []karpv1.NodeSelectorRequirementWithMinValues
+	rs.Each(func(r requirements.Requirement) {
+		for i, e := range r.Expressions() {
+			api := karpv1.NodeSelectorRequirementWithMinValues{Key: e.Key, Operator: karpv1.NodeSelectorOperator(e.Operator), Values: e.Values}
+			if i == 0 && r.MinValues > 0 {
+				mv := r.MinValues
+				api.MinValues = &mv
+			}
+			out = append(out, api)
+		}
+	})
+	return out
+}
+
+// Hash is a stable hash of the parts of a NodePool's template that a machine is built from and
+// cannot change in place: labels, annotations, taints, startup taints, the NodeClass reference
+// and the termination grace period. Requirements are not part of it: a machine still satisfying
+// changed requirements is not drifted.
+func Hash(np *karpv1.NodePool) string {
+	t := np.Spec.Template
+	b, err := json.Marshal(struct {
+		Labels        map[string]string          `json:"l"`
+		Annotations   map[string]string          `json:"a"`
+		Taints        []corev1.Taint             `json:"t"`
+		StartupTaints []corev1.Taint             `json:"s"`
+		NodeClassRef  *karpv1.NodeClassReference `json:"n"`
+		TGP           string                     `json:"g"`
+	}{t.ObjectMeta.Labels, t.ObjectMeta.Annotations, t.Spec.Taints, t.Spec.StartupTaints, t.Spec.NodeClassRef, tgp(t.Spec)})
+	if err != nil {
+		// The fields are plain data; marshalling cannot fail. Fall back to the name.
+		b = []byte(np.Name)
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return fmt.Sprintf("%d", h.Sum64())
+}
+
+func tgp(s karpv1.NodeClaimTemplateSpec) string {
+	if s.TerminationGracePeriod == nil {
+		return ""
+	}
+	return s.TerminationGracePeriod.Duration.String()
+}
