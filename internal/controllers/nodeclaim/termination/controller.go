@@ -1,0 +1,205 @@
+package termination
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+)
+
+// pollInterval is how often a draining or terminating claim is looked at again.
+const pollInterval = time.Second
+
+// Controller terminates deleted NodeClaims.
+type Controller struct {
+	Client   client.Client
+	Cloud    cloudprovider.CloudProvider
+	Clock    clock.Clock
+	Recorder record.EventRecorder
+}
+
+// Name is the controller's name and log key.
+func (c *Controller) Name() string { return "nodeclaim.termination" }
+
+// Register adds the controller to a manager.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(c.Name()).
+		For(&karpv1.NodeClaim{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimForNode)).
+		Complete(c)
+}
+
+func (c *Controller) claimForNode(ctx context.Context, o client.Object) []reconcile.Request {
+	node := o.(*corev1.Node)
+	for _, ref := range node.OwnerReferences {
+		if ref.Kind == "NodeClaim" && ref.APIVersion == karpv1.SchemeGroupVersion.String() {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
+		}
+	}
+	return nil
+}
+
+// Reconcile drains and terminates a deleted NodeClaim.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", c.Name(), "NodeClaim", klog.KRef("", req.Name)))
+	nc := &karpv1.NodeClaim{}
+	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	node, err := c.nodeFor(ctx, nc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if nc.DeletionTimestamp.IsZero() {
+		// A Node deleted by hand takes its NodeClaim with it.
+		if node != nil && !node.DeletionTimestamp.IsZero() {
+			log.FromContext(ctx).Info("deleting nodeclaim: its node was deleted", "Node", node.Name)
+			return reconcile.Result{}, client.IgnoreNotFound(c.Client.Delete(ctx, nc))
+		}
+		return reconcile.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(nc, karpv1.TerminationFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	stored := nc.DeepCopy()
+	result, done, err := c.terminate(ctx, nc, node)
+	if !equalConditions(stored, nc) {
+		if perr := c.Client.Status().Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); perr != nil && !apierrors.IsNotFound(perr) {
+			return reconcile.Result{}, fmt.Errorf("patching nodeclaim status: %w", perr)
+		}
+	}
+	if err != nil || !done {
+		return result, err
+	}
+	// The status patch moved the resource version on; read the claim again before the
+	// optimistically locked finalizer removal.
+	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	orig := nc.DeepCopy()
+	controllerutil.RemoveFinalizer(nc, karpv1.TerminationFinalizer)
+	if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
+	}
+	log.FromContext(ctx).Info("deleted nodeclaim", "provider-id", nc.Status.ProviderID)
+	return reconcile.Result{}, nil
+}
+
+func equalConditions(a, b *karpv1.NodeClaim) bool {
+	if len(a.Status.Conditions) != len(b.Status.Conditions) {
+		return false
+	}
+	for i := range a.Status.Conditions {
+		x, y := a.Status.Conditions[i], b.Status.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) setCondition(nc *karpv1.NodeClaim, t string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
+		ObservedGeneration: nc.Generation, LastTransitionTime: metav1.NewTime(c.Clock.Now())})
+}
+
+func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1.Node, error) {
+	if nc.Status.ProviderID == "" && nc.Status.NodeName == "" {
+		return nil, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.Client.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if nc.Status.ProviderID != "" && n.Spec.ProviderID == nc.Status.ProviderID {
+			return n, nil
+		}
+	}
+	return nil, nil
+}
+
+// deadline is when the claim's pods lose their protection: deletion + terminationGracePeriod.
+func deadline(nc *karpv1.NodeClaim) *time.Time {
+	if nc.Spec.TerminationGracePeriod == nil || nc.DeletionTimestamp == nil {
+		return nil
+	}
+	d := nc.DeletionTimestamp.Add(nc.Spec.TerminationGracePeriod.Duration)
+	return &d
+}
+
+// terminate drains, deletes the machine and the Node; done when the finalizer may go.
+func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
+	if node != nil {
+		if err := c.taint(ctx, node); err != nil {
+			return reconcile.Result{}, false, err
+		}
+		remaining, err := c.drain(ctx, nc, node)
+		if err != nil {
+			return reconcile.Result{}, false, err
+		}
+		if remaining > 0 {
+			c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionFalse, "Draining", fmt.Sprintf("%d pod(s) left to drain", remaining))
+			return reconcile.Result{RequeueAfter: pollInterval}, false, nil
+		}
+		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "Drained", "")
+		c.setCondition(nc, karpv1.ConditionTypeVolumesDetached, metav1.ConditionTrue, "VolumesDetached", "")
+	}
+	if nc.Status.ProviderID != "" {
+		err := c.Cloud.Delete(ctx, nc)
+		switch {
+		case cloudprovider.IsNodeClaimNotFound(err):
+			// Gone.
+		case err != nil:
+			return reconcile.Result{}, false, fmt.Errorf("terminating instance: %w", err)
+		default:
+			c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionTrue, "InstanceTerminating", "")
+			if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
+				return reconcile.Result{RequeueAfter: pollInterval}, false, client.IgnoreNotFound(err)
+			}
+		}
+	}
+	if node != nil {
+		orig := node.DeepCopy()
+		controllerutil.RemoveFinalizer(node, karpv1.TerminationFinalizer)
+		if err := c.Client.Patch(ctx, node, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, false, fmt.Errorf("removing node finalizer: %w", err)
+		}
+		if err := c.Client.Delete(ctx, node); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, false, fmt.Errorf("deleting node: %w", err)
+		}
+	}
+	return reconcile.Result{}, true, nil
+}
+
+func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
+	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+		return nil
+	}
+	orig := node.DeepCopy()
+	node.Spec.Taints = append(node.Spec.Taints, karpv1.DisruptedNoScheduleTaint)
+	if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("tainting node %s: %w", node.Name, err)
+	}
+	return nil
+}
+

@@ -1,0 +1,122 @@
+package termination
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+// drain evicts the node's pods, one priority group at a time, and returns how many are left.
+func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (int, error) {
+	pods := &corev1.PodList{}
+	if err := c.Client.List(ctx, pods, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
+		return 0, fmt.Errorf("listing pods of node %s: %w", node.Name, err)
+	}
+	groups := make([][]*corev1.Pod, 4)
+	left := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !drainable(p) {
+			continue
+		}
+		left++
+		g := 0
+		if critical(p) {
+			g++
+		}
+		if daemon(p) {
+			g += 2
+		}
+		groups[g] = append(groups[g], p)
+	}
+	end := deadline(nc)
+	for _, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		for _, p := range g {
+			if err := c.evict(ctx, nc, p, end); err != nil {
+				return left, err
+			}
+		}
+		// Later groups wait until this one is gone.
+		break
+	}
+	return left, nil
+}
+
+// drainable pods are those a drain must remove: not mirror pods, not finished.
+func drainable(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+func critical(p *corev1.Pod) bool {
+	return p.Spec.PriorityClassName == "system-cluster-critical" || p.Spec.PriorityClassName == "system-node-critical"
+}
+
+func daemon(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+func podGrace(p *corev1.Pod) time.Duration {
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// evict asks the Eviction API to remove the pod, or deletes it outright once the claim's
+// termination deadline leaves it no more than its own grace period.
+func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.Pod, end *time.Time) error {
+	now := c.Clock.Now()
+	if end != nil && !now.Before(end.Add(-podGrace(p))) {
+		grace := int64(max(end.Sub(now), 0) / time.Second)
+		if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds <= grace {
+			return nil
+		}
+		log.FromContext(ctx).Info("deleting pod: termination grace period reached", "Pod", client.ObjectKeyFromObject(p), "grace-period-seconds", grace)
+		c.Recorder.Eventf(p, corev1.EventTypeWarning, "Disrupted", "Deleting pod: NodeClaim %s reached its terminationGracePeriod", nc.Name)
+		err := c.Client.Delete(ctx, p, client.GracePeriodSeconds(grace))
+		return client.IgnoreNotFound(err)
+	}
+	if p.DeletionTimestamp != nil {
+		return nil
+	}
+	if p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" {
+		c.Recorder.Eventf(p, corev1.EventTypeWarning, "FailedDraining", "Pod has the %s annotation", karpv1.DoNotDisruptAnnotationKey)
+		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "FailedDraining", "Pod %s/%s has the %s annotation", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)
+		return nil
+	}
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+	err := c.Client.SubResource("eviction").Create(ctx, p, ev)
+	switch {
+	case err == nil:
+		log.FromContext(ctx).Info("evicted pod", "Pod", client.ObjectKeyFromObject(p))
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsTooManyRequests(err):
+		c.Recorder.Eventf(p, corev1.EventTypeWarning, "FailedDraining", "Eviction blocked by a PodDisruptionBudget: %s", err)
+		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "FailedDraining", "Pod %s/%s: eviction blocked by a PodDisruptionBudget", p.Namespace, p.Name)
+		return nil
+	default:
+		return fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+}
