@@ -202,4 +202,3 @@ func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
 	}
 	return nil
 }
-

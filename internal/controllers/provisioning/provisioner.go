@@ -1,0 +1,285 @@
+package provisioning
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Provisioner plans and creates NodeClaims for pending pods.
+type Provisioner struct {
+	Client   client.Client
+	Cloud    cloudprovider.CloudProvider
+	Clock    clock.Clock
+	Recorder record.EventRecorder
+	// BatchIdle ends a batch when no new pod arrived for this long (default 1s); BatchMax bounds
+	// a batch (default 10s).
+	BatchIdle, BatchMax time.Duration
+
+	trigger chan struct{}
+}
+
+// Name is the provisioner's name and log key.
+func (p *Provisioner) Name() string { return "provisioner" }
+
+// Trigger asks for a provisioning pass; triggers during a batch extend it.
+func (p *Provisioner) Trigger() {
+	p.init()
+	select {
+	case p.trigger <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Provisioner) init() {
+	if p.trigger == nil {
+		p.trigger = make(chan struct{}, 1)
+	}
+}
+
+// NeedLeaderElection makes only the leader provision.
+func (p *Provisioner) NeedLeaderElection() bool { return true }
+
+// Start runs batches until ctx ends. It implements controller-runtime's Runnable.
+func (p *Provisioner) Start(ctx context.Context) error {
+	p.init()
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", p.Name()))
+	idle, maxWait := p.BatchIdle, p.BatchMax
+	if idle == 0 {
+		idle = time.Second
+	}
+	if maxWait == 0 {
+		maxWait = 10 * time.Second
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.trigger:
+		}
+		// Wait for the batch to settle: until idle passes without a trigger, or maxWait.
+		deadline := p.Clock.After(maxWait)
+	batch:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-p.trigger:
+			case <-p.Clock.After(idle):
+				break batch
+			case <-deadline:
+				break batch
+			}
+		}
+		if _, err := p.Provision(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "provisioning")
+			// Try again after a pause, as if a pod had arrived.
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+					p.Trigger()
+				}
+			}()
+		}
+	}
+}
+
+// Provisionable reports whether a pod is one the provisioner acts on: not bound, not finished,
+// not being deleted, marked unschedulable by the scheduler, and not a DaemonSet's.
+func Provisionable(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, o := range pod.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return false
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// Result is what one pass did.
+type Result struct {
+	// Created are the NodeClaims created.
+	Created []*karpv1.NodeClaim
+	// Plan is the solver's plan.
+	Plan *solver.Result
+}
+
+// Provision runs one pass over the pending pods.
+func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
+	logger := log.FromContext(ctx)
+	pods := &corev1.PodList{}
+	if err := p.Client.List(ctx, pods); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	var pending []*corev1.Pod
+	bound := map[string][]*corev1.Pod{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		switch {
+		case Provisionable(pod):
+			pending = append(pending, pod)
+		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
+			bound[pod.Spec.NodeName] = append(bound[pod.Spec.NodeName], pod)
+		}
+	}
+	if len(pending) == 0 {
+		return &Result{}, nil
+	}
+	sort.Slice(pending, func(i, j int) bool {
+		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
+	})
+	logger.Info("found provisionable pod(s)", "Pods", podList(pending), "duration", "0s")
+
+	st, err := p.state(ctx, bound)
+	if err != nil {
+		return nil, err
+	}
+	in := solver.Input{Pods: pending, NodePools: st.pools, Nodes: st.nodes, DaemonSetPods: st.daemons}
+	start := time.Now()
+	plan := solver.Solve(in, solver.Options{})
+	res := &Result{Plan: plan}
+	if len(plan.NodeClaims) > 0 {
+		placed := 0
+		for _, nc := range plan.NodeClaims {
+			placed += len(nc.Pods)
+		}
+		logger.Info("computed new nodeclaim(s) to fit pod(s)", "nodeclaims", len(plan.NodeClaims), "pods", placed,
+			"duration", time.Since(start).String())
+	}
+	for _, planned := range plan.NodeClaims {
+		np := st.byName[planned.NodePool]
+		nc := newNodeClaim(np, planned)
+		if err := p.Client.Create(ctx, nc); err != nil {
+			return res, fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
+		}
+		res.Created = append(res.Created, nc)
+		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
+			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned))
+		for _, pod := range planned.Pods {
+			p.Recorder.Eventf(pod, corev1.EventTypeNormal, "Nominated", "Pod should schedule on: nodeclaim/%s", nc.Name)
+		}
+	}
+	for _, u := range plan.Unschedulable {
+		p.Recorder.Eventf(u.Pod, corev1.EventTypeWarning, "FailedScheduling", "Failed to schedule pod, %s", u.Reason)
+		logger.V(1).Info("could not schedule pod", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
+	}
+	return res, nil
+}
+
+func podList(pods []*corev1.Pod) string {
+	const show = 5
+	names := make([]string, 0, show)
+	for i, p := range pods {
+		if i == show {
+			break
+		}
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	s := strings.Join(names, ", ")
+	if len(pods) > show {
+		s += fmt.Sprintf(" and %d other(s)", len(pods)-show)
+	}
+	return s
+}
+
+func instanceTypeList(nc *solver.PlannedNodeClaim) string {
+	const show = 3
+	names := make([]string, 0, show)
+	for i, it := range nc.InstanceTypes {
+		if i == show {
+			break
+		}
+		names = append(names, it.Name)
+	}
+	s := strings.Join(names, ", ")
+	if n := len(nc.InstanceTypes) - show; n > 0 {
+		s += fmt.Sprintf(" and %d other(s)", n)
+	}
+	return s
+}
+
+func describe(rl corev1.ResourceList) string {
+	keys := make([]string, 0, len(rl))
+	for k := range rl {
+		keys = append(keys, string(k))
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		q := rl[corev1.ResourceName(k)]
+		parts = append(parts, fmt.Sprintf("%q:%q", k, q.String()))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// newNodeClaim builds the NodeClaim of a planned machine.
+func newNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1.NodeClaim {
+	t := np.Spec.Template
+	labels := map[string]string{karpv1.NodePoolLabelKey: np.Name}
+	for k, v := range t.ObjectMeta.Labels {
+		labels[k] = v
+	}
+	annotations := map[string]string{
+		karpv1.NodePoolHashAnnotationKey:        nodepools.Hash(np),
+		karpv1.NodePoolHashVersionAnnotationKey: nodepools.HashVersion,
+	}
+	for k, v := range t.ObjectMeta.Annotations {
+		annotations[k] = v
+	}
+	reqs := planned.Requirements.Clone()
+	// The pool's name and template labels become labels, not requirements.
+	var api []karpv1.NodeSelectorRequirementWithMinValues
+	for _, r := range nodepools.ToAPI(reqs) {
+		if _, isLabel := labels[r.Key]; isLabel && r.Operator == karpv1.NodeSelectorOpIn && len(r.Values) == 1 && r.Key != karpv1.NodePoolLabelKey {
+			continue
+		}
+		api = append(api, r)
+	}
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: np.Name + "-",
+			Labels:       labels,
+			Annotations:  annotations,
+			Finalizers:   []string{karpv1.TerminationFinalizer},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: karpv1.SchemeGroupVersion.String(), Kind: "NodePool", Name: np.Name, UID: np.UID,
+				BlockOwnerDeletion: ptrTo(true),
+			}},
+		},
+		Spec: karpv1.NodeClaimSpec{
+			Taints:                 t.Spec.Taints,
+			StartupTaints:          t.Spec.StartupTaints,
+			Requirements:           api,
+			Resources:              karpv1.ResourceRequirements{Requests: planned.Requests},
+			NodeClassRef:           t.Spec.NodeClassRef,
+			TerminationGracePeriod: t.Spec.TerminationGracePeriod,
+			ExpireAfter:            t.Spec.ExpireAfter,
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

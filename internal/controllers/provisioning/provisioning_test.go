@@ -1,0 +1,241 @@
+package provisioning
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// Each test works in its own namespace and NodePool names, and deletes what it made.
+func setup(t *testing.T, pools ...*karpv1.NodePool) (*Provisioner, *record.FakeRecorder) {
+	t.Helper()
+	ctx := t.Context()
+	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "prov-" + strings.ToLower(t.Name())},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a", "zone-b"}, InstanceTypes: []string{"m5.large", "m5.xlarge", "m5.2xlarge", "m5.4xlarge", "c5.large", "c5.xlarge"}}}
+	if err := env.Client.Create(ctx, snc); err != nil {
+		t.Fatal(err)
+	}
+	for _, np := range pools {
+		np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: snc.Name}
+		if err := env.Client.Create(ctx, np); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		ncs := &karpv1.NodeClaimList{}
+		_ = env.Client.List(ctx, ncs)
+		for i := range ncs.Items {
+			nc := &ncs.Items[i]
+			nc.Finalizers = nil
+			_ = env.Client.Update(ctx, nc)
+			_ = env.Client.Delete(ctx, nc)
+		}
+		for _, np := range pools {
+			_ = env.Client.Delete(ctx, np)
+		}
+		_ = env.Client.Delete(ctx, snc)
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	cloud, _ := sim.NewCloud(clk, "")
+	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record.NewFakeRecorder(10000)
+	return &Provisioner{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec}, rec
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "prov-"}}
+	if err := env.Client.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pods := &corev1.PodList{}
+		_ = env.Client.List(context.Background(), pods, client.InNamespace(ns.Name))
+		for i := range pods.Items {
+			_ = env.Client.Delete(context.Background(), &pods.Items[i], client.GracePeriodSeconds(0))
+		}
+		_ = env.Client.Delete(context.Background(), ns)
+	})
+	return ns.Name
+}
+
+// pendingPods creates pods the scheduler has marked unschedulable.
+func pendingPods(t *testing.T, ns, prefix string, n int, cpu string, mutate func(*corev1.Pod)) {
+	t.Helper()
+	for i := range n {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Namespace: ns, Labels: map[string]string{"app": prefix}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("256Mi")}}}}},
+		}
+		if mutate != nil {
+			mutate(p)
+		}
+		if err := env.Client.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+		if err := env.Client.Status().Update(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func claimsOf(t *testing.T, pool string) []karpv1.NodeClaim {
+	t.Helper()
+	ncs := &karpv1.NodeClaimList{}
+	if err := env.Client.List(t.Context(), ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
+		t.Fatal(err)
+	}
+	return ncs.Items
+}
+
+func pool(name string, mutate func(*karpv1.NodePool)) *karpv1.NodePool {
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if mutate != nil {
+		mutate(np)
+	}
+	return np
+}
+
+func TestPendingPodsBecomeNodeClaimsOnce(t *testing.T) {
+	np := pool("prov-basic", func(np *karpv1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "web"}
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}}
+	})
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "web", 10, "500m", nil)
+
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Created) == 0 {
+		t.Fatal("no nodeclaim created for 10 pending pods")
+	}
+	claims := claimsOf(t, "prov-basic")
+	if len(claims) != len(res.Created) {
+		t.Fatalf("%d claims in the API, %d created", len(claims), len(res.Created))
+	}
+	nc := claims[0]
+	if nc.Labels["team"] != "web" || nc.Annotations[karpv1.NodePoolHashAnnotationKey] == "" ||
+		len(nc.OwnerReferences) != 1 || nc.OwnerReferences[0].Name != "prov-basic" || nc.Finalizers[0] != karpv1.TerminationFinalizer {
+		t.Fatalf("claim metadata %+v", nc.ObjectMeta)
+	}
+	hasIT := false
+	for _, r := range nc.Spec.Requirements {
+		hasIT = hasIT || r.Key == karpv1.InstanceTypeLabelKey && r.Operator == karpv1.NodeSelectorOpIn
+	}
+	if !hasIT || nc.Spec.Resources.Requests.Cpu().MilliValue() < 500 {
+		t.Fatalf("claim spec %+v", nc.Spec)
+	}
+	// The same pods are still pending; they fit the in-flight claims, so nothing new is bought.
+	again, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Created) != 0 {
+		t.Fatalf("a second pass created %d more claims for pods that fit in-flight capacity", len(again.Created))
+	}
+}
+
+func TestLimitsAreNeverExceeded(t *testing.T) {
+	np := pool("prov-limited", func(np *karpv1.NodePool) {
+		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+	})
+	p, rec := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "batch", 100, "1", nil)
+	for range 3 {
+		if _, err := p.Provision(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims := claimsOf(t, "prov-limited")
+	if len(claims) == 0 {
+		t.Fatal("no claims at all")
+	}
+	// Sum the largest capacity each claim may launch as.
+	total := resource.Quantity{}
+	its, err := p.Cloud.GetInstanceTypes(t.Context(), np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range claims {
+		largest := resource.Quantity{}
+		for _, it := range candidates(&nc, its) {
+			if c := it.Capacity[corev1.ResourceCPU]; c.Cmp(largest) > 0 {
+				largest = c
+			}
+		}
+		total.Add(largest)
+	}
+	if total.Cmp(resource.MustParse("16")) > 0 {
+		t.Fatalf("claims may launch %s CPU against a limit of 16", total.String())
+	}
+	found := false
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "limits exhausted") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no pod was told the NodePool's limits are exhausted")
+	}
+}
+
+func TestTaintedPoolTakesOnlyTolerantPods(t *testing.T) {
+	orders := pool("prov-orders", func(np *karpv1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]string{"workload": "orders"}
+		np.Spec.Template.Spec.Taints = karpv1.Taints{{Key: "workload", Value: "orders", Effect: corev1.TaintEffectNoSchedule}}
+		w := int32(50)
+		np.Spec.Weight = &w
+	})
+	general := pool("prov-general", nil)
+	p, _ := setup(t, orders, general)
+	ns := namespace(t)
+	pendingPods(t, ns, "plain", 3, "500m", nil)
+	pendingPods(t, ns, "orders", 3, "500m", func(pod *corev1.Pod) {
+		pod.Spec.NodeSelector = map[string]string{"workload": "orders"}
+		pod.Spec.Tolerations = []corev1.Toleration{{Key: "workload", Operator: corev1.TolerationOpEqual, Value: "orders", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, planned := range res.Plan.NodeClaims {
+		for _, pod := range planned.Pods {
+			onOrders := planned.NodePool == "prov-orders"
+			if onOrders != strings.HasPrefix(pod.Name, "orders") {
+				t.Errorf("pod %s planned on NodePool %s", pod.Name, planned.NodePool)
+			}
+		}
+	}
+	if len(claimsOf(t, "prov-orders")) == 0 || len(claimsOf(t, "prov-general")) == 0 {
+		t.Fatal("want claims from both pools")
+	}
+}

@@ -1,0 +1,206 @@
+package provisioning
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// clusterState is what a pass reads of the cluster, in the solver's terms.
+type clusterState struct {
+	pools   []solver.NodePool
+	byName  map[string]*karpv1.NodePool
+	nodes   []solver.ExistingNode
+	daemons []*corev1.Pod
+}
+
+func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod) (*clusterState, error) {
+	st := &clusterState{byName: map[string]*karpv1.NodePool{}}
+	nps := &karpv1.NodePoolList{}
+	if err := p.Client.List(ctx, nps); err != nil {
+		return nil, fmt.Errorf("listing nodepools: %w", err)
+	}
+	ncs := &karpv1.NodeClaimList{}
+	if err := p.Client.List(ctx, ncs); err != nil {
+		return nil, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := p.Client.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	dss := &appsv1.DaemonSetList{}
+	if err := p.Client.List(ctx, dss); err != nil {
+		return nil, fmt.Errorf("listing daemonsets: %w", err)
+	}
+	for i := range dss.Items {
+		ds := &dss.Items[i]
+		st.daemons = append(st.daemons, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: ds.Name, Labels: ds.Spec.Template.Labels},
+			Spec: ds.Spec.Template.Spec})
+	}
+
+	its := map[string][]*cloudprovider.InstanceType{}
+	for i := range nps.Items {
+		np := &nps.Items[i]
+		if !np.DeletionTimestamp.IsZero() {
+			continue
+		}
+		types, err := p.Cloud.GetInstanceTypes(ctx, np)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		reqs, err := nodepools.Requirements(np)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		its[np.Name] = types
+		st.byName[np.Name] = np
+		weight := int32(0)
+		if np.Spec.Weight != nil {
+			weight = *np.Spec.Weight
+		}
+		st.pools = append(st.pools, solver.NodePool{
+			Name: np.Name, Weight: weight, Requirements: reqs,
+			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
+			InstanceTypes: types, Remaining: remaining(np, ncs.Items, types),
+		})
+	}
+
+	byProvider := map[string]*corev1.Node{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if n.Spec.ProviderID != "" {
+			byProvider[n.Spec.ProviderID] = n
+		}
+		st.nodes = append(st.nodes, solver.ExistingNode{
+			Name: n.Name, Labels: n.Labels, Taints: schedulingTaints(n), Allocatable: n.Status.Allocatable,
+			Pods:          bound[n.Name],
+			Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero(),
+		})
+	}
+	// In-flight NodeClaims: launched or not, their node has not registered yet. Pods planned
+	// for them are still pending and will be placed on them again.
+	for i := range ncs.Items {
+		nc := &ncs.Items[i]
+		if !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if nc.Status.ProviderID != "" && byProvider[nc.Status.ProviderID] != nil {
+			continue
+		}
+		if en, ok := inFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.daemons); ok {
+			st.nodes = append(st.nodes, en)
+		}
+	}
+	return st, nil
+}
+
+// schedulingTaints are the node's taints as pods will see them once it is up: the unregistered
+// taint goes away at registration.
+func schedulingTaints(n *corev1.Node) []corev1.Taint {
+	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key == karpv1.UnregisteredTaintKey })
+}
+
+// inFlight describes a NodeClaim without a node as the node it will be: its labels and resolved
+// requirements, its taints, and its allocatable — known once launched, else the least among its
+// candidate instance types — less its DaemonSets.
+func inFlight(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType, daemons []*corev1.Pod) (solver.ExistingNode, bool) {
+	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
+	if err != nil {
+		return solver.ExistingNode{}, false
+	}
+	labels := reqs.Labels()
+	maps.Copy(labels, nc.Labels)
+	labels[corev1.LabelHostname] = nc.Name
+	alloc := nc.Status.Allocatable
+	if len(alloc) == 0 {
+		for _, it := range candidates(nc, types) {
+			a := it.Allocatable()
+			if alloc == nil {
+				alloc = a
+				continue
+			}
+			for k, q := range alloc {
+				if o, ok := a[k]; !ok || o.Cmp(q) < 0 {
+					alloc[k] = o
+				}
+			}
+		}
+	}
+	if len(alloc) == 0 {
+		return solver.ExistingNode{}, false
+	}
+	en := solver.ExistingNode{Name: "nodeclaim/" + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
+	for _, ds := range daemons {
+		en.Pods = append(en.Pods, ds)
+	}
+	return en, true
+}
+
+// candidates are the pool's instance types the claim's requirements allow.
+func candidates(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) []*cloudprovider.InstanceType {
+	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
+	if err != nil {
+		return nil
+	}
+	var out []*cloudprovider.InstanceType
+	for _, it := range types {
+		if it.Requirements.Intersects(reqs) == nil {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts
+// its capacity, one not yet launched the largest capacity it may launch as.
+func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudprovider.InstanceType) corev1.ResourceList {
+	if np.Spec.Limits == nil {
+		return nil
+	}
+	left := np.Spec.Limits.DeepCopy()
+	for i := range claims {
+		nc := &claims[i]
+		if nc.Labels[karpv1.NodePoolLabelKey] != np.Name {
+			continue
+		}
+		used := nc.Status.Capacity
+		if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) || len(used) == 0 {
+			used = corev1.ResourceList{}
+			for _, it := range candidates(nc, types) {
+				for k, q := range it.Capacity {
+					if cur, ok := used[k]; !ok || q.Cmp(cur) > 0 {
+						used[k] = q
+					}
+				}
+			}
+		}
+		for k, q := range left {
+			if u, ok := used[k]; ok {
+				q.Sub(u)
+				left[k] = q
+			}
+		}
+	}
+	for k, q := range left {
+		if q.Sign() < 0 {
+			left[k] = resource.Quantity{}
+		}
+	}
+	return left
+}
