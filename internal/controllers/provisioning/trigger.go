@@ -34,10 +34,10 @@ func (t *PodTrigger) Register(mgr ctrl.Manager) error {
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named(t.Name()+".pod").For(&corev1.Pod{}).WithEventFilter(provisionable).Complete(t); err != nil {
+	if err := ctrl.NewControllerManagedBy(mgr).Named(t.Name() + ".pod").For(&corev1.Pod{}).WithEventFilter(provisionable).Complete(t); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).Named(t.Name()+".nodeclaim").For(&karpv1.NodeClaim{}).WithEventFilter(deleted).Complete(t)
+	return ctrl.NewControllerManagedBy(mgr).Named(t.Name() + ".nodeclaim").For(&karpv1.NodeClaim{}).WithEventFilter(deleted).Complete(t)
 }
 
 // Reconcile triggers the provisioner.

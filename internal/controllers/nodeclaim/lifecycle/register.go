@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -82,6 +84,10 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 		})
 	}
 	if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			// The kubelet (kwok here) updated the node meanwhile; read it again shortly.
+			return false, reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
 		return false, reconcile.Result{}, fmt.Errorf("syncing node %s: %w", node.Name, err)
 	}
 	nc.Status.NodeName = node.Name

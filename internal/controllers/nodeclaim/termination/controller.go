@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,7 +58,6 @@ func (c *Controller) claimForNode(ctx context.Context, o client.Object) []reconc
 
 // Reconcile drains and terminates a deleted NodeClaim.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", c.Name(), "NodeClaim", klog.KRef("", req.Name)))
 	nc := &karpv1.NodeClaim{}
 	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -200,5 +198,6 @@ func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
 	if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("tainting node %s: %w", node.Name, err)
 	}
+	log.FromContext(ctx).Info("tainted node", "Node", node.Name, "taint", karpv1.DisruptedTaintKey)
 	return nil
 }

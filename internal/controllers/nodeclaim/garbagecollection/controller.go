@@ -1,0 +1,131 @@
+// Package garbagecollection keeps the cloud and the cluster in agreement: machines no NodeClaim
+// owns are terminated after a grace window (a launch whose claim was lost, a controller that
+// crashed between launching and recording), NodeClaims whose machine vanished are deleted, and
+// Nodes whose NodeClaim is gone are released.
+package garbagecollection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+)
+
+// GracePeriod is how long a machine may exist without a NodeClaim recording it.
+const GracePeriod = 30 * time.Second
+
+// Controller sweeps orphans on an interval.
+type Controller struct {
+	Client client.Client
+	Cloud  cloudprovider.CloudProvider
+	Clock  clock.Clock
+	// Interval between sweeps (default 10s).
+	Interval time.Duration
+}
+
+// Name is the controller's name and log key.
+func (c *Controller) Name() string { return "nodeclaim.garbagecollection" }
+
+// NeedLeaderElection makes only the leader sweep.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start sweeps until ctx ends.
+func (c *Controller) Start(ctx context.Context) error {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", c.Name()))
+	interval := c.Interval
+	if interval == 0 {
+		interval = 10 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := c.Sync(ctx); err != nil {
+				log.FromContext(ctx).Error(err, "garbage collecting")
+			}
+		}
+	}
+}
+
+// Sync runs one sweep.
+func (c *Controller) Sync(ctx context.Context) error {
+	machines, err := c.Cloud.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing machines: %w", err)
+	}
+	ncs := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, ncs); err != nil {
+		return fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	byName := map[string]*karpv1.NodeClaim{}
+	byProvider := map[string]bool{}
+	for i := range ncs.Items {
+		byName[ncs.Items[i].Name] = &ncs.Items[i]
+		if id := ncs.Items[i].Status.ProviderID; id != "" {
+			byProvider[id] = true
+		}
+	}
+	alive := map[string]bool{}
+	for _, m := range machines {
+		alive[m.Status.ProviderID] = true
+		if byProvider[m.Status.ProviderID] {
+			continue
+		}
+		if _, claimed := byName[m.Name]; claimed {
+			// The claim exists but has not recorded its machine yet: its lifecycle will.
+			continue
+		}
+		if c.Clock.Since(m.CreationTimestamp.Time) < GracePeriod {
+			continue
+		}
+		log.FromContext(ctx).Info("garbage collecting machine without a nodeclaim", "provider-id", m.Status.ProviderID, "NodeClaim", m.Name)
+		if err := c.Cloud.Delete(ctx, m); cloudprovider.IgnoreNodeClaimNotFound(err) != nil {
+			return fmt.Errorf("terminating orphan %s: %w", m.Status.ProviderID, err)
+		}
+	}
+	for _, nc := range ncs.Items {
+		if !nc.DeletionTimestamp.IsZero() || nc.Status.ProviderID == "" || alive[nc.Status.ProviderID] ||
+			!meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) {
+			continue
+		}
+		if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
+			continue
+		}
+		log.FromContext(ctx).Info("garbage collecting nodeclaim whose machine is gone", "NodeClaim", nc.Name, "provider-id", nc.Status.ProviderID)
+		if err := c.Client.Delete(ctx, &nc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting nodeclaim %s: %w", nc.Name, err)
+		}
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.Client.List(ctx, nodes); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if !controllerutil.ContainsFinalizer(n, karpv1.TerminationFinalizer) || byProvider[n.Spec.ProviderID] {
+			continue
+		}
+		log.FromContext(ctx).Info("releasing node whose nodeclaim is gone", "Node", n.Name)
+		orig := n.DeepCopy()
+		controllerutil.RemoveFinalizer(n, karpv1.TerminationFinalizer)
+		if err := c.Client.Patch(ctx, n, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("releasing node %s: %w", n.Name, err)
+		}
+		if err := c.Client.Delete(ctx, n); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}

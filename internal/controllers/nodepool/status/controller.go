@@ -1,0 +1,134 @@
+// Package status keeps a NodePool's status current: the summed capacity and count of its
+// NodeClaims, its readiness (its NodeClass resolves to instance types and its template is valid),
+// and the template hash annotation that NodeClaims are compared with for drift.
+package status
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodepools"
+)
+
+// Controller reconciles NodePool status.
+type Controller struct {
+	Client client.Client
+	Cloud  cloudprovider.CloudProvider
+	Clock  clock.Clock
+}
+
+// Name is the controller's name and log key.
+func (c *Controller) Name() string { return "nodepool.status" }
+
+// Register adds the controller to a manager; NodeClaim changes requeue their pool.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodePool{}).
+		Watches(&karpv1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if np := o.GetLabels()[karpv1.NodePoolLabelKey]; np != "" {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: np}}}
+			}
+			return nil
+		})).Complete(c)
+}
+
+// Reconcile updates one NodePool.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	np := &karpv1.NodePool{}
+	if err := c.Client.Get(ctx, req.NamespacedName, np); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !np.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	hash := nodepools.Hash(np)
+	if np.Annotations[karpv1.NodePoolHashAnnotationKey] != hash || np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] != nodepools.HashVersion {
+		orig := np.DeepCopy()
+		if np.Annotations == nil {
+			np.Annotations = map[string]string{}
+		}
+		np.Annotations[karpv1.NodePoolHashAnnotationKey] = hash
+		np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] = nodepools.HashVersion
+		if err := c.Client.Patch(ctx, np, client.MergeFrom(orig)); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("annotating nodepool hash: %w", err))
+		}
+	}
+	stored := np.DeepCopy()
+	ncs := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	total := corev1.ResourceList{}
+	for _, nc := range ncs.Items {
+		for k, q := range nc.Status.Capacity {
+			cur := total[k]
+			cur.Add(q)
+			total[k] = cur
+		}
+	}
+	np.Status.Nodes = int64(len(ncs.Items))
+	total[corev1.ResourceName("nodes")] = *resource.NewQuantity(np.Status.Nodes, resource.DecimalSI)
+	np.Status.Resources = total
+
+	now := metav1.NewTime(c.Clock.Now())
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionTrue
+		if !ok {
+			s = metav1.ConditionFalse
+		}
+		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
+			ObservedGeneration: np.Generation, LastTransitionTime: now})
+	}
+	_, err := c.Cloud.GetInstanceTypes(ctx, np)
+	classOK := err == nil
+	if classOK {
+		set(karpv1.ConditionTypeNodeClassReady, true, "NodeClassReady", "")
+	} else {
+		set(karpv1.ConditionTypeNodeClassReady, false, "NodeClassNotReady", err.Error())
+	}
+	problems := validate(np)
+	if len(problems) == 0 {
+		set(karpv1.ConditionTypeValidationSucceeded, true, "ValidationSucceeded", "")
+	} else {
+		set(karpv1.ConditionTypeValidationSucceeded, false, "ValidationFailed", strings.Join(problems, "; "))
+	}
+	switch {
+	case !classOK:
+		set(karpv1.ConditionTypeReady, false, "NodeClassNotReady", "the NodeClass is not ready")
+	case len(problems) > 0:
+		set(karpv1.ConditionTypeReady, false, "ValidationFailed", strings.Join(problems, "; "))
+	default:
+		set(karpv1.ConditionTypeReady, true, "Ready", "")
+	}
+	if err := c.Client.Status().Patch(ctx, np, client.MergeFrom(stored)); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodepool status: %w", err))
+	}
+	return reconcile.Result{}, nil
+}
+
+// validate checks what the CRD cannot: the template's label values.
+func validate(np *karpv1.NodePool) []string {
+	var out []string
+	labels := np.Spec.Template.ObjectMeta.Labels
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
+			out = append(out, fmt.Sprintf("spec.template.metadata.labels[%s]: %q: %s", k, labels[k], strings.Join(errs, ", ")))
+		}
+	}
+	return out
+}
