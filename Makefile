@@ -37,5 +37,5 @@ cluster-down: ## Stop the local cluster and remove its state.
 	@hack/cluster.sh down
 
 .PHONY: run
-run: ## Run Capstan on the local cluster (for now: bring the cluster up with the CRDs).
+run: ## Run Capstan in the foreground on a local cluster with the simulated cloud (Ctrl-C stops all).
 	@hack/run.sh

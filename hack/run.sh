@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
-# `make run`: brings up the local cluster with Capstan's CRDs and keeps it up until Ctrl-C.
-# The controllers that act on NodePools (provisioning, lifecycle, termination) are not written yet
-# (issue 4); until then this is a cluster to apply and inspect Capstan's APIs on.
+# `make run`: builds what is needed, brings up the local cluster with Capstan's CRDs, installs a
+# default SimNodeClass and NodePool, and runs Capstan in the foreground on the simulated cloud.
+# Ctrl-C stops Capstan and the cluster and removes their state.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 state="${CAPSTAN_STATE_DIR:-$root/.capstan}"
+export CAPSTAN_STATE_DIR="$state"
 
 "$root/hack/cluster.sh" up
-trap '"$root/hack/cluster.sh" down' EXIT INT TERM
-cat <<MSG
+trap '"$root/hack/cluster.sh" down' EXIT
+echo "[run] building capstan" >&2
+(cd "$root" && go build -o "$root/bin/capstan" ./cmd/capstan)
+KUBECONFIG="$state/kubeconfig" kubectl apply -f "$root/examples/nodepool.yaml" >&2
 
-Capstan's local cluster is up: etcd, kube-apiserver (with the NodePool, NodeClaim, EC2NodeClass
-and SimNodeClass CRDs), kube-controller-manager, kube-scheduler and kwok, on loopback.
+cat <<MSG >&2
+
+Capstan runs on a local cluster with the simulated cloud. In another terminal:
 
   export KUBECONFIG=$state/kubeconfig
-  kubectl get nodepools,nodeclaims,ec2nodeclasses,simnodeclasses
-  kubectl apply -f examples/nodepool.yaml
+  kubectl apply -f examples/inflate.yaml
+  kubectl scale deployment inflate --replicas 20
+  kubectl get nodeclaims -w
 
-Capstan's controllers are not part of this build yet: NodePools are stored and validated, but no
-machines are launched. Component logs are in $state/logs/. Press Ctrl-C to stop and clean up.
+More workloads in examples/. Press Ctrl-C here to stop Capstan and the cluster.
+
 MSG
-while kill -0 "$(cat "$state/localcluster.pid")" 2>/dev/null; do sleep 1; done
-echo "the local cluster stopped; see $state/localcluster.log" >&2
+"$root/bin/capstan" --kubeconfig "$state/kubeconfig" --leader-elect=false \
+  --sim-state-file "$state/sim-cloud.json" --metrics-bind-address 127.0.0.1:8080 \
+  --health-probe-bind-address 127.0.0.1:8081 "$@" || true
