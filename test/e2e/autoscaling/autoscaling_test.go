@@ -212,3 +212,22 @@ func TestRestartMidLaunchBuysNoSecondMachine(t *testing.T) {
 		}
 	}
 }
+
+func TestDeletingANodePoolRemovesItsMachines(t *testing.T) {
+	np := pool(t, "e2e-delete", nil, nil)
+	deployment(t, "doomed", "e2e-delete", 3, "1", "1Gi", nil)
+	eventually(t, "pods Running", 2*time.Minute, running(t, "doomed", 3))
+	if len(claims(t, "e2e-delete")) == 0 {
+		t.Fatal("no NodeClaims")
+	}
+	if err := s.client.Delete(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool's NodeClaims and Nodes gone", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		nl := &corev1.NodeList{}
+		if err := s.client.List(ctx, nl, client.MatchingLabels{karpv1.NodePoolLabelKey: "e2e-delete"}); err != nil {
+			return false, err
+		}
+		return len(claims(t, "e2e-delete")) == 0 && len(nl.Items) == 0, nil
+	})
+}

@@ -126,7 +126,7 @@ func stopCapstan(sig syscall.Signal) {
 }
 
 // cloudState reads the simulated cloud's machines and launch counts from its state file.
-func cloudState(t *testing.T) (instances map[string]json.RawMessage, creates map[string]int) {
+func cloudState(t testing.TB) (instances map[string]json.RawMessage, creates map[string]int) {
 	t.Helper()
 	b, err := os.ReadFile(s.statePath)
 	if os.IsNotExist(err) {
@@ -149,7 +149,7 @@ func cloudState(t *testing.T) (instances map[string]json.RawMessage, creates map
 const poolLabel = "e2e.capstan.dev/pool"
 
 // pool creates a SimNodeClass and NodePool named name.
-func pool(t *testing.T, name string, mutateClass func(*simv1alpha1.SimNodeClass), mutate func(*karpv1.NodePool)) *karpv1.NodePool {
+func pool(t testing.TB, name string, mutateClass func(*simv1alpha1.SimNodeClass), mutate func(*karpv1.NodePool)) *karpv1.NodePool {
 	t.Helper()
 	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a", "zone-b", "zone-c"}}}
@@ -181,7 +181,7 @@ func pool(t *testing.T, name string, mutateClass func(*simv1alpha1.SimNodeClass)
 }
 
 // deployment creates a deployment whose pods select the pool's machines.
-func deployment(t *testing.T, name, poolName string, replicas int32, cpu, mem string, mutate func(*corev1.PodSpec)) *appsv1.Deployment {
+func deployment(t testing.TB, name, poolName string, replicas int32, cpu, mem string, mutate func(*corev1.PodSpec)) *appsv1.Deployment {
 	t.Helper()
 	labels := map[string]string{"app": name}
 	grace := int64(0)
@@ -213,7 +213,7 @@ func deployment(t *testing.T, name, poolName string, replicas int32, cpu, mem st
 	return d
 }
 
-func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
+func scale(t testing.TB, d *appsv1.Deployment, replicas int32) {
 	t.Helper()
 	cur := &appsv1.Deployment{}
 	if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(d), cur); err != nil {
@@ -227,14 +227,14 @@ func scale(t *testing.T, d *appsv1.Deployment, replicas int32) {
 }
 
 // eventually polls cond until it holds; the timeout only bounds a broken run.
-func eventually(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
+func eventually(t testing.TB, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, timeout, true, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
-func pods(t *testing.T, app string) []corev1.Pod {
+func pods(t testing.TB, app string) []corev1.Pod {
 	t.Helper()
 	l := &corev1.PodList{}
 	if err := s.client.List(t.Context(), l, client.InNamespace("default"), client.MatchingLabels{"app": app}); err != nil {
@@ -243,7 +243,7 @@ func pods(t *testing.T, app string) []corev1.Pod {
 	return l.Items
 }
 
-func claims(t *testing.T, poolName string) []karpv1.NodeClaim {
+func claims(t testing.TB, poolName string) []karpv1.NodeClaim {
 	t.Helper()
 	l := &karpv1.NodeClaimList{}
 	if err := s.client.List(t.Context(), l, client.MatchingLabels{karpv1.NodePoolLabelKey: poolName}); err != nil {
@@ -252,7 +252,7 @@ func claims(t *testing.T, poolName string) []karpv1.NodeClaim {
 	return l.Items
 }
 
-func running(t *testing.T, app string, n int) func(context.Context) (bool, error) {
+func running(t testing.TB, app string, n int) func(context.Context) (bool, error) {
 	return func(context.Context) (bool, error) {
 		count := 0
 		for _, p := range pods(t, app) {

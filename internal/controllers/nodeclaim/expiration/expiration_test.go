@@ -1,0 +1,61 @@
+package expiration
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func TestClaimsExpireAfterExpireAfter(t *testing.T) {
+	mk := func(name string, d karpv1.NillableDuration) *karpv1.NodeClaim {
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: karpv1.NodeClaimSpec{
+			NodeClassRef: &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "x"},
+			Requirements: karpv1.Requirements{}, ExpireAfter: d}}
+		if err := env.Client.Create(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+	short := mk("expiring", karpv1.NewDuration(time.Hour))
+	never := mk("eternal", karpv1.NeverDuration())
+	clk := clocktesting.NewFakeClock(short.CreationTimestamp.Time)
+	c := &Controller{Client: env.Client, Clock: clk, Recorder: record.NewFakeRecorder(10)}
+	reconcileAll := func() {
+		for _, name := range []string{"expiring", "eternal"} {
+			if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	exists := func(name string) bool {
+		return env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &karpv1.NodeClaim{}) == nil
+	}
+	clk.Step(59 * time.Minute)
+	reconcileAll()
+	if !exists("expiring") {
+		t.Fatal("deleted before expireAfter")
+	}
+	clk.Step(2 * time.Minute)
+	reconcileAll()
+	if exists("expiring") {
+		t.Fatal("not deleted after expireAfter")
+	}
+	clk.Step(10000 * time.Hour)
+	reconcileAll()
+	if !exists("eternal") {
+		t.Fatal("a NodeClaim with expireAfter Never expired")
+	}
+	_ = never
+}

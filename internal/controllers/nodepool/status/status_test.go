@@ -1,0 +1,87 @@
+package status
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	cloud, _ := sim.NewCloud(clk, "")
+	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{Client: env.Client, Cloud: p, Clock: clk}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "status"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "status"}
+	np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "bad value!"}
+	if err := env.Client.Create(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"status-a", "status-b"} {
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{karpv1.NodePoolLabelKey: "status"}},
+			Spec: karpv1.NodeClaimSpec{NodeClassRef: np.Spec.Template.Spec.NodeClassRef, Requirements: karpv1.Requirements{}}}
+		if err := env.Client.Create(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+		nc.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}
+		if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func() *karpv1.NodePool {
+		if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "status"}}); err != nil {
+			t.Fatal(err)
+		}
+		got := &karpv1.NodePool{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "status"}, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := get()
+	if got.Status.Nodes != 2 || got.Status.Resources.Cpu().Cmp(resource.MustParse("8")) != 0 {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if got.Annotations[karpv1.NodePoolHashAnnotationKey] != nodepools.Hash(got) {
+		t.Fatal("hash annotation missing or stale")
+	}
+	// No SimNodeClass yet, and a bad label value: not ready, saying why.
+	if meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeNodeClassReady) ||
+		meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeValidationSucceeded) ||
+		meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeReady) {
+		t.Fatalf("conditions %+v", got.Status.Conditions)
+	}
+	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "status"}}
+	if err := env.Client.Create(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	orig := got.DeepCopy()
+	got.Spec.Template.ObjectMeta.Labels["team"] = "web"
+	if err := env.Client.Patch(t.Context(), got, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	if got = get(); !meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeReady) {
+		t.Fatalf("not Ready with a NodeClass and valid labels: %+v", got.Status.Conditions)
+	}
+}
