@@ -25,6 +25,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/provisioning"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/scheme"
 )
 
@@ -94,6 +95,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
+	m, err := metrics.New(metrics.Registry())
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	op := &Operator{Manager: mgr}
 	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
 	switch o.CloudProvider {
@@ -115,16 +120,16 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	c := mgr.GetClient()
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"),
-		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration}
+		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
 		&provisioning.PodTrigger{Provisioner: op.Provisioner},
-		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter")},
-		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter")},
-		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter")},
-		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
+		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
+		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
+		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
+		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
 	} {
 		if err := r.Register(mgr); err != nil {
 			return nil, err

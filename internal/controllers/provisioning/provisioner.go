@@ -17,6 +17,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -30,6 +31,8 @@ type Provisioner struct {
 	// BatchIdle ends a batch when no new pod arrived for this long (default 1s); BatchMax bounds
 	// a batch (default 10s).
 	BatchIdle, BatchMax time.Duration
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
 
 	trigger chan struct{}
 }
@@ -161,6 +164,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	in := solver.Input{Pods: pending, NodePools: st.pools, Nodes: st.nodes, DaemonSetPods: st.daemons}
 	start := time.Now()
 	plan := solver.Solve(in, solver.Options{})
+	p.Metrics.Scheduled(time.Since(start).Seconds(), len(plan.Unschedulable))
 	res := &Result{Plan: plan}
 	if len(plan.NodeClaims) > 0 {
 		placed := 0
@@ -177,6 +181,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			return res, fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
 		}
 		res.Created = append(res.Created, nc)
+		p.Metrics.Created(np.Name, "provisioning")
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned))
 		for _, pod := range planned.Pods {

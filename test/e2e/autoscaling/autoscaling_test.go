@@ -2,6 +2,8 @@ package autoscaling
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"syscall"
@@ -50,6 +52,19 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 	for _, p := range pods(t, "scale") {
 		if !nodes[p.Spec.NodeName] {
 			t.Fatalf("pod %s runs on %s, not on a node of the pool", p.Name, p.Spec.NodeName)
+		}
+	}
+
+	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`karpenter_nodeclaims_created_total{nodepool="e2e-scale",reason="provisioning"}`,
+		`karpenter_nodeclaims_initialized_total{nodepool="e2e-scale"}`, `capstan_nodepool_cost_dollars_per_hour{nodepool="e2e-scale"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,8 @@ type suite struct {
 	statePath  string
 	capstan    *exec.Cmd
 	capstanLog string
+	// metricsAddr is where the running capstan serves /metrics.
+	metricsAddr string
 }
 
 var s suite
@@ -104,8 +107,14 @@ func startCapstan() error {
 	if err != nil {
 		return err
 	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s.metricsAddr = l.Addr().String()
+	_ = l.Close()
 	cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--leader-elect=false",
-		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
+		"--metrics-bind-address="+s.metricsAddr, "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
 		"--batch-idle-duration=1s", "--batch-max-duration=10s")
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/metrics"
 )
 
 // Controller expires NodeClaims.
@@ -23,6 +24,8 @@ type Controller struct {
 	Client   client.Client
 	Clock    clock.Clock
 	Recorder record.EventRecorder
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
 }
 
 // Name is the controller's name and log key.
@@ -50,6 +53,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("deleting expired nodeclaim: %w", err))
 	}
 	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Expired", "NodeClaim expired after %s", d.String())
+	c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "expired")
 	log.FromContext(ctx).Info("disrupting nodeclaim(s)", "controller", c.Name(), "reason", "expired",
 		"NodeClaim", klog.KObj(nc), "expire-after", d.String())
 	return reconcile.Result{}, nil

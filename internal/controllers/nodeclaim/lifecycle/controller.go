@@ -23,6 +23,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/metrics"
 )
 
 // RegistrationTTL is how long a launched machine may take to register before its claim is
@@ -35,6 +36,8 @@ type Controller struct {
 	Cloud    cloudprovider.CloudProvider
 	Clock    clock.Clock
 	Recorder record.EventRecorder
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
 }
 
 // Name is the controller's name and log key.
@@ -154,6 +157,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	case cloudprovider.IsInsufficientCapacity(err):
 		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "InsufficientCapacityError", "NodeClaim %s event: %s", nc.Name, err)
 		log.FromContext(ctx).Info("deleting nodeclaim: insufficient capacity", "error", err.Error())
+		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "insufficient_capacity")
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case cloudprovider.IsNodeClassNotReady(err):
 		var nf *cloudprovider.NodeClassNotReadyError
@@ -177,6 +181,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	nc.Status.Capacity = created.Status.Capacity
 	nc.Status.Allocatable = created.Status.Allocatable
 	c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionTrue, "Launched", "")
+	c.Metrics.Launched(nc.Labels[karpv1.NodePoolLabelKey])
 	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Launched", "Launched %s in %s (%s)",
 		created.Labels[karpv1.InstanceTypeLabelKey], created.Labels[karpv1.ZoneLabelKey], created.Labels[karpv1.CapacityTypeLabelKey])
 	log.FromContext(ctx).Info("launched nodeclaim", "provider-id", created.Status.ProviderID,

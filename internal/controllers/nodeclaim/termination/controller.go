@@ -21,6 +21,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/metrics"
 )
 
 // pollInterval is how often a draining or terminating claim is looked at again.
@@ -32,6 +33,8 @@ type Controller struct {
 	Cloud    cloudprovider.CloudProvider
 	Clock    clock.Clock
 	Recorder record.EventRecorder
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
 }
 
 // Name is the controller's name and log key.
@@ -98,6 +101,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
 	}
 	log.FromContext(ctx).Info("deleted nodeclaim", "provider-id", nc.Status.ProviderID)
+	c.Metrics.Terminated(nc.Labels[karpv1.NodePoolLabelKey])
 	return reconcile.Result{}, nil
 }
 

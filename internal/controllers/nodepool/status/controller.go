@@ -23,6 +23,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 )
 
@@ -31,6 +32,8 @@ type Controller struct {
 	Client client.Client
 	Cloud  cloudprovider.CloudProvider
 	Clock  clock.Clock
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
 }
 
 // Name is the controller's name and log key.
@@ -94,8 +97,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
 			ObservedGeneration: np.Generation, LastTransitionTime: now})
 	}
-	_, err := c.Cloud.GetInstanceTypes(ctx, np)
+	its, err := c.Cloud.GetInstanceTypes(ctx, np)
 	classOK := err == nil
+	c.record(np, ncs.Items, its)
 	if classOK {
 		set(karpv1.ConditionTypeNodeClassReady, true, "NodeClassReady", "")
 	} else {
@@ -119,6 +123,32 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodepool status: %w", err))
 	}
 	return reconcile.Result{}, nil
+}
+
+// record publishes the pool's usage, limits and the hourly price of its launched machines.
+func (c *Controller) record(np *karpv1.NodePool, claims []karpv1.NodeClaim, its []*cloudprovider.InstanceType) {
+	usage, limits := map[string]float64{}, map[string]float64{}
+	for k, q := range np.Status.Resources {
+		usage[string(k)] = q.AsApproximateFloat64()
+	}
+	for k, q := range np.Spec.Limits {
+		limits[string(k)] = q.AsApproximateFloat64()
+	}
+	cost := 0.0
+	for _, nc := range claims {
+		it, zone, ct := nc.Labels[karpv1.InstanceTypeLabelKey], nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey]
+		for _, t := range its {
+			if t.Name != it {
+				continue
+			}
+			for _, o := range t.Offerings {
+				if o.Zone == zone && o.CapacityType == ct {
+					cost += o.Price
+				}
+			}
+		}
+	}
+	c.Metrics.PoolStatus(np.Name, usage, limits, cost)
 }
 
 // validate checks what the CRD cannot: the template's label values.

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,6 +18,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -31,7 +34,12 @@ func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Controller{Client: env.Client, Cloud: p, Clock: clk}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{Client: env.Client, Cloud: p, Clock: clk, Metrics: m}
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "status"}}
 	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "status"}
 	np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "bad value!"}
@@ -62,6 +70,9 @@ func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
 	got := get()
 	if got.Status.Nodes != 2 || got.Status.Resources.Cpu().Cmp(resource.MustParse("8")) != 0 {
 		t.Fatalf("status %+v", got.Status)
+	}
+	if v := testutil.ToFloat64(m.NodePoolUsage.WithLabelValues("status", "cpu")); v != 8 {
+		t.Fatalf("karpenter_nodepools_usage{resource_type=cpu} = %v, want 8", v)
 	}
 	if got.Annotations[karpv1.NodePoolHashAnnotationKey] != nodepools.Hash(got) {
 		t.Fatal("hash annotation missing or stale")
