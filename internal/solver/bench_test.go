@@ -22,12 +22,7 @@ func BenchmarkKarpenterDiverse(b *testing.B) {
 				r = solver.Solve(in, solver.Options{})
 			}
 			b.StopTimer()
-			if len(r.Unschedulable) > 0 {
-				b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
-			}
-			b.ReportMetric(float64(n)/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
-			b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
-			b.ReportMetric(r.Price(), "$/h")
+			report(b, n, r)
 			b.ReportMetric(r.Price()/workload.LPBound(its, pods), "cost/LP")
 		})
 	}
@@ -51,12 +46,7 @@ func BenchmarkKarpenterDiverseNoHostname(b *testing.B) {
 			for b.Loop() {
 				r = solver.Solve(in, solver.Options{})
 			}
-			if len(r.Unschedulable) > 0 {
-				b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
-			}
-			b.ReportMetric(float64(len(pods))/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
-			b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
-			b.ReportMetric(r.Price(), "$/h")
+			report(b, len(pods), r)
 			b.ReportMetric(r.Price()/workload.LPBound(its, pods), "cost/LP")
 		})
 	}
@@ -72,12 +62,7 @@ func BenchmarkPreferences(b *testing.B) {
 			for b.Loop() {
 				r = solver.Solve(in, solver.Options{IgnorePreferences: ignore})
 			}
-			if len(r.Unschedulable) > 0 {
-				b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
-			}
-			b.ReportMetric(float64(len(pods))/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
-			b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
-			b.ReportMetric(r.Price(), "$/h")
+			report(b, len(pods), r)
 		})
 	}
 }
@@ -95,13 +80,19 @@ func BenchmarkEC2Catalog(b *testing.B) {
 			for b.Loop() {
 				r = solver.Solve(in, solver.Options{})
 			}
-			if len(r.Unschedulable) > 0 {
-				b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
-			}
-			b.ReportMetric(float64(len(pods))/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
-			b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
-			b.ReportMetric(r.Price(), "$/h")
+			report(b, len(pods), r)
 			b.ReportMetric(r.Price()/workload.LPBound(its, pods), "cost/LP")
 		})
 	}
+}
+
+// report fails the benchmark when a pod was left unplaced and reports speed, nodes and price.
+func report(b *testing.B, pods int, r *solver.Result) {
+	b.Helper()
+	if len(r.Unschedulable) > 0 {
+		b.Fatalf("%d pods unschedulable, first: %s", len(r.Unschedulable), r.Unschedulable[0].Reason)
+	}
+	b.ReportMetric(float64(pods)/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
+	b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
+	b.ReportMetric(r.Price(), "$/h")
 }

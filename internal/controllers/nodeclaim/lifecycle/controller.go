@@ -24,6 +24,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // RegistrationTTL is how long a launched machine may take to register before its claim is
@@ -111,17 +112,8 @@ func equalMeta(a, b *karpv1.NodeClaim) bool {
 }
 
 func equalStatus(a, b *karpv1.NodeClaim) bool {
-	if a.Status.NodeName != b.Status.NodeName || a.Status.ProviderID != b.Status.ProviderID || a.Status.ImageID != b.Status.ImageID ||
-		len(a.Status.Conditions) != len(b.Status.Conditions) || len(a.Status.Capacity) != len(b.Status.Capacity) {
-		return false
-	}
-	for i := range a.Status.Conditions {
-		x, y := a.Status.Conditions[i], b.Status.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
-			return false
-		}
-	}
-	return true
+	return a.Status.NodeName == b.Status.NodeName && a.Status.ProviderID == b.Status.ProviderID &&
+		a.Status.ImageID == b.Status.ImageID && len(a.Status.Capacity) == len(b.Status.Capacity) && nodeclaims.ConditionsEqual(a, b)
 }
 
 // advance runs the steps in order; each returns done=false when the claim must wait.
@@ -141,10 +133,7 @@ func isTrue(nc *karpv1.NodeClaim, t string) bool {
 }
 
 func (c *Controller) setCondition(nc *karpv1.NodeClaim, t string, s metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{
-		Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation,
-		LastTransitionTime: metav1.NewTime(c.Clock.Now()),
-	})
+	nodeclaims.SetCondition(nc, c.Clock, t, s, reason, msg)
 }
 
 // launch creates the machine.

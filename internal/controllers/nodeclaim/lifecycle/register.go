@@ -16,20 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // nodeFor returns the Node with the claim's provider ID, or nil.
 func (c *Controller) nodeFor(ctx context.Context, providerID string) (*corev1.Node, error) {
-	nodes := &corev1.NodeList{}
-	if err := c.Client.List(ctx, nodes); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	for i := range nodes.Items {
-		if nodes.Items[i].Spec.ProviderID == providerID {
-			return &nodes.Items[i], nil
-		}
-	}
-	return nil, nil
+	return nodeclaims.NodeFor(ctx, c.Client, providerID)
 }
 
 // register adopts the claim's Node: labels, annotations, taints, owner reference and finalizer,

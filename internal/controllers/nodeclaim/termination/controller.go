@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -22,6 +21,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // pollInterval is how often a draining or terminating claim is looked at again.
@@ -82,7 +82,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := nc.DeepCopy()
 	result, done, err := c.terminate(ctx, nc, node)
-	if !equalConditions(stored, nc) {
+	if !nodeclaims.ConditionsEqual(stored, nc) {
 		if perr := c.Client.Status().Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); perr != nil && !apierrors.IsNotFound(perr) {
 			return reconcile.Result{}, fmt.Errorf("patching nodeclaim status: %w", perr)
 		}
@@ -105,39 +105,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-func equalConditions(a, b *karpv1.NodeClaim) bool {
-	if len(a.Status.Conditions) != len(b.Status.Conditions) {
-		return false
-	}
-	for i := range a.Status.Conditions {
-		x, y := a.Status.Conditions[i], b.Status.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
-			return false
-		}
-	}
-	return true
-}
-
 func (c *Controller) setCondition(nc *karpv1.NodeClaim, t string, s metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
-		ObservedGeneration: nc.Generation, LastTransitionTime: metav1.NewTime(c.Clock.Now())})
+	nodeclaims.SetCondition(nc, c.Clock, t, s, reason, msg)
 }
 
 func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1.Node, error) {
-	if nc.Status.ProviderID == "" && nc.Status.NodeName == "" {
-		return nil, nil
-	}
-	nodes := &corev1.NodeList{}
-	if err := c.Client.List(ctx, nodes); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		if nc.Status.ProviderID != "" && n.Spec.ProviderID == nc.Status.ProviderID {
-			return n, nil
-		}
-	}
-	return nil, nil
+	return nodeclaims.NodeFor(ctx, c.Client, nc.Status.ProviderID)
 }
 
 // deadline is when the claim's pods lose their protection: deletion + terminationGracePeriod.

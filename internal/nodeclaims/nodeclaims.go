@@ -1,0 +1,55 @@
+// Package nodeclaims holds what several NodeClaim controllers do alike: find a claim's Node, set
+// its conditions on the injected clock, and tell whether its conditions changed.
+package nodeclaims
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+// NodeFor returns the Node with the provider ID, or nil when none has registered.
+func NodeFor(ctx context.Context, c client.Reader, providerID string) (*corev1.Node, error) {
+	if providerID == "" {
+		return nil, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		if nodes.Items[i].Spec.ProviderID == providerID {
+			return &nodes.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// SetCondition sets a condition, stamping a transition with the clock's time.
+func SetCondition(nc *karpv1.NodeClaim, clk clock.PassiveClock, t string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation,
+		LastTransitionTime: metav1.NewTime(clk.Now()),
+	})
+}
+
+// ConditionsEqual reports whether two claims have the same conditions, transition times aside.
+func ConditionsEqual(a, b *karpv1.NodeClaim) bool {
+	if len(a.Status.Conditions) != len(b.Status.Conditions) {
+		return false
+	}
+	for i := range a.Status.Conditions {
+		x, y := a.Status.Conditions[i], b.Status.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
+			return false
+		}
+	}
+	return true
+}
