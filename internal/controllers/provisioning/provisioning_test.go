@@ -3,6 +3,7 @@ package provisioning
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,6 +153,27 @@ func TestPendingPodsBecomeNodeClaimsOnce(t *testing.T) {
 	}
 	if !hasIT || nc.Spec.Resources.Requests.Cpu().MilliValue() < 500 {
 		t.Fatalf("claim spec %+v", nc.Spec)
+	}
+	// Each NodeClaim is its planned machine: same candidate instance types, same requests.
+	for i, created := range res.Created {
+		planned := res.Plan.NodeClaims[i]
+		var want []string
+		for _, it := range planned.InstanceTypes {
+			want = append(want, it.Name)
+		}
+		var got []string
+		for _, r := range created.Spec.Requirements {
+			if r.Key == karpv1.InstanceTypeLabelKey {
+				got = r.Values
+			}
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("claim %d instance types %v, plan %v", i, got, want)
+		}
+		if created.Spec.Resources.Requests.Cpu().Cmp(*planned.Requests.Cpu()) != 0 {
+			t.Fatalf("claim %d requests %v, plan %v", i, created.Spec.Resources.Requests, planned.Requests)
+		}
 	}
 	// The same pods are still pending; they fit the in-flight claims, so nothing new is bought.
 	again, err := p.Provision(t.Context())

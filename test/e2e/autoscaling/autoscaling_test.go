@@ -49,6 +49,23 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 			t.Fatalf("NodeClaim %s labels %v", nc.Name, nc.Labels)
 		}
 	}
+	// Every machine is the one the plan put first: the cheapest offering among its claim's
+	// candidate types, zones and capacity types.
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "e2e-scale"}, snc); err != nil {
+		t.Fatal(err)
+	}
+	its, err := simInstanceTypes(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range ncs {
+		cheapest, launched := cheapestAllowed(nc, its)
+		if launched > cheapest+1e-9 {
+			t.Errorf("NodeClaim %s launched %s at $%.4f/h; its cheapest allowed offering costs $%.4f/h",
+				nc.Name, nc.Labels[karpv1.InstanceTypeLabelKey], launched, cheapest)
+		}
+	}
 	for _, p := range pods(t, "scale") {
 		if !nodes[p.Spec.NodeName] {
 			t.Fatalf("pod %s runs on %s, not on a node of the pool", p.Name, p.Spec.NodeName)

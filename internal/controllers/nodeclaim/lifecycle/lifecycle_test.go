@@ -20,6 +20,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -223,5 +224,13 @@ func TestNeverRegisteringMachineIsGivenUpAfterTheTTL(t *testing.T) {
 	f.clk.Step(2 * time.Second)
 	if nc := f.reconcile(t, "ghost-1"); nc.DeletionTimestamp.IsZero() {
 		t.Fatal("not deleted after the TTL")
+	}
+	// Termination then gives the machine back.
+	term := &termination.Controller{Client: env.Client, Cloud: f.ctrl.Cloud, Clock: f.clk, Recorder: f.ctrl.Recorder}
+	if _, err := term.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "ghost-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.cloud.Instances()); n != 0 {
+		t.Fatalf("%d machines left after the claim of a never-registering machine was terminated", n)
 	}
 }
