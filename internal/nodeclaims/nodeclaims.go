@@ -1,5 +1,5 @@
-// Package nodeclaims holds what several NodeClaim controllers do alike: find a claim's Node, set
-// its conditions on the injected clock, and tell whether its conditions changed.
+// Package nodeclaims holds what several NodeClaim controllers do alike: find a claim's Node and a
+// Node's claim, set conditions on the injected clock, and tell whether conditions changed.
 package nodeclaims
 
 import (
@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
@@ -52,4 +53,33 @@ func ConditionsEqual(a, b *karpv1.NodeClaim) bool {
 		}
 	}
 	return true
+}
+
+// ClaimForNode maps a Node to the request of its NodeClaim: through its owner reference once the
+// claim adopted it, else through its provider ID. It is a handler.MapFunc for Node watches.
+func ClaimForNode(c client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		node, ok := o.(*corev1.Node)
+		if !ok {
+			return nil
+		}
+		for _, ref := range node.OwnerReferences {
+			if ref.Kind == "NodeClaim" && ref.APIVersion == karpv1.SchemeGroupVersion.String() {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
+			}
+		}
+		if node.Spec.ProviderID == "" {
+			return nil
+		}
+		ncs := &karpv1.NodeClaimList{}
+		if err := c.List(ctx, ncs); err != nil {
+			return nil
+		}
+		for i := range ncs.Items {
+			if ncs.Items[i].Status.ProviderID == node.Spec.ProviderID {
+				return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])}}
+			}
+		}
+		return nil
+	}
 }

@@ -6,19 +6,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -56,14 +53,9 @@ func setup(t *testing.T, pools ...*karpv1.NodePool) (*Provisioner, *record.FakeR
 		}
 		_ = env.Client.Delete(ctx, snc)
 	})
-	clk := clocktesting.NewFakeClock(time.Now())
-	cloud, _ := sim.NewCloud(clk, "")
-	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := simtest.New(t, env.Client)
 	rec := record.NewFakeRecorder(10000)
-	return &Provisioner{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec}, rec
+	return &Provisioner{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: rec}, rec
 }
 
 func namespace(t *testing.T) string {

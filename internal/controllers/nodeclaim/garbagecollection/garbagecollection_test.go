@@ -7,14 +7,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -32,16 +30,9 @@ func claim(name string) *karpv1.NodeClaim {
 }
 
 func TestOrphansAndVanishedMachines(t *testing.T) {
-	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gc"}, Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large"}}}
-	if err := env.Client.Create(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	cloud, _ := sim.NewCloud(clk, "")
-	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gc"}, Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large"}}})
+	sc := simtest.New(t, env.Client)
+	clk, cloud, p := sc.Clock, sc.Cloud, sc.Provider
 	gc := &Controller{Client: env.Client, Cloud: p, Clock: clk}
 
 	// A machine launched for a NodeClaim that was never stored: an orphan.

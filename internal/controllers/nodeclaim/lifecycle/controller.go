@@ -50,26 +50,8 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&karpv1.NodeClaim{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimForNode)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeclaims.ClaimForNode(c.Client))).
 		Complete(c)
-}
-
-// claimForNode maps a Node to the NodeClaim with its provider ID.
-func (c *Controller) claimForNode(ctx context.Context, o client.Object) []reconcile.Request {
-	node := o.(*corev1.Node)
-	if node.Spec.ProviderID == "" {
-		return nil
-	}
-	ncs := &karpv1.NodeClaimList{}
-	if err := c.Client.List(ctx, ncs); err != nil {
-		return nil
-	}
-	for _, nc := range ncs.Items {
-		if nc.Status.ProviderID == node.Spec.ProviderID {
-			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(&nc)}}
-		}
-	}
-	return nil
 }
 
 // Reconcile advances one NodeClaim.

@@ -18,8 +18,8 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -37,23 +37,11 @@ type fixture struct {
 
 func setup(t *testing.T, class string, failures simv1alpha1.Failures) *fixture {
 	t.Helper()
-	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: class},
-		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large", "c5.large"}, Failures: failures}}
-	if err := env.Client.Create(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), snc) })
-	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	cloud, err := sim.NewCloud(clk, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{clk: clk, cloud: cloud, joiner: &sim.Joiner{Cloud: cloud, Client: env.Client},
-		ctrl: &Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: record.NewFakeRecorder(100)}}
+	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large", "c5.large"}, Failures: failures}})
+	sc := simtest.New(t, env.Client)
+	return &fixture{clk: sc.Clock, cloud: sc.Cloud, joiner: sc.Joiner,
+		ctrl: &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: record.NewFakeRecorder(100)}}
 }
 
 func newClaim(t *testing.T, name, class string, startupTaints ...corev1.Taint) *karpv1.NodeClaim {

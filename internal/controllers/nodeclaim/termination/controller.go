@@ -45,18 +45,8 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&karpv1.NodeClaim{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimForNode)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeclaims.ClaimForNode(c.Client))).
 		Complete(c)
-}
-
-func (c *Controller) claimForNode(ctx context.Context, o client.Object) []reconcile.Request {
-	node := o.(*corev1.Node)
-	for _, ref := range node.OwnerReferences {
-		if ref.Kind == "NodeClaim" && ref.APIVersion == karpv1.SchemeGroupVersion.String() {
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ref.Name}}}
-		}
-	}
-	return nil
 }
 
 // Reconcile drains and terminates a deleted NodeClaim.

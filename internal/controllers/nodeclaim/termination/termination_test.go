@@ -19,8 +19,8 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -39,20 +39,12 @@ type fixture struct {
 // readyClaim makes a NodeClaim with a registered node, as the lifecycle controller leaves it.
 func readyClaim(t *testing.T, name string, tgp time.Duration) *fixture {
 	t.Helper()
-	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.xlarge"}}}
-	if err := env.Client.Create(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), snc) })
-	clk := clocktesting.NewFakeClock(time.Now())
-	cloud, _ := sim.NewCloud(clk, "")
-	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.xlarge"}}})
+	sc := simtest.New(t, env.Client)
+	clk, p := sc.Clock, sc.Provider
 	rec := record.NewFakeRecorder(1000)
-	f := &fixture{clk: clk, cloud: cloud,
+	f := &fixture{clk: clk, cloud: sc.Cloud,
 		lifecycle: &lifecycle.Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec},
 		ctrl:      &Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec}}
 	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -69,7 +61,7 @@ func readyClaim(t *testing.T, name string, tgp time.Duration) *fixture {
 		t.Fatal(err)
 	}
 	clk.Step(5 * time.Second)
-	if err := (&sim.Joiner{Cloud: cloud, Client: env.Client}).Sync(t.Context()); err != nil {
+	if err := sc.Joiner.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.lifecycle.Reconcile(t.Context(), req); err != nil {

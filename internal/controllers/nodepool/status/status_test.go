@@ -2,7 +2,6 @@ package status
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -10,14 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/testenv"
@@ -28,12 +25,8 @@ var env *testenv.Env
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	cloud, _ := sim.NewCloud(clk, "")
-	p, err := sim.NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := simtest.New(t, env.Client)
+	clk, p := sc.Clock, sc.Provider
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
