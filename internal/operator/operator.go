@@ -19,6 +19,7 @@ import (
 
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/disruption"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/expiration"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/garbagecollection"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
@@ -130,6 +131,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
 		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
+		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 	} {
 		if err := r.Register(mgr); err != nil {
 			return nil, err

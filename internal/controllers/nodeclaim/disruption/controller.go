@@ -1,0 +1,125 @@
+// Package disruption marks NodeClaims that disruption may act on; it does not disrupt anything
+// itself. A launched NodeClaim is Drifted when its NodePool's template hash changed (same hash
+// version), when its labels no longer satisfy its NodePool's requirements, or when the cloud
+// provider says its machine no longer matches its NodeClass. The condition carries the reason,
+// so `kubectl get nodeclaims -o wide` and the explain tools can say why.
+package disruption
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// Drift reasons.
+const (
+	ReasonNodePoolDrifted     = "NodePoolDrifted"
+	ReasonRequirementsDrifted = "RequirementsDrifted"
+	ReasonNotDrifted          = "NotDrifted"
+)
+
+// Controller keeps the Drifted condition of NodeClaims current.
+type Controller struct {
+	Client client.Client
+	Cloud  cloudprovider.CloudProvider
+	Clock  clock.Clock
+}
+
+// Name is the controller's name and log key.
+func (c *Controller) Name() string { return "nodeclaim.disruption" }
+
+// Register adds the controller to a manager; NodePool changes requeue their NodeClaims.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodeClaim{}).
+		Watches(&karpv1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			ncs := &karpv1.NodeClaimList{}
+			if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: o.GetName()}); err != nil {
+				return nil
+			}
+			reqs := make([]reconcile.Request, 0, len(ncs.Items))
+			for i := range ncs.Items {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])})
+			}
+			return reqs
+		})).Complete(c)
+}
+
+// Reconcile sets or clears Drifted.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	nc := &karpv1.NodeClaim{}
+	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !nc.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) {
+		return reconcile.Result{}, nil
+	}
+	np := &karpv1.NodePool{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: nc.Labels[karpv1.NodePoolLabelKey]}, np); err != nil {
+		// A claim without its NodePool is left to the NodePool's deletion.
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	reason, msg, err := c.drift(ctx, np, nc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	stored := nc.DeepCopy()
+	if reason == "" {
+		nodeclaims.SetCondition(nc, c.Clock, karpv1.ConditionTypeDrifted, metav1.ConditionFalse, ReasonNotDrifted, "")
+	} else {
+		nodeclaims.SetCondition(nc, c.Clock, karpv1.ConditionTypeDrifted, metav1.ConditionTrue, reason, msg)
+	}
+	if nodeclaims.ConditionsEqual(stored, nc) {
+		return reconcile.Result{}, nil
+	}
+	if err := c.Client.Status().Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
+	}
+	return reconcile.Result{}, nil
+}
+
+// drift says why the claim drifted, or "" when it has not.
+func (c *Controller) drift(ctx context.Context, np *karpv1.NodePool, nc *karpv1.NodeClaim) (string, string, error) {
+	if nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey] == nodepools.HashVersion {
+		if h := nc.Annotations[karpv1.NodePoolHashAnnotationKey]; h != "" && h != nodepools.Hash(np) {
+			return ReasonNodePoolDrifted, "the NodePool's template changed since the NodeClaim was created", nil
+		}
+	}
+	reqs, err := nodepools.Requirements(np)
+	if err != nil {
+		return "", "", err
+	}
+	// Only labels the claim has are judged: a key it lacks was never resolved for it.
+	var broken string
+	reqs.Each(func(r requirements.Requirement) {
+		if v, ok := nc.Labels[r.Key]; ok && broken == "" && !r.Allows(v) {
+			broken = fmt.Sprintf("label %s=%s no longer satisfies the NodePool's requirement %s", r.Key, v, r.String())
+		}
+	})
+	if broken != "" {
+		return ReasonRequirementsDrifted, broken, nil
+	}
+	reason, err := c.Cloud.IsDrifted(ctx, nc)
+	if err != nil {
+		if cloudprovider.IsNodeClassNotReady(err) {
+			return "", "", nil
+		}
+		return "", "", fmt.Errorf("checking drift with the cloud provider: %w", err)
+	}
+	if reason != "" {
+		return string(reason), "the machine no longer matches its NodeClass", nil
+	}
+	return "", "", nil
+}
