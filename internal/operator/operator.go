@@ -23,6 +23,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/expiration"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/garbagecollection"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/podevents"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/provisioning"
@@ -132,6 +133,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
+		&podevents.Controller{Client: c, Clock: clk},
 	} {
 		if err := r.Register(mgr); err != nil {
 			return nil, err

@@ -1,5 +1,7 @@
 // Package disruption marks NodeClaims that disruption may act on; it does not disrupt anything
-// itself. A launched NodeClaim is Drifted when its NodePool's template hash changed (same hash
+// itself. An initialized NodeClaim is Consolidatable once its NodePool's consolidateAfter has
+// passed since a pod last arrived on or left its node (or since it initialized), and stays so
+// until the next pod event; with consolidateAfter Never it never is. A launched NodeClaim is Drifted when its NodePool's template hash changed (same hash
 // version), when its labels no longer satisfy its NodePool's requirements, or when the cloud
 // provider says its machine no longer matches its NodeClass. The condition carries the reason,
 // so `kubectl get nodeclaims -o wide` and the explain tools can say why.
@@ -57,7 +59,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		})).Complete(c)
 }
 
-// Reconcile sets or clears Drifted.
+// Reconcile sets or clears Drifted and Consolidatable.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	nc := &karpv1.NodeClaim{}
 	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
@@ -81,13 +83,34 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else {
 		nodeclaims.SetCondition(nc, c.Clock, karpv1.ConditionTypeDrifted, metav1.ConditionTrue, reason, msg)
 	}
+	result := c.consolidatable(np, nc)
 	if nodeclaims.ConditionsEqual(stored, nc) {
-		return reconcile.Result{}, nil
+		return result, nil
 	}
 	if err := c.Client.Status().Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
 	}
-	return reconcile.Result{}, nil
+	return result, nil
+}
+
+// consolidatable sets or removes Consolidatable and says when to look again.
+func (c *Controller) consolidatable(np *karpv1.NodePool, nc *karpv1.NodeClaim) reconcile.Result {
+	initialized := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
+	after := np.Spec.Disruption.ConsolidateAfter.Duration
+	if initialized == nil || initialized.Status != metav1.ConditionTrue || after == nil {
+		meta.RemoveStatusCondition(&nc.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+		return reconcile.Result{}
+	}
+	since := initialized.LastTransitionTime.Time
+	if t := nc.Status.LastPodEventTime.Time; t.After(since) {
+		since = t
+	}
+	if wait := since.Add(*after).Sub(c.Clock.Now()); wait > 0 {
+		meta.RemoveStatusCondition(&nc.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+		return reconcile.Result{RequeueAfter: wait}
+	}
+	nodeclaims.SetCondition(nc, c.Clock, karpv1.ConditionTypeConsolidatable, metav1.ConditionTrue, "Consolidatable", "")
+	return reconcile.Result{}
 }
 
 // drift says why the claim drifted, or "" when it has not.
