@@ -80,6 +80,9 @@ func (s *solver) planKey(v *variant, kp *keyPlan) {
 		if r, ok := v.reqs.Get(key); ok && sc.honorAffinity {
 			eligible = eligible.filter(r.Allows)
 		}
+		if sc.honorTaints {
+			eligible = eligible.intersect(s.toleratedDomains(key, v.class.tolerations))
+		}
 		minCount := int32(0)
 		if int32(len(eligible)) >= sc.minDomains && len(eligible) > 0 {
 			minCount = g.counts[eligible[0]]

@@ -407,3 +407,26 @@ func TestMinValuesKeepsEnoughTypes(t *testing.T) {
 		t.Fatalf("want minValues to block, got %+v", res.Unschedulable)
 	}
 }
+
+func TestSpreadNodeTaintsPolicy(t *testing.T) {
+	its := workload.FakeInstanceTypes(8)
+	open := solver.NodePool{Name: "open", InstanceTypes: its}
+	open.Requirements.Add(requirements.MustNew(zoneKey, requirements.In, "test-zone-1", "test-zone-2"))
+	closed := solver.NodePool{Name: "closed", InstanceTypes: its, Taints: []corev1.Taint{{Key: "private", Effect: corev1.TaintEffectNoSchedule}}}
+	closed.Requirements.Add(requirements.MustNew(zoneKey, requirements.In, "test-zone-3"))
+	spread := func(policy *corev1.NodeInclusionPolicy) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: zoneKey,
+				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: appSelector("web"), NodeTaintsPolicy: policy}}
+		}
+	}
+	// Ignore (the default): zone 3 counts as a domain with no pods, so zones 1 and 2 take one each.
+	r := solve(t, solver.Input{Pods: pods(4, "web", "500m", "1Gi", spread(nil)), NodePools: []solver.NodePool{open, closed}}, solver.Options{})
+	if len(r.Unschedulable) != 2 {
+		t.Fatalf("with nodeTaintsPolicy Ignore: %d unschedulable, want 2", len(r.Unschedulable))
+	}
+	// Honor: zone 3's machines carry a taint the pods do not tolerate, so it is not a domain.
+	honor := corev1.NodeInclusionPolicyHonor
+	r = solve(t, solver.Input{Pods: pods(4, "web", "500m", "1Gi", spread(&honor)), NodePools: []solver.NodePool{open, closed}}, solver.Options{})
+	wantAllPlaced(t, r)
+}

@@ -1,12 +1,16 @@
 package verify
 
 import (
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
 func resourceOne() *resource.Quantity { return resource.NewQuantity(1, resource.DecimalSI) }
@@ -155,7 +159,7 @@ func (v *verifier) spread(pp placedPod, c corev1.TopologySpreadConstraint, all [
 		}
 		return
 	}
-	domains := v.domains(c.TopologyKey)
+	domains := v.eligibleDomains(pp.pod, c)
 	lo, hi := -1, 0
 	for _, d := range domains {
 		n := counts[d]
@@ -176,25 +180,54 @@ func (v *verifier) spread(pp placedPod, c corev1.TopologySpreadConstraint, all [
 	}
 }
 
-// domains are the values a key can take: from the pools' instance-type offerings and labels
-// allowed by the pools, and from existing nodes.
-func (v *verifier) domains(k string) []string {
+// eligibleDomains are the values the constraint's key can take on machines the pod could count:
+// from the pools' instance-type offerings and labels and from existing nodes, narrowed by the
+// pod's node affinity (nodeAffinityPolicy Honor, the default) and by its tolerations
+// (nodeTaintsPolicy Honor).
+func (v *verifier) eligibleDomains(pod *corev1.Pod, c corev1.TopologySpreadConstraint) []string {
+	k := c.TopologyKey
+	honorAffinity := c.NodeAffinityPolicy == nil || *c.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor
+	honorTaints := c.NodeTaintsPolicy != nil && *c.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	admits := func(labels map[string]string, taints []corev1.Taint) bool {
+		if honorTaints {
+			if _, ok := tolerates(pod, taints); !ok {
+				return false
+			}
+		}
+		if honorAffinity {
+			// Only the key itself is judged: the domain is eligible when some node in it can match.
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}
+			if ok, err := affinity.Match(n); err != nil || !ok {
+				return false
+			}
+		}
+		return true
+	}
 	seen := map[string]bool{}
 	for _, pool := range v.pools {
 		for _, it := range pool.InstanceTypes {
 			for _, o := range it.Offerings {
 				l := it.Requirements.Labels()
 				l[corev1.LabelTopologyZone] = o.Zone
-				if val, ok := l[k]; ok {
-					if r, has := pool.Requirements.Get(k); !has || r.Allows(val) {
-						seen[val] = true
-					}
+				l[karpv1.CapacityTypeLabelKey] = o.CapacityType
+				maps.Copy(l, pool.Requirements.Labels())
+				val, ok := l[k]
+				if !ok {
+					continue
+				}
+				if r, has := pool.Requirements.Get(k); has && !r.Allows(val) {
+					continue
+				}
+				if admits(l, pool.Taints) {
+					seen[val] = true
 				}
 			}
 		}
 	}
 	for i := range v.in.Nodes {
-		if val, ok := v.in.Nodes[i].Labels[k]; ok {
+		n := &v.in.Nodes[i]
+		if val, ok := n.Labels[k]; ok && admits(n.Labels, n.Taints) {
 			seen[val] = true
 		}
 	}
