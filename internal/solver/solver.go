@@ -45,6 +45,10 @@ type solver struct {
 	// order is the classes in packing order; cursor the first with pods left.
 	order  []*class
 	cursor int
+	// totalDemand is the summed requests of all pods.
+	totalDemand vec
+	// balance is how the packing order keeps claims balanced.
+	balance balancing
 	// failed are the pods of the current pass that fit nowhere, with their reasons.
 	failed  []podItem
 	reasons map[*corev1.Pod]string
@@ -53,12 +57,51 @@ type solver struct {
 	result Result
 }
 
+// balancing is how the packing order chooses between CPU-heavy and memory-heavy pods.
+type balancing int
+
+const (
+	// balanceLast balances the claim being filled (the latest).
+	balanceLast balancing = iota
+	// balanceOpen balances the free room of all open claims' cheapest types.
+	balanceOpen
+)
+
+// secondPackingClaims bounds the plans that get a second packing: when a plan buys few machines,
+// each one's fill matters most and another pass is cheap; large plans keep the first.
+const secondPackingClaims = 64
+
 // Solve plans where in.Pods go. It is deterministic: the same input gives the same plan.
+//
+// It packs balancing CPU against memory on the claim being filled; when that plan buys few
+// machines it packs again balancing the room of all open claims — each way wins on some
+// workloads — and returns the plan that leaves fewer pods unplaced, then costs less, then buys
+// fewer machines, then the first.
 func Solve(in Input, opts Options) *Result {
 	if opts.MaxInstanceTypes <= 0 {
 		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
 	}
-	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}}
+	best := solve(in, opts, balanceLast)
+	if len(best.NodeClaims) <= secondPackingClaims {
+		if r := solve(in, opts, balanceOpen); better(r, best) {
+			best = r
+		}
+	}
+	return best
+}
+
+func better(a, b *Result) bool {
+	if len(a.Unschedulable) != len(b.Unschedulable) {
+		return len(a.Unschedulable) < len(b.Unschedulable)
+	}
+	if pa, pb := a.Price(), b.Price(); pa != pb {
+		return pa < pb-1e-9
+	}
+	return len(a.NodeClaims) < len(b.NodeClaims)
+}
+
+func solve(in Input, opts Options, b balancing) *Result {
+	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b}
 	s.prepare()
 	s.run()
 	s.finish()
@@ -312,6 +355,7 @@ func (s *solver) run() {
 	// Two queues in packing order: pods heavier in CPU than in memory relative to the whole
 	// demand, and the others. Drawing from the one the filling claim lacks keeps claims balanced
 	// instead of CPU-full and memory-empty (or the reverse).
+	s.totalDemand = total
 	var cpuHeavy, memHeavy []podItem
 	for _, c := range order {
 		heavy := total == nil || total[rMemory] == 0 ||
@@ -368,6 +412,20 @@ func (s *solver) wantsMemory(cpuHeavy, memHeavy []podItem) bool {
 	case len(s.open) == 0:
 		return false
 	}
+	if s.balance == balanceOpen {
+		// Draw the shape the open claims' cheapest types have more room for.
+		var freeCPU, freeMem float64
+		for i := range s.rooms {
+			if r := &s.rooms[i]; !r.closed {
+				freeCPU += float64(r.cheap[0])
+				freeMem += float64(r.cheap[1])
+			}
+		}
+		if freeCPU > 0 || freeMem > 0 {
+			return freeMem/float64(max(s.totalDemand[rMemory], 1)) > freeCPU/float64(max(s.totalDemand[rCPU], 1))
+		}
+	}
+	// Balance the claim being filled.
 	t := s.open[len(s.open)-1]
 	if t.closed || t.alloc[rCPU] == 0 || t.alloc[rMemory] == 0 {
 		return false
