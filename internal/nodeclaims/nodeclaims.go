@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -16,10 +17,22 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
-// NodeFor returns the Node with the provider ID, or nil when none has registered.
-func NodeFor(ctx context.Context, c client.Reader, providerID string) (*corev1.Node, error) {
+// NodeFor returns the Node of the claim, or nil when none has registered: by the name the claim
+// recorded when there is one (one read), else by provider ID (a list).
+func NodeFor(ctx context.Context, c client.Reader, nc *karpv1.NodeClaim) (*corev1.Node, error) {
+	providerID := nc.Status.ProviderID
 	if providerID == "" {
 		return nil, nil
+	}
+	if nc.Status.NodeName != "" {
+		node := &corev1.Node{}
+		err := c.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node)
+		switch {
+		case err == nil && node.Spec.ProviderID == providerID:
+			return node, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("getting node %s: %w", nc.Status.NodeName, err)
+		}
 	}
 	nodes := &corev1.NodeList{}
 	if err := c.List(ctx, nodes); err != nil {

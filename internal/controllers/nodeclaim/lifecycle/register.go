@@ -19,9 +19,9 @@ import (
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
-// nodeFor returns the Node with the claim's provider ID, or nil.
-func (c *Controller) nodeFor(ctx context.Context, providerID string) (*corev1.Node, error) {
-	return nodeclaims.NodeFor(ctx, c.Client, providerID)
+// nodeFor returns the claim's Node, or nil.
+func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1.Node, error) {
+	return nodeclaims.NodeFor(ctx, c.Client, nc)
 }
 
 // register adopts the claim's Node: labels, annotations, taints, owner reference and finalizer,
@@ -30,7 +30,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 	if isTrue(nc, karpv1.ConditionTypeRegistered) {
 		return true, reconcile.Result{}, nil
 	}
-	node, err := c.nodeFor(ctx, nc.Status.ProviderID)
+	node, err := c.nodeFor(ctx, nc)
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}
@@ -99,7 +99,7 @@ func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool
 	if isTrue(nc, karpv1.ConditionTypeInitialized) {
 		return true, reconcile.Result{}, nil
 	}
-	node, err := c.nodeFor(ctx, nc.Status.ProviderID)
+	node, err := c.nodeFor(ctx, nc)
 	if err != nil || node == nil {
 		return false, reconcile.Result{}, err
 	}

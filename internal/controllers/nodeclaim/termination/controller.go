@@ -100,7 +100,7 @@ func (c *Controller) setCondition(nc *karpv1.NodeClaim, t string, s metav1.Condi
 }
 
 func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1.Node, error) {
-	return nodeclaims.NodeFor(ctx, c.Client, nc.Status.ProviderID)
+	return nodeclaims.NodeFor(ctx, c.Client, nc)
 }
 
 // deadline is when the claim's pods lose their protection: deletion + terminationGracePeriod.
