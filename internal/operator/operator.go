@@ -121,16 +121,16 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, fmt.Errorf("--cloud-provider %q: the AWS provider is not built yet; use sim", o.CloudProvider)
 	}
 	c := mgr.GetClient()
-	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"),
+	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
 		&provisioning.PodTrigger{Provisioner: op.Provisioner},
-		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
-		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
-		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorderFor("karpenter"), Metrics: m},
+		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
+		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
+		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},

@@ -3,13 +3,10 @@ package apivalidation
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -92,29 +89,6 @@ func mergePatch(target, patch map[string]any) map[string]any {
 		}
 	}
 	return target
-}
-
-// readManifests decodes a multi-document YAML file.
-func readManifests(t *testing.T, path string) []*unstructured.Unstructured {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("decoding %s: %v", path, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-	return objs
 }
 
 // uniqueName makes a DNS-1123 name from a test name.

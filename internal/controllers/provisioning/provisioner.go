@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,7 +27,7 @@ type Provisioner struct {
 	Client   client.Client
 	Cloud    cloudprovider.CloudProvider
 	Clock    clock.Clock
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// BatchIdle ends a batch when no new pod arrived for this long (default 1s); BatchMax bounds
 	// a batch (default 10s).
 	BatchIdle, BatchMax time.Duration
@@ -185,11 +185,11 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned))
 		for _, pod := range planned.Pods {
-			p.Recorder.Eventf(pod, corev1.EventTypeNormal, "Nominated", "Pod should schedule on: nodeclaim/%s", nc.Name)
+			p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Nominated", "Schedule", "Pod should schedule on: nodeclaim/%s", nc.Name)
 		}
 	}
 	for _, u := range plan.Unschedulable {
-		p.Recorder.Eventf(u.Pod, corev1.EventTypeWarning, "FailedScheduling", "Failed to schedule pod, %s", u.Reason)
+		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", "Schedule", "Failed to schedule pod, %s", u.Reason)
 		logger.V(1).Info("could not schedule pod", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
 	return res, nil

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -24,7 +24,7 @@ var env *testenv.Env
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 // Each test works in its own namespace and NodePool names, and deletes what it made.
-func setup(t *testing.T, pools ...*karpv1.NodePool) (*Provisioner, *record.FakeRecorder) {
+func setup(t *testing.T, pools ...*karpv1.NodePool) (*Provisioner, *events.FakeRecorder) {
 	t.Helper()
 	ctx := t.Context()
 	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "prov-" + strings.ToLower(t.Name())},
@@ -54,7 +54,7 @@ func setup(t *testing.T, pools ...*karpv1.NodePool) (*Provisioner, *record.FakeR
 		_ = env.Client.Delete(ctx, snc)
 	})
 	sc := simtest.New(t, env.Client)
-	rec := record.NewFakeRecorder(10000)
+	rec := events.NewFakeRecorder(10000)
 	return &Provisioner{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: rec}, rec
 }
 

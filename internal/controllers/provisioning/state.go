@@ -146,9 +146,7 @@ func inFlight(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType, daemons
 		return solver.ExistingNode{}, false
 	}
 	en := solver.ExistingNode{Name: "nodeclaim/" + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
-	for _, ds := range daemons {
-		en.Pods = append(en.Pods, ds)
-	}
+	en.Pods = append(en.Pods, daemons...)
 	return en, true
 }
 

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -52,7 +52,7 @@ func TestDrift(t *testing.T) {
 			_ = env.Client.Delete(context.Background(), got)
 		}
 	})
-	lc := &lifecycle.Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: record.NewFakeRecorder(10)}
+	lc := &lifecycle.Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: events.NewFakeRecorder(10)}
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: "drift-1"}}
 	if _, err := lc.Reconcile(t.Context(), req); err != nil {
 		t.Fatal(err)

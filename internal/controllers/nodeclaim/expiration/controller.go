@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,7 +23,7 @@ import (
 type Controller struct {
 	Client   client.Client
 	Clock    clock.Clock
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 }
@@ -52,7 +52,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Client.Delete(ctx, nc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("deleting expired nodeclaim: %w", err))
 	}
-	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Expired", "NodeClaim expired after %s", d.String())
+	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Expired", "Expire", "NodeClaim expired after %s", d.String())
 	c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "expired")
 	log.FromContext(ctx).Info("disrupting nodeclaim(s)", "controller", c.Name(), "reason", "expired",
 		"NodeClaim", klog.KObj(nc), "expire-after", d.String())

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,7 +31,7 @@ func TestClaimsExpireAfterExpireAfter(t *testing.T) {
 	short := mk("expiring", karpv1.NewDuration(time.Hour))
 	never := mk("eternal", karpv1.NeverDuration())
 	clk := clocktesting.NewFakeClock(short.CreationTimestamp.Time)
-	c := &Controller{Client: env.Client, Clock: clk, Recorder: record.NewFakeRecorder(10)}
+	c := &Controller{Client: env.Client, Clock: clk, Recorder: events.NewFakeRecorder(10)}
 	reconcileAll := func() {
 		for _, name := range []string{"expiring", "eternal"} {
 			if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -51,7 +51,7 @@ func TestOrphansAndVanishedMachines(t *testing.T) {
 			_ = env.Client.Update(context.Background(), nc)
 		}
 	})
-	lc := &lifecycle.Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: record.NewFakeRecorder(10)}
+	lc := &lifecycle.Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: events.NewFakeRecorder(10)}
 	if _, err := lc.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "kept"}}); err != nil {
 		t.Fatal(err)
 	}

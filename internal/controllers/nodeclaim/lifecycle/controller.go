@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,7 +36,7 @@ type Controller struct {
 	Client   client.Client
 	Cloud    cloudprovider.CloudProvider
 	Clock    clock.Clock
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 }
@@ -126,14 +126,14 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	created, err := c.Cloud.Create(ctx, nc)
 	switch {
 	case cloudprovider.IsInsufficientCapacity(err):
-		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "InsufficientCapacityError", "NodeClaim %s event: %s", nc.Name, err)
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "InsufficientCapacityError", "Launch", "NodeClaim %s event: %s", nc.Name, err)
 		log.FromContext(ctx).Info("deleting nodeclaim: insufficient capacity", "error", err.Error())
 		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "insufficient_capacity")
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case cloudprovider.IsNodeClassNotReady(err):
 		var nf *cloudprovider.NodeClassNotReadyError
 		if asNotReady(err, &nf) && nf.NotFound {
-			c.Recorder.Eventf(nc, corev1.EventTypeWarning, "NodeClaimFailedToResolveNodeClass", "Failed to resolve NodeClass: %s", err)
+			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClaimFailedToResolveNodeClass", "Launch", "Failed to resolve NodeClass: %s", err)
 			log.FromContext(ctx).Info("deleting nodeclaim: nodeclass not found", "error", err.Error())
 			return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 		}
@@ -153,7 +153,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	nc.Status.Allocatable = created.Status.Allocatable
 	c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionTrue, "Launched", "")
 	c.Metrics.Launched(nc.Labels[karpv1.NodePoolLabelKey])
-	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Launched", "Launched %s in %s (%s)",
+	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Launched", "Launch", "Launched %s in %s (%s)",
 		created.Labels[karpv1.InstanceTypeLabelKey], created.Labels[karpv1.ZoneLabelKey], created.Labels[karpv1.CapacityTypeLabelKey])
 	log.FromContext(ctx).Info("launched nodeclaim", "provider-id", created.Status.ProviderID,
 		"instance-type", created.Labels[karpv1.InstanceTypeLabelKey], "zone", created.Labels[karpv1.ZoneLabelKey],

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -41,7 +41,7 @@ func setup(t *testing.T, class string, failures simv1alpha1.Failures) *fixture {
 		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large", "c5.large"}, Failures: failures}})
 	sc := simtest.New(t, env.Client)
 	return &fixture{clk: sc.Clock, cloud: sc.Cloud, joiner: sc.Joiner,
-		ctrl: &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: record.NewFakeRecorder(100)}}
+		ctrl: &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Recorder: events.NewFakeRecorder(100)}}
 }
 
 func newClaim(t *testing.T, name, class string, startupTaints ...corev1.Taint) *karpv1.NodeClaim {
@@ -187,7 +187,7 @@ func TestUnknownNodeClassDeletesTheClaim(t *testing.T) {
 	if nc.DeletionTimestamp.IsZero() {
 		t.Fatal("claim with an unknown NodeClass not deleted")
 	}
-	rec := f.ctrl.Recorder.(*record.FakeRecorder)
+	rec := f.ctrl.Recorder.(*events.FakeRecorder)
 	select {
 	case e := <-rec.Events:
 		if !strings.Contains(e, "NodeClaimFailedToResolveNodeClass") {

@@ -45,7 +45,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 			c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionUnknown, "AwaitingRegistration", "waiting for the node to register")
 			return false, reconcile.Result{RequeueAfter: min(wait, 30e9)}, nil
 		}
-		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Node did not register within %s", RegistrationTTL)
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", "Node did not register within %s", RegistrationTTL)
 		log.FromContext(ctx).Info("deleting nodeclaim: registration timed out", "ttl", RegistrationTTL.String())
 		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "registration_timeout")
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
@@ -86,7 +86,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 	nc.Status.NodeName = node.Name
 	c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionTrue, "Registered", "")
 	c.Metrics.Registered(nc.Labels[karpv1.NodePoolLabelKey])
-	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Registered", "Node %s registered", node.Name)
+	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Registered", "Register", "Node %s registered", node.Name)
 	log.FromContext(ctx).Info("registered nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name)
 	return true, reconcile.Result{}, nil
 }
@@ -129,7 +129,7 @@ func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool
 	}
 	c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionTrue, "Initialized", "")
 	c.Metrics.Initialized(nc.Labels[karpv1.NodePoolLabelKey])
-	c.Recorder.Eventf(nc, corev1.EventTypeNormal, "Initialized", "Node %s initialized", node.Name)
+	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Initialized", "Initialize", "Node %s initialized", node.Name)
 	log.FromContext(ctx).Info("initialized nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name,
 		"allocatable", describe(node.Status.Allocatable))
 	return true, reconcile.Result{}, nil

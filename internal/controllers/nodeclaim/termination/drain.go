@@ -92,7 +92,7 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 			return nil
 		}
 		log.FromContext(ctx).Info("deleting pod: termination grace period reached", "Pod", client.ObjectKeyFromObject(p), "grace-period-seconds", grace)
-		c.Recorder.Eventf(p, corev1.EventTypeWarning, "Disrupted", "Deleting pod: NodeClaim %s reached its terminationGracePeriod", nc.Name)
+		c.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "Disrupted", "Drain", "Deleting pod: NodeClaim %s reached its terminationGracePeriod", nc.Name)
 		err := c.Client.Delete(ctx, p, client.GracePeriodSeconds(grace))
 		return client.IgnoreNotFound(err)
 	}
@@ -100,8 +100,8 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 		return nil
 	}
 	if p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" {
-		c.Recorder.Eventf(p, corev1.EventTypeWarning, "FailedDraining", "Pod has the %s annotation", karpv1.DoNotDisruptAnnotationKey)
-		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "FailedDraining", "Pod %s/%s has the %s annotation", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)
+		c.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod has the %s annotation", karpv1.DoNotDisruptAnnotationKey)
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod %s/%s has the %s annotation", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)
 		return nil
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
@@ -113,8 +113,8 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		c.Recorder.Eventf(p, corev1.EventTypeWarning, "FailedDraining", "Eviction blocked by a PodDisruptionBudget: %s", err)
-		c.Recorder.Eventf(nc, corev1.EventTypeWarning, "FailedDraining", "Pod %s/%s: eviction blocked by a PodDisruptionBudget", p.Namespace, p.Name)
+		c.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Eviction blocked by a PodDisruptionBudget: %s", err)
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod %s/%s: eviction blocked by a PodDisruptionBudget", p.Namespace, p.Name)
 		return nil
 	default:
 		return fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)

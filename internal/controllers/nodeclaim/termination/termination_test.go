@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -43,7 +43,7 @@ func readyClaim(t *testing.T, name string, tgp time.Duration) *fixture {
 		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.xlarge"}}})
 	sc := simtest.New(t, env.Client)
 	clk, p := sc.Clock, sc.Provider
-	rec := record.NewFakeRecorder(1000)
+	rec := events.NewFakeRecorder(1000)
 	f := &fixture{clk: clk, cloud: sc.Cloud,
 		lifecycle: &lifecycle.Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec},
 		ctrl:      &Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec}}
