@@ -1,0 +1,80 @@
+package solver
+
+import (
+	"fmt"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// filterCandidates keeps the candidates that can hold need and satisfy reqs on the changed keys
+// (the others were checked when the candidates were chosen).
+func (s *solver) filterCandidates(cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
+	return s.filterCandidatesInto(make([]*itInfo, 0, len(cands)), cands, need, reqs, changed)
+}
+
+// filterCandidatesInto is filterCandidates appending to out.
+func (s *solver) filterCandidatesInto(out, cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
+	offerings := false
+	for _, k := range changed {
+		if k == karpv1.ZoneLabelKey || k == karpv1.CapacityTypeLabelKey {
+			offerings = true
+		}
+	}
+	var of offeringReqs
+	var mask uint64
+	if offerings {
+		of = offeringFilter(reqs)
+		mask = s.offerings.mask(reqs)
+	}
+	keyReqs := make([]requirements.Requirement, len(changed))
+	for i, k := range changed {
+		keyReqs[i], _ = reqs.Get(k)
+	}
+	for _, info := range cands {
+		if !need.lessEq(info.alloc) {
+			continue
+		}
+		if len(changed) > 0 && !typeAllowsKeys(info, keyReqs) {
+			continue
+		}
+		if offerings && !s.offerings.offers(info, mask, &of) {
+			continue
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+func typeAllowsKeys(info *itInfo, keyReqs []requirements.Requirement) bool {
+	for i := range keyReqs {
+		tr, ok := info.it.Requirements.Get(keyReqs[i].Key)
+		if !ok {
+			continue
+		}
+		if !tr.Intersects(&keyReqs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// minValuesShortfall says which minValues the candidates fail, or "".
+func minValuesShortfall(cands []*itInfo, reqs requirements.Requirements) string {
+	var msg string
+	reqs.Each(func(r requirements.Requirement) {
+		if r.MinValues == 0 || msg != "" {
+			return
+		}
+		seen := map[string]bool{}
+		for _, info := range cands {
+			if v, ok := info.labels[r.Key]; ok && r.Allows(v) {
+				seen[v] = true
+			}
+		}
+		if len(seen) < r.MinValues {
+			msg = fmt.Sprintf("minValues %d of %s not met: only %d value(s) among fitting instance types", r.MinValues, r.Key, len(seen))
+		}
+	})
+	return msg
+}

@@ -1,0 +1,282 @@
+package solver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// room is a planned claim's free capacity in CPU, memory and pods, kept in one dense slice
+// parallel to open so that scanning thousands of claims per pod stays in cache.
+type room struct {
+	// free is the room left before the claim's capacity bound; cheap before its cheapest type's.
+	free, cheap [3]int64
+	closed      bool
+}
+
+func (r *room) fits(req vec, cheapest bool) bool {
+	lim := &r.free
+	if cheapest {
+		lim = &r.cheap
+	}
+	return req[rCPU] <= lim[0] && req[rMemory] <= lim[1] && req[rPods] <= lim[2]
+}
+
+func (s *solver) updateRoom(t *target) {
+	r := &s.rooms[t.openIdx]
+	r.closed = t.closed
+	for i, d := range [3]int{rCPU, rMemory, rPods} {
+		r.free[i] = t.alloc[d] - t.used[d]
+		r.cheap[i] = t.candidates[0].alloc[d] - t.used[d]
+	}
+}
+
+// tryOpenClaims adds the pod to a planned claim: first to one where it fits in the claim's
+// cheapest instance type (it costs nothing more); else to the claim whose free room the pod's
+// shape fills best (a CPU-heavy pod to a claim with spare CPU), among the first few that can
+// hold it; else to any that can.
+func (s *solver) tryOpenClaims(v *variant, pod *corev1.Pod) bool {
+	// Claims only fill up, so those this variant can never join are skipped for good.
+	for v.cursor < len(s.open) && (s.rooms[v.cursor].closed || v.isDead(s.open[v.cursor].id)) {
+		v.cursor++
+	}
+	req := v.class.req
+	for i := v.cursor; i < len(s.open); i++ {
+		if r := &s.rooms[i]; !r.closed && r.fits(req, true) && s.tryOpen(v, i, pod) {
+			return true
+		}
+	}
+	const shortlist = 32
+	type scored struct {
+		i     int
+		score float64
+	}
+	var best []scored
+	for i := v.cursor; i < len(s.open) && len(best) < shortlist; i++ {
+		r := &s.rooms[i]
+		if r.closed || !r.fits(req, false) || v.isDead(s.open[i].id) {
+			continue
+		}
+		t := s.open[i]
+		score := 0.0
+		for k, d := range [3]int{rCPU, rMemory, rPods} {
+			if t.alloc[d] > 0 {
+				score += float64(req[d]) * float64(r.free[k]) / (float64(t.alloc[d]) * float64(t.alloc[d]))
+			}
+		}
+		best = append(best, scored{i, score})
+	}
+	slices.SortStableFunc(best, func(a, b scored) int { return cmpFloat(b.score, a.score) })
+	for _, b := range best {
+		if s.tryOpen(v, b.i, pod) {
+			return true
+		}
+	}
+	for i := v.cursor; i < len(s.open); i++ {
+		if r := &s.rooms[i]; !r.closed && r.fits(req, false) && s.tryOpen(v, i, pod) {
+			return true
+		}
+	}
+	return false
+}
+
+// tryOpen tries the open claim at index i, marking it dead for the variant when it never fits.
+func (s *solver) tryOpen(v *variant, i int, pod *corev1.Pod) bool {
+	t := s.open[i]
+	if v.isDead(t.id) {
+		return false
+	}
+	if !t.used.fitsWith(v.class.req, t.alloc) {
+		v.markDead(t.id)
+		return false
+	}
+	if f := s.fit(v, t.pool); f.reason != "" {
+		v.markDead(t.id)
+		return false
+	}
+	switch s.tryClaim(v, t, pod) {
+	case joined:
+		return true
+	case never:
+		v.markDead(t.id)
+	}
+	return false
+}
+
+// joinResult is the outcome of trying to add a pod to a planned claim.
+type joinResult int
+
+const (
+	joined joinResult = iota
+	// notNow may change as other pods are placed (zone topology, hostname pod affinity).
+	notNow
+	// never cannot change: claims only fill up and narrow.
+	never
+)
+
+// tryClaim adds the pod to a planned claim if it fits.
+func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
+	if !t.portsFree(v.class.hostPorts) {
+		return never
+	}
+	if s.hostnameBlocked(v, t.id) {
+		return never
+	}
+	reqs := t.reqs
+	var changed []string
+	view := t
+	if v.reqs.Len() > 0 {
+		if err := t.reqs.Compatible(v.reqs, undefinedOK); err != nil {
+			return never
+		}
+		reqs = t.reqs.Clone()
+		reqs.AddAll(v.reqs)
+		changed = v.reqs.Keys()
+		view = &target{id: t.id, pool: t.pool, reqs: reqs, candidates: t.candidates}
+	}
+	narrow, err := s.topology(v, view)
+	if err != nil {
+		return notNow
+	}
+	if len(narrow) > 0 {
+		if changed == nil {
+			reqs = reqs.Clone()
+		}
+		for _, n := range narrow {
+			reqs.Add(requirements.Single(n.key, n.value))
+			changed = append(changed, n.key)
+		}
+	}
+	need := s.scratch
+	copy(need, t.used)
+	need.add(v.class.req)
+	cands := s.filterCandidatesInto(s.candScratch[:0], t.candidates, need, reqs, changed)
+	s.candScratch = cands
+	if len(cands) == 0 {
+		if len(narrow) == 0 {
+			return never
+		}
+		return notNow
+	}
+	if r := minValuesShortfall(cands, reqs); r != "" {
+		return notNow
+	}
+	// The survivors are a subsequence of the claim's candidates: keep them in its own array.
+	own := t.candidates[:len(cands)]
+	copy(own, cands)
+	s.commit(v, t, pod, own, &reqs, changed != nil)
+	return joined
+}
+
+// tryNew plans a new claim from pool p for the pod, or says why it cannot.
+func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
+	f := s.fit(v, p)
+	if f.reason != "" {
+		return f.reason
+	}
+	need := p.daemon.clone()
+	need.add(v.class.req)
+	var cands []*itInfo
+	fitsResources := false
+	for _, info := range f.types {
+		if !need.lessEq(info.alloc) {
+			continue
+		}
+		fitsResources = true
+		if p.remaining != nil && !withinLimits(info.capacity, p.remaining, p.limited) {
+			continue
+		}
+		cands = append(cands, info)
+	}
+	if !fitsResources {
+		return s.tooBig(need, p, f)
+	}
+	if len(cands) == 0 {
+		return s.limitsExhausted(p)
+	}
+	t := &target{id: len(s.targets), pool: p, reqs: f.reqs, used: p.daemon.clone(), alloc: make(vec, s.ri.len())}
+	narrow, err := s.topology(v, &target{id: t.id, pool: p, reqs: f.reqs, candidates: cands})
+	if err != nil {
+		return err.Error()
+	}
+	reqs := f.reqs
+	changed := false
+	if len(narrow) > 0 {
+		reqs = reqs.Clone()
+		keys := make([]string, 0, len(narrow))
+		for _, n := range narrow {
+			reqs.Add(requirements.Single(n.key, n.value))
+			keys = append(keys, n.key)
+		}
+		changed = true
+		cands = s.filterCandidates(cands, need, reqs, keys)
+		if len(cands) == 0 {
+			return "no instance type offers the zone the topology constraints need"
+		}
+	}
+	if r := minValuesShortfall(cands, reqs); r != "" {
+		return r
+	}
+	if !changed {
+		reqs = reqs.Clone()
+	}
+	t.reqs = reqs
+	t.reserved = make(vec, s.ri.len())
+	if target := s.chooseTarget(p, cands, v.class); target != nil {
+		t.cap = target.alloc
+	}
+	s.targets = append(s.targets, t)
+	t.openIdx = len(s.open)
+	s.open = append(s.open, t)
+	s.rooms = append(s.rooms, room{})
+	s.commit(v, t, pod, cands, nil, false)
+	return ""
+}
+
+func withinLimits(capacity, remaining vec, limited []bool) bool {
+	for i, lim := range limited {
+		if lim && capacity[i] > remaining[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *solver) tooBig(need vec, p *pool, f *poolFit) string {
+	largest := make(vec, s.ri.len())
+	for _, info := range f.types {
+		largest.maxInto(info.alloc)
+	}
+	var short []string
+	for i := range need {
+		if need[i] > largest[i] {
+			short = append(short, s.ri.describe(oneDim(i, need[i], len(need))))
+		}
+	}
+	msg := fmt.Sprintf("no instance type has %s", strings.Join(short, ", "))
+	if p.daemon[rCPU] > 0 || p.daemon[rMemory] > 0 {
+		msg += " after daemonset overhead"
+	}
+	return msg
+}
+
+func oneDim(i int, x int64, n int) vec {
+	v := make(vec, n)
+	v[i] = x
+	return v
+}
+
+func (s *solver) limitsExhausted(p *pool) string {
+	var parts []string
+	for i, lim := range p.limited {
+		if lim {
+			q := s.ri.list(oneDim(i, max(p.remaining[i], 0), len(p.remaining)))[s.ri.names[i]]
+			parts = append(parts, fmt.Sprintf("%s %s", s.ri.names[i], q.String()))
+		}
+	}
+	return "limits exhausted: " + strings.Join(parts, ", ") + " left, too little for any instance type"
+}

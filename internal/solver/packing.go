@@ -1,0 +1,195 @@
+package solver
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func (s *solver) run() {
+	order := slices.Clone(s.classes)
+	s.order = order
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i].req, order[j].req
+		if a[rCPU] != b[rCPU] {
+			return a[rCPU] > b[rCPU]
+		}
+		if a[rMemory] != b[rMemory] {
+			return a[rMemory] > b[rMemory]
+		}
+		return order[i].id < order[j].id
+	})
+	var total vec
+	for _, c := range order {
+		c.left = len(c.pods)
+		if total == nil {
+			total = make(vec, len(c.req))
+		}
+		for range c.pods {
+			total.add(c.req)
+		}
+	}
+	// Two queues in packing order: pods heavier in CPU than in memory relative to the whole
+	// demand, and the others. Drawing from the one the filling claim lacks keeps claims balanced
+	// instead of CPU-full and memory-empty (or the reverse).
+	s.totalDemand = total
+	var cpuHeavy, memHeavy []podItem
+	for _, c := range order {
+		heavy := total == nil || total[rMemory] == 0 ||
+			float64(c.req[rCPU])/float64(max(total[rCPU], 1)) >= float64(c.req[rMemory])/float64(total[rMemory])
+		for _, p := range c.pods {
+			if heavy {
+				cpuHeavy = append(cpuHeavy, podItem{pod: p, class: c})
+			} else {
+				memHeavy = append(memHeavy, podItem{pod: p, class: c})
+			}
+		}
+	}
+	for len(cpuHeavy)+len(memHeavy) > 0 {
+		var it podItem
+		if s.wantsMemory(cpuHeavy, memHeavy) {
+			it, memHeavy = memHeavy[0], memHeavy[1:]
+		} else {
+			it, cpuHeavy = cpuHeavy[0], cpuHeavy[1:]
+		}
+		s.placeCounted(it)
+	}
+	// Pods that fail may fit once others are placed (pod affinity to a pod later in the order),
+	// so failures are retried until a pass places nothing new.
+	failed := s.failed
+	for len(failed) > 0 {
+		s.failed = nil
+		s.cursor = 0
+		for _, it := range failed {
+			it.class.left++
+		}
+		for _, it := range failed {
+			s.placeCounted(it)
+		}
+		if len(s.failed) == len(failed) {
+			for _, it := range s.failed {
+				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: s.reasons[it.pod]})
+			}
+			return
+		}
+		failed = s.failed
+	}
+}
+
+// wantsMemory says whether the next pod should come from the memory-heavy queue: when the claim
+// being filled is fuller in CPU than in memory, or the CPU-heavy queue is empty.
+func (s *solver) wantsMemory(cpuHeavy, memHeavy []podItem) bool {
+	switch {
+	case len(memHeavy) == 0:
+		return false
+	case len(cpuHeavy) == 0:
+		return true
+	case len(s.open) == 0:
+		return false
+	}
+	if s.balance == balanceOpen {
+		// Draw the shape the open claims' cheapest types have more room for.
+		var freeCPU, freeMem float64
+		for i := range s.rooms {
+			if r := &s.rooms[i]; !r.closed {
+				freeCPU += float64(r.cheap[0])
+				freeMem += float64(r.cheap[1])
+			}
+		}
+		if freeCPU > 0 || freeMem > 0 {
+			return freeMem/float64(max(s.totalDemand[rMemory], 1)) > freeCPU/float64(max(s.totalDemand[rCPU], 1))
+		}
+	}
+	// Balance the claim being filled.
+	t := s.open[len(s.open)-1]
+	if t.closed || t.alloc[rCPU] == 0 || t.alloc[rMemory] == 0 {
+		return false
+	}
+	return float64(t.used[rCPU])/float64(t.alloc[rCPU]) > float64(t.used[rMemory])/float64(t.alloc[rMemory])
+}
+
+// placeCounted places a pod, remembering failures, and keeps the class counts and the packing
+// cursor current.
+func (s *solver) placeCounted(it podItem) {
+	if reason := s.place(it); reason != "" {
+		s.failed = append(s.failed, it)
+		if s.reasons == nil {
+			s.reasons = map[*corev1.Pod]string{}
+		}
+		s.reasons[it.pod] = reason
+	}
+	it.class.left--
+	for s.cursor < len(s.order) && s.order[s.cursor].left <= 0 {
+		s.cursor++
+	}
+}
+
+// place puts one pod somewhere, relaxing preferences as needed, or returns why it fits nowhere.
+func (s *solver) place(it podItem) string {
+	c := it.class
+	if c.err != nil {
+		return c.err.Error()
+	}
+	ignore := s.opts.IgnorePreferences
+	var reason string
+	for i := c.firstVariant(ignore); i < c.variantCount(); i = c.nextVariant(i, ignore) {
+		v := s.variant(c, i)
+		if v.reqs.Empty() {
+			reason = "requirements cannot be satisfied: " + v.reqs.String()
+			continue
+		}
+		for _, t := range s.targets {
+			if t.isClaim() {
+				break
+			}
+			if s.tryExisting(v, t, it.pod) {
+				return ""
+			}
+		}
+		if s.tryOpenClaims(v, it.pod) {
+			return ""
+		}
+		var why []string
+		for _, p := range s.pools {
+			r := s.tryNew(v, p, it.pod)
+			if r == "" {
+				return ""
+			}
+			why = append(why, fmt.Sprintf("NodePool %s: %s", p.np.Name, r))
+		}
+		switch {
+		case len(s.pools) == 0:
+			reason = "no NodePool"
+		default:
+			reason = strings.Join(why, "; ")
+		}
+		if rel := v.describeRelaxed(); rel != "" {
+			reason += " (" + rel + ")"
+		}
+	}
+	return reason
+}
+
+func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
+	if t.existing.Unschedulable || !t.used.fitsWith(v.class.req, t.alloc) {
+		return false
+	}
+	if _, bad := untoleratedTaint(v.class.tolerations, t.existing.Taints, v.avoidPreferNoS); bad {
+		return false
+	}
+	if _, ok := v.reqs.Satisfied(t.labels); !ok {
+		return false
+	}
+	if !t.portsFree(v.class.hostPorts) {
+		return false
+	}
+	if _, err := s.topology(v, t); err != nil {
+		return false
+	}
+	s.commit(v, t, pod, nil, nil, false)
+	s.result.Bindings = append(s.result.Bindings, Binding{Pod: pod, Node: t.existing.Name})
+	return true
+}

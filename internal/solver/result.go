@@ -1,0 +1,116 @@
+package solver
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// commit records the pod on the target.
+func (s *solver) commit(v *variant, t *target, pod *corev1.Pod, cands []*itInfo, reqs *requirements.Requirements, reqsChanged bool) {
+	s.version++
+	t.used.add(v.class.req)
+	t.pods = append(t.pods, pod)
+	t.ports = append(t.ports, v.class.hostPorts...)
+	if t.isClaim() {
+		if reqs != nil && reqsChanged {
+			t.reqs = *reqs
+		}
+		if t.fixed == nil || reqsChanged {
+			t.refreshFixed(s.topoKeys)
+		}
+		t.setCandidates(cands)
+		if s.full(t) {
+			t.closed = true
+		}
+		s.updateRoom(t)
+	}
+	owned := map[int]bool{}
+	for _, a := range v.class.anti {
+		owned[a.group] = true
+	}
+	for _, gi := range v.class.matches {
+		g := s.groups[gi]
+		d, _ := t.domain(g.key)
+		g.record(t, d, true, owned[gi])
+		delete(owned, gi)
+	}
+	for gi := range owned {
+		g := s.groups[gi]
+		d, _ := t.domain(g.key)
+		g.record(t, d, false, true)
+	}
+}
+
+// full reports whether no pod of the solve could fit in what the claim has left.
+func (s *solver) full(t *target) bool {
+	for _, i := range []int{rCPU, rMemory, rPods} {
+		if s.minReq[i] > 0 && t.alloc[i]-t.used[i] < s.minReq[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// finish turns planned claims into the result.
+func (s *solver) finish() {
+	for _, t := range s.targets {
+		if !t.isClaim() {
+			continue
+		}
+		s.result.NodeClaims = append(s.result.NodeClaims, s.plannedClaim(t))
+	}
+}
+
+func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
+	type priced struct {
+		info  *itInfo
+		price float64
+	}
+	ps := make([]priced, 0, len(t.candidates))
+	of := offeringFilter(t.reqs)
+	mask := s.offerings.mask(t.reqs)
+	for _, info := range t.candidates {
+		price, ok := s.offerings.price(info, mask, &of)
+		if ok {
+			ps = append(ps, priced{info, price})
+		}
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		if ps[i].price != ps[j].price {
+			return ps[i].price < ps[j].price
+		}
+		return ps[i].info.it.Name < ps[j].info.it.Name
+	})
+	keep := min(len(ps), s.opts.MaxInstanceTypes)
+	chosen := ps[:keep]
+	// Extend past the bound only as far as minValues needs.
+	for keep < len(ps) {
+		infos := make([]*itInfo, len(chosen))
+		for i, p := range chosen {
+			infos[i] = p.info
+		}
+		if minValuesShortfall(infos, t.reqs) == "" {
+			break
+		}
+		keep++
+		chosen = ps[:keep]
+	}
+	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Requests: s.ri.list(t.used), Pods: t.pods, Requirements: t.reqs.Clone()}
+	names := make([]string, 0, len(chosen))
+	final := make([]*itInfo, 0, len(chosen))
+	for _, p := range chosen {
+		nc.InstanceTypes = append(nc.InstanceTypes, p.info.it)
+		names = append(names, p.info.it.Name)
+		final = append(final, p.info)
+	}
+	if len(chosen) > 0 {
+		nc.Price = chosen[0].price
+	}
+	nc.Requirements.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
+	t.setCandidates(final)
+	return nc
+}
