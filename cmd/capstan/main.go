@@ -21,7 +21,8 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "capstan:", err)
 		return 2
 	}
-	log := operator.NewLogger(opts.LogLevel)
+	// Named as Karpenter's, so that log queries written for it keep matching.
+	log := operator.NewLogger(opts.LogLevel).WithName("controller")
 	ctrl.SetLogger(log)
 	cfg, err := operator.RESTConfig(opts)
 	if err != nil {

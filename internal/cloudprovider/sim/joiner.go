@@ -29,6 +29,7 @@ type Joiner struct {
 
 // Start registers due machines until ctx ends. It implements controller-runtime's Runnable.
 func (j *Joiner) Start(ctx context.Context) error {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", "sim.joiner"))
 	interval := j.Interval
 	if interval == 0 {
 		interval = 200 * time.Millisecond
