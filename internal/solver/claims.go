@@ -251,17 +251,22 @@ func (s *solver) tooBig(need vec, p *pool, f *poolFit) string {
 	for _, info := range f.types {
 		largest.maxInto(info.alloc)
 	}
-	var short []string
+	var short, most []string
 	for i := range need {
 		if need[i] > largest[i] {
 			short = append(short, s.ri.describe(oneDim(i, need[i], len(need))))
+			if largest[i] > 0 {
+				most = append(most, s.ri.describe(oneDim(i, largest[i], len(need))))
+			} else {
+				most = append(most, fmt.Sprintf("no %s", s.ri.names[i]))
+			}
 		}
 	}
 	msg := fmt.Sprintf("no instance type has %s", strings.Join(short, ", "))
 	if p.daemon[rCPU] > 0 || p.daemon[rMemory] > 0 {
 		msg += " after daemonset overhead"
 	}
-	return msg
+	return msg + " (the largest has " + strings.Join(most, ", ") + ")"
 }
 
 func oneDim(i int, x int64, n int) vec {
