@@ -35,6 +35,43 @@ type Provisioner struct {
 	Metrics *metrics.Metrics
 
 	trigger chan struct{}
+	// created remembers the NodeClaims this provisioner created until the (cached) client lists
+	// them, so that a pass right after another does not plan the same pods twice.
+	created map[string]createdClaim
+}
+
+type createdClaim struct {
+	nc *karpv1.NodeClaim
+	at time.Time
+}
+
+// createdTTL bounds how long a created NodeClaim is remembered without the client listing it.
+const createdTTL = time.Minute
+
+// remember records a NodeClaim just created.
+func (p *Provisioner) remember(nc *karpv1.NodeClaim) {
+	if p.created == nil {
+		p.created = map[string]createdClaim{}
+	}
+	p.created[nc.Name] = createdClaim{nc: nc.DeepCopy(), at: p.Clock.Now()}
+}
+
+// withCreated adds to listed the NodeClaims created here that the client does not list yet, and
+// forgets those it lists (or that are too old to be lagging).
+func (p *Provisioner) withCreated(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
+	seen := make(map[string]bool, len(listed))
+	for i := range listed {
+		seen[listed[i].Name] = true
+	}
+	for name, c := range p.created {
+		switch {
+		case seen[name] || p.Clock.Since(c.at) > createdTTL:
+			delete(p.created, name)
+		default:
+			listed = append(listed, *c.nc)
+		}
+	}
+	return listed
 }
 
 // Name is the provisioner's name and log key.
@@ -181,6 +218,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			return res, fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
 		}
 		res.Created = append(res.Created, nc)
+		p.remember(nc)
 		p.Metrics.Created(np.Name, "provisioning")
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned))

@@ -253,3 +253,34 @@ func TestTaintedPoolTakesOnlyTolerantPods(t *testing.T) {
 		t.Fatal("want claims from both pools")
 	}
 }
+
+// laggingClient lists no NodeClaims, as an informer cache that has not seen them yet.
+type laggingClient struct{ client.Client }
+
+func (c laggingClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*karpv1.NodeClaimList); ok {
+		return nil
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+func TestALaggingCacheDoesNotDoubleBuy(t *testing.T) {
+	p, _ := setup(t, pool("prov-lag", nil))
+	p.Client = laggingClient{env.Client}
+	ns := namespace(t)
+	pendingPods(t, ns, "lag", 6, "1", nil)
+	first, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Created) == 0 {
+		t.Fatal("nothing created")
+	}
+	second, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second.Created) != 0 {
+		t.Fatalf("a pass that cannot see the claims just created bought %d more", len(second.Created))
+	}
+}

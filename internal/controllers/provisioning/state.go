@@ -38,6 +38,7 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 	if err := p.Client.List(ctx, ncs); err != nil {
 		return nil, fmt.Errorf("listing nodeclaims: %w", err)
 	}
+	ncs.Items = p.withCreated(ncs.Items)
 	nodes := &corev1.NodeList{}
 	if err := p.Client.List(ctx, nodes); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
