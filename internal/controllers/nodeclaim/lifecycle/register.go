@@ -50,6 +50,12 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "registration_timeout")
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	}
+	if adopted(node, nc) {
+		// Adopted already: this reconcile read the claim before its own status update landed.
+		nc.Status.NodeName = node.Name
+		c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionTrue, "Registered", "")
+		return true, reconcile.Result{}, nil
+	}
 	orig := node.DeepCopy()
 	if node.Labels == nil {
 		node.Labels = map[string]string{}
@@ -93,6 +99,15 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 
 func ptrTo[T any](v T) *T { return &v }
 
+// adopted reports whether the claim already took the node over: registered label, owner
+// reference, finalizer, and no unregistered taint.
+func adopted(node *corev1.Node, nc *karpv1.NodeClaim) bool {
+	return node.Labels[karpv1.NodeRegisteredLabelKey] == "true" &&
+		controllerutil.ContainsFinalizer(node, karpv1.TerminationFinalizer) &&
+		slices.ContainsFunc(node.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == nc.UID }) &&
+		!slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == karpv1.UnregisteredTaintKey })
+}
+
 // initialize waits for the Node to be Ready with its startup taints gone and the requested
 // extended resources present.
 func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool, reconcile.Result, error) {
@@ -102,6 +117,11 @@ func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool
 	node, err := c.nodeFor(ctx, nc)
 	if err != nil || node == nil {
 		return false, reconcile.Result{}, err
+	}
+	if node.Labels[karpv1.NodeInitializedLabelKey] == "true" {
+		// Initialized already; this reconcile read the claim before its own status update landed.
+		c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionTrue, "Initialized", "")
+		return true, reconcile.Result{}, nil
 	}
 	if !nodeReady(node) {
 		c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionUnknown, "NodeNotReady", "waiting for the node to be ready")
