@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/periodic"
 )
 
 // KwokNodeAnnotation marks nodes kwok simulates.
@@ -34,18 +35,7 @@ func (j *Joiner) Start(ctx context.Context) error {
 	if interval == 0 {
 		interval = 200 * time.Millisecond
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := j.Sync(ctx); err != nil {
-				log.FromContext(ctx).Error(err, "registering simulated machines")
-			}
-		}
-	}
+	return periodic.Run(ctx, interval, "registering simulated machines", j.Sync)
 }
 
 // NeedLeaderElection makes only the leader register machines.

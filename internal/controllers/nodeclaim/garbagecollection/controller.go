@@ -18,6 +18,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/periodic"
 )
 
 // GracePeriod is how long a machine may exist without a NodeClaim recording it.
@@ -45,18 +46,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if interval == 0 {
 		interval = 10 * time.Second
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := c.Sync(ctx); err != nil {
-				log.FromContext(ctx).Error(err, "garbage collecting")
-			}
-		}
-	}
+	return periodic.Run(ctx, interval, "garbage collecting", c.Sync)
 }
 
 // Sync runs one sweep.
