@@ -430,3 +430,33 @@ func TestSpreadNodeTaintsPolicy(t *testing.T) {
 	r = solve(t, solver.Input{Pods: pods(4, "web", "500m", "1Gi", spread(&honor)), NodePools: []solver.NodePool{open, closed}}, solver.Options{})
 	wantAllPlaced(t, r)
 }
+
+func TestPreferredPodAntiAffinityIsHonouredUnlessIgnored(t *testing.T) {
+	spreadOut := func(p *corev1.Pod) {
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 50, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname, LabelSelector: appSelector("web")}}}}}
+	}
+	in := solver.Input{Pods: pods(3, "web", "100m", "100Mi", spreadOut), NodePools: []solver.NodePool{poolOf(workload.FakeInstanceTypes(8))}}
+	if r := solve(t, in, solver.Options{}); len(r.NodeClaims) != 3 {
+		t.Fatalf("preferred anti-affinity honoured: %d claims, want 3", len(r.NodeClaims))
+	}
+	if r := solve(t, in, solver.Options{IgnorePreferences: true}); len(r.NodeClaims) != 1 {
+		t.Fatalf("preferences ignored: %d claims, want 1", len(r.NodeClaims))
+	}
+}
+
+func TestPreferNoScheduleTaintsAreAvoidedThenAccepted(t *testing.T) {
+	its := workload.FakeInstanceTypes(8)
+	soft := solver.NodePool{Name: "soft", Weight: 100, InstanceTypes: its,
+		Taints: []corev1.Taint{{Key: "spot-only", Effect: corev1.TaintEffectPreferNoSchedule}}}
+	plain := solver.NodePool{Name: "plain", Weight: 1, InstanceTypes: its}
+	r := solve(t, solver.Input{Pods: pods(1, "web", "1", "1Gi", nil), NodePools: []solver.NodePool{soft, plain}}, solver.Options{})
+	if r.NodeClaims[0].NodePool != "plain" {
+		t.Fatalf("planned on %s; a PreferNoSchedule taint should be avoided while another pool fits", r.NodeClaims[0].NodePool)
+	}
+	r = solve(t, solver.Input{Pods: pods(1, "web", "1", "1Gi", nil), NodePools: []solver.NodePool{soft}}, solver.Options{})
+	wantAllPlaced(t, r)
+	if r.NodeClaims[0].NodePool != "soft" {
+		t.Fatalf("planned on %s, want soft once nothing else fits", r.NodeClaims[0].NodePool)
+	}
+}
