@@ -21,7 +21,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/requirements"
+	"capstan.dev/capstan/internal/nodepools"
 )
 
 // Name is the simulated cloud's provider name and provider-ID scheme.
@@ -157,9 +157,9 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	if err != nil {
 		return nil, err
 	}
-	reqs, err := claimRequirements(nc)
+	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("NodeClaim %s requirements: %w", nc.Name, err)
 	}
 	var cands []candidate
 	for _, it := range its {
@@ -211,18 +211,6 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), nc.Name)}
 	}
 	return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no instance type of SimNodeClass %s satisfies NodeClaim %s", snc.Name, nc.Name)}
-}
-
-func claimRequirements(nc *karpv1.NodeClaim) (requirements.Requirements, error) {
-	var rs requirements.Requirements
-	for _, r := range nc.Spec.Requirements {
-		req, err := requirements.New(r.Key, requirements.Operator(r.Operator), r.Values...)
-		if err != nil {
-			return rs, fmt.Errorf("NodeClaim %s requirement: %w", nc.Name, err)
-		}
-		rs.Add(req)
-	}
-	return rs, nil
 }
 
 func fits(requests, alloc corev1.ResourceList) bool {

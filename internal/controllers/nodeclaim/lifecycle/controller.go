@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -132,7 +133,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case cloudprovider.IsNodeClassNotReady(err):
 		var nf *cloudprovider.NodeClassNotReadyError
-		if asNotReady(err, &nf) && nf.NotFound {
+		if errors.As(err, &nf) && nf.NotFound {
 			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClaimFailedToResolveNodeClass", "Launch", "Failed to resolve NodeClass: %s", err)
 			log.FromContext(ctx).Info("deleting nodeclaim: nodeclass not found", "error", err.Error())
 			return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
@@ -159,21 +160,6 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		"instance-type", created.Labels[karpv1.InstanceTypeLabelKey], "zone", created.Labels[karpv1.ZoneLabelKey],
 		"capacity-type", created.Labels[karpv1.CapacityTypeLabelKey], "allocatable", describe(created.Status.Allocatable))
 	return true, reconcile.Result{}, nil
-}
-
-func asNotReady(err error, target **cloudprovider.NodeClassNotReadyError) bool {
-	for e := err; e != nil; {
-		if nr, ok := e.(*cloudprovider.NodeClassNotReadyError); ok {
-			*target = nr
-			return true
-		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		e = u.Unwrap()
-	}
-	return false
 }
 
 func truncate(s string) string {
