@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -54,67 +52,29 @@ type process struct {
 
 // Start brings the cluster up: the API server with Capstan's CRDs, then the controller manager,
 // the scheduler and kwok. On error everything started is stopped again.
-func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	for _, d := range []string{"etcd", "pki", "logs"} {
 		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("creating cluster directory: %w", err)
 		}
 	}
-	s, err := scheme.New()
+	env, cfg, err := startAPIServer(opts)
 	if err != nil {
 		return nil, err
 	}
-	crds, err := crd.Load()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: opts.AssetsDir,
-		Scheme:                s,
-		CRDs:                  crds,
-	}
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(opts.Dir, "etcd")}
-	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(opts.Dir, "pki")}
-	if env.ControlPlane.Etcd.Out, err = logFile(opts.Dir, "etcd"); err != nil {
-		return nil, err
-	}
-	env.ControlPlane.Etcd.Err = env.ControlPlane.Etcd.Out
-	if env.ControlPlane.APIServer.Out, err = logFile(opts.Dir, "kube-apiserver"); err != nil {
-		return nil, err
-	}
-	env.ControlPlane.APIServer.Err = env.ControlPlane.APIServer.Out
-	opts.Log.Info("starting etcd and kube-apiserver")
-	cfg, err := env.Start()
-	if err != nil {
-		// envtest leaves etcd and kube-apiserver running when installing the CRDs fails.
-		_ = env.Stop()
-		return nil, fmt.Errorf("starting etcd and kube-apiserver (logs in %s): %w", filepath.Join(opts.Dir, "logs"), err)
-	}
-	c = &Cluster{Config: cfg, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"), opts: opts, env: env}
-	defer func() {
-		if err != nil {
-			_ = c.Stop()
-		}
-	}()
+	c := &Cluster{Config: cfg, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"), opts: opts, env: env}
+	// A failed start stops what it started; c is local, so the cleanup never sees a nil cluster.
 	if err := os.WriteFile(c.KubeconfigPath, env.KubeConfig, 0o600); err != nil {
-		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+		return nil, errors.Join(fmt.Errorf("writing kubeconfig: %w", err), c.Stop())
 	}
 	if err := c.startComponents(ctx); err != nil {
-		return nil, err
+		return nil, errors.Join(err, c.Stop())
 	}
 	return c, nil
 }
 
 func (c *Cluster) startComponents(ctx context.Context) error {
 	kc := "--kubeconfig=" + c.KubeconfigPath
-	kcmPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	schedPort, err := freePort()
-	if err != nil {
-		return err
-	}
 	kwokArgs := []string{kc,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
@@ -136,8 +96,9 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 			"--authorization-kubeconfig=" + c.KubeconfigPath,
 			"--authentication-skip-lookup=true",
 			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(kcmPort),
+			// No serving port: nothing reads the controller manager's health or metrics, and a
+			// port picked as free can be taken before the component binds it.
+			"--secure-port=0",
 			"--use-service-account-credentials=false",
 			"--controllers=*,-serviceaccount-token,-nodeipam,-csrsigning,-csrapproving,-csrcleaner,-bootstrapsigner,-tokencleaner,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ephemeral-volume",
 			"--cluster-name=capstan-local",
@@ -147,8 +108,7 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 			"--authorization-kubeconfig=" + c.KubeconfigPath,
 			"--authentication-skip-lookup=true",
 			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(schedPort),
+			"--secure-port=0",
 		}},
 		{"kwok", kwokArgs},
 	}
@@ -241,11 +201,51 @@ func logFile(dir, name string) (*os.File, error) {
 	return f, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+// apiServerAttempts bounds the starts of etcd and kube-apiserver: envtest picks their ports as
+// free before they bind them, so another process can take one in between.
+const apiServerAttempts = 3
+
+// startAPIServer starts etcd and kube-apiserver with the CRDs, trying again (with new ports)
+// when an attempt fails; a failed attempt leaves nothing running.
+func startAPIServer(opts Options) (*envtest.Environment, *rest.Config, error) {
+	var errs []error
+	for attempt := 1; attempt <= apiServerAttempts; attempt++ {
+		opts.Log.Info("starting etcd and kube-apiserver", "attempt", attempt)
+		env, err := newEnvironment(opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg, err := env.Start()
+		if err == nil {
+			return env, cfg, nil
+		}
+		// envtest leaves etcd and kube-apiserver running when installing the CRDs fails.
+		_ = env.Stop()
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return nil, nil, fmt.Errorf("starting etcd and kube-apiserver (logs in %s): %w", filepath.Join(opts.Dir, "logs"), errors.Join(errs...))
+}
+
+// newEnvironment describes etcd and kube-apiserver with Capstan's CRDs, logging into opts.Dir.
+func newEnvironment(opts Options) (*envtest.Environment, error) {
+	s, err := scheme.New()
+	if err != nil {
+		return nil, err
+	}
+	crds, err := crd.Load()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: opts.AssetsDir, Scheme: s, CRDs: crds}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(opts.Dir, "etcd")}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(opts.Dir, "pki")}
+	if env.ControlPlane.Etcd.Out, err = logFile(opts.Dir, "etcd"); err != nil {
+		return nil, err
+	}
+	env.ControlPlane.Etcd.Err = env.ControlPlane.Etcd.Out
+	if env.ControlPlane.APIServer.Out, err = logFile(opts.Dir, "kube-apiserver"); err != nil {
+		return nil, err
+	}
+	env.ControlPlane.APIServer.Err = env.ControlPlane.APIServer.Out
+	return env, nil
 }

@@ -262,11 +262,15 @@ func (s *solver) tooBig(need vec, p *pool, f *poolFit) string {
 			}
 		}
 	}
-	msg := fmt.Sprintf("no instance type has %s", strings.Join(short, ", "))
+	overhead := ""
 	if p.daemon[rCPU] > 0 || p.daemon[rMemory] > 0 {
-		msg += " after daemonset overhead"
+		overhead = " after daemonset overhead"
 	}
-	return msg + " (the largest has " + strings.Join(most, ", ") + ")"
+	if len(short) == 0 {
+		// Each resource fits some type, but no type holds them all at once.
+		return fmt.Sprintf("no instance type has %s at once%s", s.ri.describe(need), overhead)
+	}
+	return fmt.Sprintf("no instance type has %s%s (the largest has %s)", strings.Join(short, ", "), overhead, strings.Join(most, ", "))
 }
 
 func oneDim(i int, x int64, n int) vec {

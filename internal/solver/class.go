@@ -27,18 +27,21 @@ type class struct {
 	tolerations []corev1.Toleration
 	hostPorts   []hostPort
 	// nodeTerms are the ORed required node-affinity terms, each ANDed with the node selector; one
-	// empty set when the pod has none.
-	nodeTerms []requirements.Requirements
+	// with only the selector when the pod has none.
+	nodeTerms []nodeTerm
 	spreads   []spreadConstraint
 	affinity  []podTerm
 	anti      []podTerm
-	// preferences in relaxation order: lowest weight first.
+	// preferences in relaxation order (see relaxationOrder).
 	preferences []preference
 
 	// matches are the topology groups whose selector matches the class's pods.
 	matches []int
 	// variants[i] is the class with the first i preferences relaxed (per node term); built lazily.
 	variants []*variant
+	// taintFits caches, per pool index (×2: PreferNoSchedule tolerated or avoided), whether the
+	// class tolerates the pool's taints.
+	taintFits []*poolFit
 	// err is set when the pod's spec cannot be understood (a malformed requirement).
 	err error
 	// left counts the class's pods not yet placed or given up on.
@@ -151,27 +154,17 @@ func (s *solver) buildClass(id int, p *corev1.Pod, req corev1.ResourceList) *cla
 		id: id, ns: p.Namespace, labels: p.Labels, req: s.ri.vec(req),
 		tolerations: p.Spec.Tolerations, hostPorts: podHostPorts(p),
 	}
-	selector := requirements.FromLabels(p.Spec.NodeSelector)
-	c.nodeTerms = []requirements.Requirements{selector}
+	terms, err := podNodeTerms(p)
+	if err != nil {
+		c.err = err
+		terms = []nodeTerm{{}}
+	}
+	c.nodeTerms = terms
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
-		if req := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; req != nil && len(req.NodeSelectorTerms) > 0 {
-			c.nodeTerms = nil
-			for _, term := range req.NodeSelectorTerms {
-				rs, err := requirements.FromNodeSelector(term.MatchExpressions)
-				if err != nil {
-					c.err = fmt.Errorf("node affinity: %w", err)
-					continue
-				}
-				rs.AddAll(selector)
-				c.nodeTerms = append(c.nodeTerms, rs)
-			}
-			if len(c.nodeTerms) == 0 {
-				c.nodeTerms = []requirements.Requirements{selector}
-			}
-		}
 		for _, pt := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
-			rs, err := requirements.FromNodeSelector(pt.Preference.MatchExpressions)
-			if err != nil {
+			rs, err := expressionRequirements(pt.Preference.MatchExpressions)
+			if err != nil || len(pt.Preference.MatchExpressions) == 0 {
+				// An empty preferred term matches every node; it prefers nothing.
 				continue
 			}
 			c.preferences = append(c.preferences, preference{kind: prefNodeAffinity, weight: pt.Weight, reqs: rs,
@@ -232,8 +225,26 @@ func (s *solver) buildClass(id int, p *corev1.Pod, req corev1.ResourceList) *cla
 	if s.preferNoScheduleTaints {
 		c.preferences = append(c.preferences, preference{kind: prefTaints, weight: math.MaxInt32, desc: "PreferNoSchedule taints"})
 	}
-	sort.SliceStable(c.preferences, func(i, j int) bool { return c.preferences[i].weight < c.preferences[j].weight })
+	sort.SliceStable(c.preferences, func(i, j int) bool { return relaxedBefore(&c.preferences[i], &c.preferences[j]) })
 	return c
+}
+
+// relaxationRank orders the kinds of preferences as they are given up, as Karpenter relaxes them:
+// preferred pod affinity, preferred pod anti-affinity, preferred node affinity, ScheduleAnyway
+// spreads, and PreferNoSchedule taints last.
+var relaxationRank = [...]int{prefPodAffinity: 0, prefPodAntiAffinity: 1, prefNodeAffinity: 2, prefSpread: 3, prefTaints: 4}
+
+// relaxedBefore orders preferences for relaxation. Within a kind, pod (anti-)affinity terms are
+// ANDed and the lightest goes first; preferred node affinity terms are alternatives, enforced one
+// at a time, heaviest first (see variant).
+func relaxedBefore(a, b *preference) bool {
+	if ra, rb := relaxationRank[a.kind], relaxationRank[b.kind]; ra != rb {
+		return ra < rb
+	}
+	if a.kind == prefNodeAffinity {
+		return a.weight > b.weight
+	}
+	return a.weight < b.weight
 }
 
 func selectorFor(ls *metav1.LabelSelector, extra map[string]string) (labels.Selector, error) {
@@ -266,7 +277,7 @@ func (s *solver) spread(p *corev1.Pod, tsc corev1.TopologySpreadConstraint) (spr
 	if err != nil {
 		return spreadConstraint{}, fmt.Errorf("topology spread selector: %w", err)
 	}
-	g := s.group(tsc.TopologyKey, sel, nsScope{names: []string{p.Namespace}})
+	g := s.group(normalizeKey(tsc.TopologyKey), sel, nsScope{names: []string{p.Namespace}})
 	minDomains := int32(1)
 	if tsc.MinDomains != nil {
 		minDomains = *tsc.MinDomains
@@ -276,7 +287,7 @@ func (s *solver) spread(p *corev1.Pod, tsc corev1.TopologySpreadConstraint) (spr
 		honorAffinity: tsc.NodeAffinityPolicy == nil || *tsc.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor,
 		honorTaints:   tsc.NodeTaintsPolicy != nil && *tsc.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor,
 		selfMatch:     sel.Matches(labels.Set(p.Labels)),
-		desc:          fmt.Sprintf("topology spread %s maxSkew %d", shortKey(tsc.TopologyKey), tsc.MaxSkew),
+		desc:          fmt.Sprintf("topology spread %s maxSkew %d", shortKey(normalizeKey(tsc.TopologyKey)), tsc.MaxSkew),
 	}, nil
 }
 
@@ -301,11 +312,11 @@ func (s *solver) podTerm(p *corev1.Pod, t corev1.PodAffinityTerm, what string) (
 	} else if len(t.Namespaces) == 0 {
 		scope.names = []string{p.Namespace}
 	}
-	g := s.group(t.TopologyKey, sel, scope)
+	g := s.group(normalizeKey(t.TopologyKey), sel, scope)
 	return podTerm{
 		group:     g,
 		selfMatch: sel.Matches(labels.Set(p.Labels)) && scope.contains(p.Namespace, s.in.NamespaceLabels),
-		desc:      fmt.Sprintf("%s on %s (%s)", what, shortKey(t.TopologyKey), sel.String()),
+		desc:      fmt.Sprintf("%s on %s (%s)", what, shortKey(normalizeKey(t.TopologyKey)), sel.String()),
 	}, nil
 }
 

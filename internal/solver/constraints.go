@@ -76,13 +76,7 @@ func (s *solver) planKey(v *variant, kp *keyPlan) {
 		if kp.spread == nil {
 			kp.spread = g
 		}
-		eligible := s.domainsOf(key)
-		if r, ok := v.reqs.Get(key); ok && sc.honorAffinity {
-			eligible = eligible.filter(r.Allows)
-		}
-		if sc.honorTaints {
-			eligible = eligible.intersect(s.toleratedDomains(key, v.class.tolerations))
-		}
+		eligible := s.eligibleDomains(v, key, sc.honorAffinity, sc.honorTaints)
 		minCount := int32(0)
 		if int32(len(eligible)) >= sc.minDomains && len(eligible) > 0 {
 			minCount = g.counts[eligible[0]]

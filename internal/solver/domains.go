@@ -1,9 +1,10 @@
 package solver
 
 import (
+	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
 // domainsOf returns the values a topology key can take: from the pools' requirements and
@@ -58,28 +59,100 @@ func (s *solver) poolDomains(key string, p *pool) domainSet {
 	return d
 }
 
-// toleratedDomains returns the values of key on machines whose taints the tolerations tolerate:
-// the eligible domains of a spread with nodeTaintsPolicy Honor.
-func (s *solver) toleratedDomains(key string, tolerations []corev1.Toleration) domainSet {
+// eligibleDomains returns the values of key a spread counts for the variant's pods. With
+// nodeAffinityPolicy Honor, only machines its required node term admits count — every key of the
+// node selector and required affinity, not only the spread's; preferred node affinity never
+// narrows them. With nodeTaintsPolicy Honor, only machines whose taints the pods tolerate count.
+func (s *solver) eligibleDomains(v *variant, key string, honorAffinity, honorTaints bool) domainSet {
+	if !honorAffinity && !honorTaints {
+		return s.domainsOf(key)
+	}
+	ck := fmt.Sprintf("eligible\x00%s\x00%t", key, honorTaints)
+	if honorAffinity {
+		ck += "\x00" + v.term.key()
+	}
+	if honorTaints {
+		ck += fmt.Sprintf("\x00class %d", v.class.id)
+	}
+	if d, ok := s.domains[ck]; ok {
+		return d
+	}
 	seen := map[string]bool{}
 	for _, p := range s.pools {
-		if _, bad := untoleratedTaint(tolerations, p.np.Taints, false); bad {
+		if honorTaints {
+			if _, bad := untoleratedTaint(v.class.tolerations, p.np.Taints, false); bad {
+				continue
+			}
+		}
+		if !honorAffinity {
+			for _, d := range s.poolDomains(key, p) {
+				seen[d] = true
+			}
 			continue
 		}
-		for _, v := range s.poolDomains(key, p) {
-			seen[v] = true
-		}
+		s.admittedPoolDomains(key, p, v.term, seen)
 	}
 	for i := range s.in.Nodes {
 		n := &s.in.Nodes[i]
-		if _, bad := untoleratedTaint(tolerations, n.Taints, false); bad {
+		if honorTaints {
+			if _, bad := untoleratedTaint(v.class.tolerations, n.Taints, false); bad {
+				continue
+			}
+		}
+		if honorAffinity && !v.term.allowsNode(n.Name, n.Labels) {
 			continue
 		}
-		if v, ok := n.Labels[key]; ok {
-			seen[v] = true
+		if d, ok := n.Labels[key]; ok {
+			seen[d] = true
 		}
 	}
-	return sortedSet(seen)
+	d := sortedSet(seen)
+	s.domains[ck] = d
+	return d
+}
+
+// admittedPoolDomains adds to seen the values of key that the pool's machines admitted by the
+// node term can have: those of instance types that satisfy the pool's and the term's
+// requirements together, within both.
+func (s *solver) admittedPoolDomains(key string, p *pool, nt *nodeTerm, seen map[string]bool) {
+	if !nt.allowsNew() || p.reqs.Compatible(nt.reqs, undefinedOK) != nil {
+		return
+	}
+	merged := p.reqs.Clone()
+	merged.AddAll(nt.reqs)
+	r, constrained := merged.Get(key)
+	of := offeringFilter(merged)
+	for _, info := range p.types {
+		if !typeAllows(info, merged) {
+			continue
+		}
+		if key == karpv1.ZoneLabelKey {
+			// Zones come from the offerings the requirements allow (a spot-only pod does not
+			// count a zone that sells the type only on demand).
+			for i := range info.it.Offerings {
+				o := &info.it.Offerings[i]
+				if o.Available && (!of.hasZone || of.zone.Allows(o.Zone)) && (!of.hasCT || of.ct.Allows(o.CapacityType)) {
+					seen[o.Zone] = true
+				}
+			}
+			continue
+		}
+		tr, ok := info.it.Requirements.Get(key)
+		switch {
+		case ok && tr.IsFinite():
+			for _, d := range tr.Values() {
+				if !constrained || r.Allows(d) {
+					seen[d] = true
+				}
+			}
+		case constrained && r.IsFinite():
+			for _, d := range r.Values() {
+				if !ok || tr.Allows(d) {
+					seen[d] = true
+				}
+			}
+		}
+	}
 }
 
 func sortedSet(seen map[string]bool) domainSet {

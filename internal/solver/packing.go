@@ -183,6 +183,9 @@ func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
 	if _, ok := v.reqs.Satisfied(t.labels); !ok {
 		return false
 	}
+	if v.term.name != nil && !v.term.name.Allows(t.existing.Name) {
+		return false
+	}
 	if !t.portsFree(v.class.hostPorts) {
 		return false
 	}

@@ -82,6 +82,10 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		}
 		info := &itInfo{it: it, alloc: s.ri.vec(it.Allocatable()), capacity: s.ri.vec(it.Capacity), minPrice: price,
 			labels: it.Requirements.Labels()}
+		if i, ok := s.ri.pos[karpv1.ResourceNodes]; ok {
+			// Every machine is one node of a limit on nodes.
+			info.capacity[i] = 1000
+		}
 		s.offerings.index(info)
 		p.types = append(p.types, info)
 	}
@@ -112,22 +116,16 @@ func (s *solver) daemonRunsOn(ds *corev1.Pod, p *pool) bool {
 	if _, untolerated := untoleratedTaint(ds.Spec.Tolerations, p.np.Taints, false); untolerated {
 		return false
 	}
-	reqs := requirements.FromLabels(ds.Spec.NodeSelector)
-	if a := ds.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-		for _, term := range terms {
-			rs, err := requirements.FromNodeSelector(term.MatchExpressions)
-			if err != nil {
-				continue
-			}
-			rs.AddAll(reqs)
-			if p.reqs.Compatible(rs, undefinedOK) == nil {
-				return true
-			}
-		}
-		return len(terms) == 0
+	terms, err := podNodeTerms(ds)
+	if err != nil {
+		return false
 	}
-	return p.reqs.Compatible(reqs, undefinedOK) == nil
+	for i := range terms {
+		if terms[i].allowsNew() && p.reqs.Compatible(terms[i].reqs, undefinedOK) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // cheapestOffering is the lowest price among available offerings whose zone and capacity type
@@ -205,17 +203,22 @@ func describeTaint(t corev1.Taint) string {
 	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
 }
 
-// fit computes, once per variant requirement key, what the variant can get from the pool.
+// fit computes what the variant can get from the pool: whether the class tolerates the pool's
+// taints (once per class), whether a new machine can match its node name, and the pool's
+// requirements and instance types narrowed by the variant's (once per requirement key: classes
+// with equal requirements share them, whatever their tolerations).
 func (s *solver) fit(v *variant, p *pool) *poolFit {
+	if f := s.taintFit(v, p); f != nil {
+		return f
+	}
+	if !v.term.allowsNew() {
+		return errNewNodeName
+	}
 	if f, ok := p.fits[v.reqsKey]; ok {
 		return f
 	}
 	f := &poolFit{}
 	p.fits[v.reqsKey] = f
-	if t, bad := untoleratedTaint(v.class.tolerations, p.np.Taints, v.avoidPreferNoS); bad {
-		f.reason = fmt.Sprintf("taint %s not tolerated", describeTaint(t))
-		return f
-	}
 	if err := p.reqs.Compatible(v.reqs, undefinedOK); err != nil {
 		f.reason = "incompatible requirements: " + err.Error()
 		return f
@@ -236,3 +239,35 @@ func (s *solver) fit(v *variant, p *pool) *poolFit {
 	}
 	return f
 }
+
+// errNewNodeName is the fit of a pod whose required node affinity names the nodes it may run on:
+// a new machine's name is not one of them.
+var errNewNodeName = &poolFit{reason: "required node affinity matchFields metadata.name selects existing nodes only"}
+
+// taintFit returns a failed fit when the variant's class does not tolerate the pool's taints, or
+// nil; the answer is kept per class, pool and PreferNoSchedule avoidance.
+func (s *solver) taintFit(v *variant, p *pool) *poolFit {
+	c := v.class
+	if c.taintFits == nil {
+		c.taintFits = make([]*poolFit, 2*len(s.pools))
+	}
+	i := 2 * p.idx
+	if v.avoidPreferNoS {
+		i++
+	}
+	f := c.taintFits[i]
+	if f == nil {
+		f = taintsTolerated
+		if t, bad := untoleratedTaint(c.tolerations, p.np.Taints, v.avoidPreferNoS); bad {
+			f = &poolFit{reason: fmt.Sprintf("taint %s not tolerated", describeTaint(t))}
+		}
+		c.taintFits[i] = f
+	}
+	if f == taintsTolerated {
+		return nil
+	}
+	return f
+}
+
+// taintsTolerated marks a class and pool whose taints the class tolerates.
+var taintsTolerated = &poolFit{}

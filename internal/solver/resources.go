@@ -84,7 +84,9 @@ func (ri *resourceIndex) list(v vec) corev1.ResourceList {
 // podRequests are a pod's requests as kube-scheduler counts them — max(init containers,
 // containers + sidecars) + overhead — plus one for the pod count.
 func podRequests(p *corev1.Pod) corev1.ResourceList {
-	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	// As kube-scheduler (InPlacePodVerticalScaling is on): a resizing pod counts the larger of
+	// its desired, allocated and actuated requests.
+	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
 	rl[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
 	return rl
 }

@@ -11,7 +11,9 @@ import (
 type variant struct {
 	class *class
 	index int
-	reqs  requirements.Requirements
+	// term is the required node term the variant enforces; reqs adds its preferences to it.
+	term *nodeTerm
+	reqs requirements.Requirements
 	// reqsKey identifies reqs, so variants with equal requirements share pool fits.
 	reqsKey        string
 	spreads        []spreadConstraint
@@ -72,7 +74,9 @@ func (s *solver) variant(c *class, i int) *variant {
 	}
 	levels := len(c.preferences) + 1
 	term, level := i/levels, i%levels
-	v := &variant{class: c, index: i, reqs: c.nodeTerms[term].Clone(), spreads: c.spreads, affinity: c.affinity, anti: c.anti}
+	nt := &c.nodeTerms[term]
+	v := &variant{class: c, index: i, term: nt, reqs: nt.reqs.Clone(), spreads: c.spreads, affinity: c.affinity, anti: c.anti}
+	nodePreference := false
 	for j, p := range c.preferences {
 		if j < level {
 			v.relaxed = append(v.relaxed, p.desc)
@@ -80,7 +84,11 @@ func (s *solver) variant(c *class, i int) *variant {
 		}
 		switch p.kind {
 		case prefNodeAffinity:
-			v.reqs.AddAll(p.reqs)
+			// Preferred node-affinity terms are alternatives: only the heaviest left is enforced.
+			if !nodePreference {
+				v.reqs.AddAll(p.reqs)
+				nodePreference = true
+			}
 		case prefPodAffinity:
 			v.affinity = append(v.affinity[:len(v.affinity):len(v.affinity)], p.term)
 		case prefPodAntiAffinity:
@@ -92,9 +100,6 @@ func (s *solver) variant(c *class, i int) *variant {
 		}
 	}
 	v.reqsKey = v.reqs.String()
-	if v.avoidPreferNoS {
-		v.reqsKey += "|avoid-prefer-no-schedule"
-	}
 	c.variants[i] = v
 	return v
 }

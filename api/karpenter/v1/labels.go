@@ -94,3 +94,16 @@ var WellKnownLabels = []string{
 	NodePoolLabelKey, CapacityTypeLabelKey,
 	ZoneLabelKey, RegionLabelKey, InstanceTypeLabelKey, ArchLabelKey, OSLabelKey, WindowsBuildLabelKey,
 }
+
+// NormalizedLabels maps deprecated node label keys to the stable keys they mean: a pod that
+// selects or spreads on the deprecated key is read as naming the stable one.
+var NormalizedLabels = map[string]string{
+	corev1.LabelFailureDomainBetaZone:   ZoneLabelKey,
+	corev1.LabelFailureDomainBetaRegion: RegionLabelKey,
+	corev1.LabelInstanceType:            InstanceTypeLabelKey,
+	"beta.kubernetes.io/arch":           ArchLabelKey,
+	"beta.kubernetes.io/os":             OSLabelKey,
+}
+
+// ResourceNodes is the pseudo-resource of a NodePool's limits that counts machines.
+const ResourceNodes corev1.ResourceName = "nodes"

@@ -8,6 +8,7 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -87,7 +88,7 @@ func (v *verifier) nodes() {
 		v.final = append(v.final, &node{name: n.Name, labels: n.Labels, pods: append([]*corev1.Pod(nil), n.Pods...)})
 	}
 	for i, nc := range v.r.NodeClaims {
-		l := nc.Requirements.Labels()
+		l := withDeprecatedLabels(nc.Requirements.Labels())
 		l[corev1.LabelHostname] = fmt.Sprintf("planned-%d", i)
 		l[karpv1.NodePoolLabelKey] = nc.NodePool
 		v.final = append(v.final, &node{name: l[corev1.LabelHostname], labels: l, pods: nc.Pods, placed: nc.Pods})
@@ -95,7 +96,9 @@ func (v *verifier) nodes() {
 }
 
 func requests(p *corev1.Pod) corev1.ResourceList {
-	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	// As kube-scheduler (InPlacePodVerticalScaling is on): a resizing pod counts the larger of
+	// its desired, allocated and actuated requests.
+	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
 	rl[corev1.ResourcePods] = *resourceOne()
 	return rl
 }
@@ -168,6 +171,17 @@ func (v *verifier) launchLabels(nc *solver.PlannedNodeClaim, pool *solver.NodePo
 	maps.Copy(l, pool.Requirements.Labels())
 	if _, ok := nc.Requirements.Satisfied(l); !ok {
 		return nil
+	}
+	return withDeprecatedLabels(l)
+}
+
+// withDeprecatedLabels adds the deprecated aliases of the stable labels a node carries, as the
+// kubelet and cloud providers set them.
+func withDeprecatedLabels(l map[string]string) map[string]string {
+	for old, stable := range karpv1.NormalizedLabels {
+		if v, ok := l[stable]; ok {
+			l[old] = v
+		}
 	}
 	return l
 }
@@ -280,7 +294,8 @@ func (v *verifier) bindings() {
 func (v *verifier) limits() {
 	used := map[string]corev1.ResourceList{}
 	for _, nc := range v.r.NodeClaims {
-		largest := corev1.ResourceList{}
+		// Each claim is one machine of a limit on nodes.
+		largest := corev1.ResourceList{karpv1.ResourceNodes: *resource.NewQuantity(1, resource.DecimalSI)}
 		for _, it := range nc.InstanceTypes {
 			for k, q := range it.Capacity {
 				if cur, ok := largest[k]; !ok || q.Cmp(cur) > 0 {
