@@ -22,7 +22,8 @@ type CloudProvider interface {
 	// filled in. It is idempotent per NodeClaim: a retry, or a call after a restart, returns the
 	// machine already launched for it instead of launching another.
 	Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error)
-	// Delete terminates the NodeClaim's machine.
+	// Delete terminates the NodeClaim's machine: the one with its provider ID, or, when the claim
+	// has none (a launch whose result was never recorded), the one launched for the claim.
 	Delete(ctx context.Context, nc *karpv1.NodeClaim) error
 	// Get returns the machine with this provider ID, as a NodeClaim.
 	Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error)

@@ -47,7 +47,9 @@ type Cluster struct {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	done chan error
+	// done is closed when the process has exited; err is then its exit error.
+	done chan struct{}
+	err  error
 }
 
 // Start brings the cluster up: the API server with Capstan's CRDs, then the controller manager,
@@ -128,8 +130,8 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 	}
 	for _, p := range c.procs {
 		select {
-		case err := <-p.done:
-			return fmt.Errorf("%s exited at start-up (see %s): %v", p.name, filepath.Join(c.opts.Dir, "logs", p.name+".log"), err)
+		case <-p.done:
+			return fmt.Errorf("%s exited at start-up (see %s): %v", p.name, filepath.Join(c.opts.Dir, "logs", p.name+".log"), p.err)
 		default:
 		}
 	}
@@ -147,9 +149,10 @@ func (c *Cluster) start(_ context.Context, name string, args []string) (*process
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan error, 1)}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
-		p.done <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.done)
 		_ = out.Close()
 	}()
 	return p, nil
@@ -160,9 +163,8 @@ func (c *Cluster) Wait(ctx context.Context) error {
 	cases := make(chan error, len(c.procs))
 	for _, p := range c.procs {
 		go func() {
-			err := <-p.done
-			p.done <- err
-			cases <- fmt.Errorf("%s exited: %v", p.name, err)
+			<-p.done
+			cases <- fmt.Errorf("%s exited: %v", p.name, p.err)
 		}()
 	}
 	select {

@@ -5,6 +5,7 @@ package nodeclaims
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -95,4 +97,23 @@ func ClaimForNode(c client.Reader) func(context.Context, client.Object) []reconc
 		}
 		return nil
 	}
+}
+
+// conflictRetry is how soon a controller whose status write lost a race reads the claim again.
+const conflictRetry = 100 * time.Millisecond
+
+// PatchStatus writes nc's status as a change from stored, checked against stored's
+// resourceVersion, so that a condition another controller wrote since stored was read (or that a
+// lagging cache has not shown yet) is never erased. When the claim moved on, nothing is written
+// and the result asks to read it again soon. A claim that is gone is not an error.
+func PatchStatus(ctx context.Context, c client.Client, nc, stored *karpv1.NodeClaim) (reconcile.Result, error) {
+	err := c.Status().Patch(ctx, nc.DeepCopy(), client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsConflict(err):
+		log.FromContext(ctx).V(1).Info("nodeclaim changed since it was read; reading it again")
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	case err != nil:
+		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
+	}
+	return reconcile.Result{}, nil
 }

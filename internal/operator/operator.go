@@ -28,6 +28,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/scheme"
 )
 
@@ -121,6 +122,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, fmt.Errorf("--cloud-provider %q: the AWS provider is not built yet; use sim", o.CloudProvider)
 	}
 	c := mgr.GetClient()
+	launches := &nodeclaims.Launches{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m}
 	if err := mgr.Add(op.Provisioner); err != nil {
@@ -128,8 +130,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
 		&provisioning.PodTrigger{Provisioner: op.Provisioner},
-		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
-		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
+		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
+		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
 		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},

@@ -82,6 +82,12 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		})
 	}
 
+	claimByProvider := map[string]*karpv1.NodeClaim{}
+	for i := range ncs.Items {
+		if id := ncs.Items[i].Status.ProviderID; id != "" {
+			claimByProvider[id] = &ncs.Items[i]
+		}
+	}
 	byProvider := map[string]*corev1.Node{}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -89,7 +95,7 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 			byProvider[n.Spec.ProviderID] = n
 		}
 		st.nodes = append(st.nodes, solver.ExistingNode{
-			Name: n.Name, Labels: n.Labels, Taints: schedulingTaints(n), Allocatable: n.Status.Allocatable,
+			Name: n.Name, Labels: n.Labels, Taints: schedulingTaints(n, claimByProvider[n.Spec.ProviderID]), Allocatable: n.Status.Allocatable,
 			Pods:          bound[n.Name],
 			Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero(),
 		})
@@ -111,10 +117,30 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 	return st, nil
 }
 
-// schedulingTaints are the node's taints as pods will see them once it is up: the unregistered
-// taint goes away at registration.
-func schedulingTaints(n *corev1.Node) []corev1.Taint {
-	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key == karpv1.UnregisteredTaintKey })
+// ephemeralTaintKeys are taints a starting node carries until its kubelet and network are up.
+var ephemeralTaintKeys = []string{
+	corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable,
+	"node.cloudprovider.kubernetes.io/uninitialized",
+}
+
+// schedulingTaints are the node's taints as pods will see them once it is up. The unregistered
+// taint goes away at registration; until its NodeClaim is initialized, a node is the in-flight
+// capacity it is, so its startup taints and the ephemeral not-ready, unreachable and
+// uninitialized taints do not count — its pods are not planned onto a second machine.
+func schedulingTaints(n *corev1.Node, nc *karpv1.NodeClaim) []corev1.Taint {
+	starting := nc != nil && !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
+	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool {
+		if t.Key == karpv1.UnregisteredTaintKey {
+			return true
+		}
+		if !starting {
+			return false
+		}
+		if slices.Contains(ephemeralTaintKeys, t.Key) {
+			return true
+		}
+		return slices.ContainsFunc(nc.Spec.StartupTaints, func(st corev1.Taint) bool { return st.MatchTaint(&t) })
+	})
 }
 
 // inFlight describes a NodeClaim without a node as the node it will be: its labels and resolved
@@ -178,7 +204,7 @@ func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudpro
 		if nc.Labels[karpv1.NodePoolLabelKey] != np.Name {
 			continue
 		}
-		used := nc.Status.Capacity
+		used := maps.Clone(nc.Status.Capacity)
 		if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) || len(used) == 0 {
 			used = corev1.ResourceList{}
 			for _, it := range candidates(nc, types) {
@@ -189,6 +215,8 @@ func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudpro
 				}
 			}
 		}
+		// Every claim, launched or not, is one machine of a limit on nodes.
+		used[karpv1.ResourceNodes] = *resource.NewQuantity(1, resource.DecimalSI)
 		for k, q := range left {
 			if u, ok := used[k]; ok {
 				q.Sub(u)

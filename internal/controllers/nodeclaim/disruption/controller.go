@@ -87,8 +87,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if nodeclaims.ConditionsEqual(stored, nc) {
 		return result, nil
 	}
-	if err := c.Client.Status().Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
+	if res, err := nodeclaims.PatchStatus(ctx, c.Client, nc, stored); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
 	return result, nil
 }

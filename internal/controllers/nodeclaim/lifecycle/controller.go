@@ -32,6 +32,13 @@ import (
 // deleted.
 const RegistrationTTL = 15 * time.Minute
 
+// LaunchTTL is how long a claim may keep failing to launch before it is deleted, so that its
+// pods are planned elsewhere and it stops holding its NodePool's limits (Karpenter's value).
+const LaunchTTL = 5 * time.Minute
+
+// launchRetry bounds the wait between launch attempts of a failing claim.
+const launchRetry = 10 * time.Second
+
 // Controller reconciles NodeClaims through their lifecycle.
 type Controller struct {
 	Client   client.Client
@@ -40,6 +47,8 @@ type Controller struct {
 	Recorder events.EventRecorder
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Launches, shared with termination, marks claims whose launch is in flight; may be nil.
+	Launches *nodeclaims.Launches
 }
 
 // Name is the controller's name and log key.
@@ -72,20 +81,37 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	stored := nc.DeepCopy()
+	// Until the launch's result is saved on the claim, termination must not let the claim go.
+	c.Launches.Begin(nc.Name)
+	defer c.Launches.End(nc.Name)
 	result, err := c.advance(ctx, nc)
-	if err != nil || !nc.DeletionTimestamp.IsZero() {
+	if !nc.DeletionTimestamp.IsZero() {
 		return result, err
 	}
-	// Each patch overwrites the object it is given with the server's answer, so each gets a copy.
+	// Metadata first (labels merge by key; nothing is erased), so that whoever sees the new
+	// status sees the labels it describes; then status, checked against the version read. Each
+	// patch overwrites the object it is given with the server's answer, so each gets a copy.
+	// Status is saved even when a step failed: a failed launch's condition must be seen.
+	base := stored
+	if !equalMeta(stored, nc) {
+		written := nc.DeepCopy()
+		if perr := c.Client.Patch(ctx, written, client.MergeFrom(stored)); perr != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim: %w", errors.Join(err, perr)))
+		}
+		if !equalStatus(stored, written) {
+			// Someone else wrote the status since it was read: read the claim again.
+			return reconcile.Result{RequeueAfter: time.Second}, err
+		}
+		base = stored.DeepCopy()
+		base.ResourceVersion = written.ResourceVersion
+	}
 	if !equalStatus(stored, nc) {
-		if err := c.Client.Status().Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
+		if res, perr := nodeclaims.PatchStatus(ctx, c.Client, nc, base); perr != nil || res.RequeueAfter > 0 {
+			return res, errors.Join(err, perr)
 		}
 	}
-	if !equalMeta(stored, nc) {
-		if err := c.Client.Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim: %w", err))
-		}
+	if err != nil {
+		return result, err
 	}
 	return result, nil
 }
@@ -124,6 +150,16 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	if isTrue(nc, karpv1.ConditionTypeLaunched) {
 		return true, reconcile.Result{}, nil
 	}
+	if age := c.Clock.Since(nc.CreationTimestamp.Time); age >= LaunchTTL {
+		msg := fmt.Sprintf("NodeClaim did not launch within %s", LaunchTTL)
+		if cond := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeLaunched); cond != nil && cond.Message != "" {
+			msg += ": " + cond.Message
+		}
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "LaunchTimeout", "Launch", "%s", msg)
+		log.FromContext(ctx).Info("deleting nodeclaim: launch timed out", "ttl", LaunchTTL.String(), "reason", msg)
+		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "launch_timeout")
+		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
+	}
 	created, err := c.Cloud.Create(ctx, nc)
 	switch {
 	case cloudprovider.IsInsufficientCapacity(err):
@@ -141,8 +177,12 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "NodeClassNotReady", err.Error())
 		return false, reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 	case err != nil:
+		// Retried until LaunchTTL; the condition, event and log say why.
 		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "LaunchFailed", truncate(err.Error()))
-		return false, reconcile.Result{}, fmt.Errorf("launching nodeclaim: %w", err)
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "Launching NodeClaim: %s", truncate(err.Error()))
+		log.FromContext(ctx).Info("launching nodeclaim failed", "error", err.Error())
+		wait := nc.CreationTimestamp.Add(LaunchTTL).Sub(c.Clock.Now())
+		return false, reconcile.Result{RequeueAfter: max(min(wait, launchRetry), time.Second)}, nil
 	}
 	if nc.Labels == nil {
 		nc.Labels = map[string]string{}

@@ -2,12 +2,12 @@ package termination
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -35,6 +35,9 @@ type Controller struct {
 	Recorder events.EventRecorder
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Launches, shared with the lifecycle controller, marks claims whose launch is in flight; may
+	// be nil.
+	Launches *nodeclaims.Launches
 }
 
 // Name is the controller's name and log key.
@@ -70,11 +73,16 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !controllerutil.ContainsFinalizer(nc, karpv1.TerminationFinalizer) {
 		return reconcile.Result{}, nil
 	}
+	if c.Launches.InFlight(nc.Name) {
+		// The machine being bought is not recorded on the claim yet: wait for it, then
+		// terminate it, rather than let the claim go and leak the machine.
+		return reconcile.Result{RequeueAfter: pollInterval}, nil
+	}
 	stored := nc.DeepCopy()
 	result, done, err := c.terminate(ctx, nc, node)
 	if !nodeclaims.ConditionsEqual(stored, nc) {
-		if perr := c.Client.Status().Patch(ctx, nc.DeepCopy(), client.MergeFrom(stored)); perr != nil && !apierrors.IsNotFound(perr) {
-			return reconcile.Result{}, fmt.Errorf("patching nodeclaim status: %w", perr)
+		if res, perr := nodeclaims.PatchStatus(ctx, c.Client, nc, stored); perr != nil || res.RequeueAfter > 0 {
+			return res, errors.Join(err, perr)
 		}
 	}
 	if err != nil || !done {
@@ -114,7 +122,11 @@ func deadline(nc *karpv1.NodeClaim) *time.Time {
 
 // terminate drains, deletes the machine and the Node; done when the finalizer may go.
 func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
-	if node != nil {
+	if node != nil && c.machineGone(ctx, nc) {
+		// Nothing runs there any more: draining would wait for pods that cannot leave.
+		log.FromContext(ctx).Info("skipping drain: the machine no longer exists", "Node", node.Name)
+		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "InstanceTerminated", "the machine no longer exists")
+	} else if node != nil {
 		if err := c.taint(ctx, node); err != nil {
 			return reconcile.Result{}, false, err
 		}
@@ -129,7 +141,9 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "Drained", "")
 		c.setCondition(nc, karpv1.ConditionTypeVolumesDetached, metav1.ConditionTrue, "VolumesDetached", "")
 	}
-	if nc.Status.ProviderID != "" {
+	// Delete finds the machine by the claim when its provider ID was never recorded (a launch
+	// whose result was lost to a restart), so none is left behind.
+	{
 		err := c.Cloud.Delete(ctx, nc)
 		switch {
 		case cloudprovider.IsNodeClaimNotFound(err):
@@ -138,6 +152,10 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 			return reconcile.Result{}, false, fmt.Errorf("terminating instance: %w", err)
 		default:
 			c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionTrue, "InstanceTerminating", "")
+			if nc.Status.ProviderID == "" {
+				// Terminated by claim; it cannot be looked up by provider ID, so ask again.
+				return reconcile.Result{RequeueAfter: pollInterval}, false, nil
+			}
 			if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
 				return reconcile.Result{RequeueAfter: pollInterval}, false, client.IgnoreNotFound(err)
 			}
@@ -167,4 +185,13 @@ func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
 	}
 	log.FromContext(ctx).Info("tainted node", "Node", node.Name, "taint", karpv1.DisruptedTaintKey)
 	return nil
+}
+
+// machineGone reports whether the cloud says the claim's machine no longer exists.
+func (c *Controller) machineGone(ctx context.Context, nc *karpv1.NodeClaim) bool {
+	if nc.Status.ProviderID == "" {
+		return false
+	}
+	_, err := c.Cloud.Get(ctx, nc.Status.ProviderID)
+	return cloudprovider.IsNodeClaimNotFound(err)
 }

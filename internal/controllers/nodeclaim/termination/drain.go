@@ -2,6 +2,7 @@ package termination
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -23,9 +25,10 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 	}
 	groups := make([][]*corev1.Pod, 4)
 	left := 0
+	now := c.Clock.Now()
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !drainable(p) {
+		if !drainable(p, now) {
 			continue
 		}
 		left++
@@ -43,23 +46,42 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 		if len(g) == 0 {
 			continue
 		}
+		// One pod's error does not stop the others; the claim is requeued with the errors.
+		var errs []error
 		for _, p := range g {
 			if err := c.evict(ctx, nc, p, end); err != nil {
-				return left, err
+				errs = append(errs, err)
 			}
 		}
 		// Later groups wait until this one is gone.
-		break
+		return left, errors.Join(errs...)
 	}
 	return left, nil
 }
 
-// drainable pods are those a drain must remove: not mirror pods, not finished.
-func drainable(p *corev1.Pod) bool {
+// stuckAfter is how long past its deletion a pod may stay before it no longer holds a drain: a
+// pod whose kubelet is gone is never removed.
+const stuckAfter = time.Minute
+
+// drainable pods are those a drain must remove: not mirror pods, not finished, not tolerating
+// the disrupted taint (they would come straight back, like DaemonSet pods that tolerate every
+// taint), and not stuck terminating past their grace period.
+func drainable(p *corev1.Pod, now time.Time) bool {
 	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 		return false
 	}
-	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	if p.DeletionTimestamp != nil && now.Sub(p.DeletionTimestamp.Time) > stuckAfter {
+		return false
+	}
+	for i := range p.Spec.Tolerations {
+		if p.Spec.Tolerations[i].ToleratesTaint(klog.Background(), &karpv1.DisruptedNoScheduleTaint, false) {
+			return false
+		}
+	}
+	return true
 }
 
 func critical(p *corev1.Pod) bool {
@@ -109,6 +131,7 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 	switch {
 	case err == nil:
 		log.FromContext(ctx).Info("evicted pod", "Pod", client.ObjectKeyFromObject(p))
+		c.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "Evicted", "Drain", "Evicted pod: NodeClaim %s is terminating", nc.Name)
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil

@@ -56,6 +56,18 @@ func readyClaim(t *testing.T, name string, tgp time.Duration) *fixture {
 	if err := env.Client.Create(t.Context(), nc); err != nil {
 		t.Fatal(err)
 	}
+	// A failed test must not leave a claim or node behind for the next (the simulated clouds of
+	// two tests give out the same instance IDs).
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, o := range []client.Object{&karpv1.NodeClaim{}, &corev1.Node{}} {
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, o); err == nil {
+				o.SetFinalizers(nil)
+				_ = env.Client.Update(ctx, o)
+				_ = env.Client.Delete(ctx, o)
+			}
+		}
+	})
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}
 	if _, err := f.lifecycle.Reconcile(t.Context(), req); err != nil {
 		t.Fatal(err)
@@ -79,12 +91,19 @@ func (f *fixture) reconcile(t *testing.T, name string) {
 
 func boundPod(t *testing.T, name, node string, annotations map[string]string) *corev1.Pod {
 	t.Helper()
+	return boundPodWith(t, name, node, func(p *corev1.Pod) { p.Annotations = annotations })
+}
+
+// boundPodWith creates a running pod on node, changed by mutate before it is created.
+func boundPodWith(t *testing.T, name, node string, mutate func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
 	grace := int64(30)
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "c", Image: "x",
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}},
 	}
+	mutate(p)
 	if err := env.Client.Create(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,162 @@
+package lifecycle
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
+	"capstan.dev/capstan/internal/nodeclaims"
+)
+
+func drainEvents(rec *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// A claim whose launch keeps failing records why, and is deleted after LaunchTTL.
+func TestFailingLaunchIsRecordedThenGivenUp(t *testing.T) {
+	f := setup(t, "broken", simv1alpha1.Failures{LaunchErrors: []simv1alpha1.OfferingSelector{{}}})
+	newClaim(t, "broken-1", "broken")
+	nc := f.reconcile(t, "broken-1")
+	cond := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeLaunched)
+	if cond == nil || cond.Status != "False" || cond.Reason != "LaunchFailed" || cond.Message == "" {
+		t.Fatalf("the failed launch was not saved on the claim: %+v", cond)
+	}
+	f.clk.Step(LaunchTTL - 2*time.Second)
+	if nc := f.reconcile(t, "broken-1"); !nc.DeletionTimestamp.IsZero() {
+		t.Fatal("deleted before LaunchTTL")
+	}
+	f.clk.Step(4 * time.Second)
+	if nc := f.reconcile(t, "broken-1"); nc.DeletionTimestamp.IsZero() {
+		t.Fatal("a claim that never launched was kept after LaunchTTL")
+	}
+	found := false
+	for _, e := range drainEvents(f.ctrl.Recorder.(*events.FakeRecorder)) {
+		found = found || strings.Contains(e, "LaunchTimeout")
+	}
+	if !found {
+		t.Fatal("no LaunchTimeout event")
+	}
+}
+
+// blockingCloud holds Create until released, as a slow cloud API.
+type blockingCloud struct {
+	cloudprovider.CloudProvider
+	entered, release chan struct{}
+}
+
+func (b *blockingCloud) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	close(b.entered)
+	<-b.release
+	return b.CloudProvider.Create(ctx, nc)
+}
+
+// A claim deleted while its launch is in flight keeps its finalizer until the machine is known
+// and terminated: nothing is left in the cloud.
+func TestDeletionDuringLaunchLeavesNoMachine(t *testing.T) {
+	f := setup(t, "racy", simv1alpha1.Failures{})
+	newClaim(t, "racy-1", "racy")
+	launches := &nodeclaims.Launches{}
+	slow := &blockingCloud{CloudProvider: f.ctrl.Cloud, entered: make(chan struct{}), release: make(chan struct{})}
+	f.ctrl.Cloud, f.ctrl.Launches = slow, launches
+	term := &termination.Controller{Client: env.Client, Cloud: slow.CloudProvider, Clock: f.clk, Recorder: f.ctrl.Recorder, Launches: launches}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.ctrl.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "racy-1"}})
+		done <- err
+	}()
+	<-slow.entered
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "racy-1"}, nc); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := term.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "racy-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "racy-1"}, nc); err != nil || !controllerutil.ContainsFinalizer(nc, karpv1.TerminationFinalizer) {
+		t.Fatalf("termination let the claim go while its launch was in flight (get: %v)", err)
+	}
+	close(slow.release)
+	if err := <-done; err != nil {
+		t.Fatalf("lifecycle reconcile: %v", err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := term.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "racy-1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "racy-1"}, nc); err != nil {
+			break
+		}
+	}
+	if n := len(f.cloud.Instances()); n != 0 {
+		t.Fatalf("%d machine(s) left in the cloud after the claim was deleted mid-launch", n)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "racy-1"}, nc); err == nil {
+		t.Fatal("the claim was never let go")
+	}
+}
+
+// staleClient answers Gets of NodeClaims with a copy taken earlier, as an informer cache that has
+// not seen the latest writes.
+type staleClient struct {
+	client.Client
+	stale *karpv1.NodeClaim
+}
+
+func (c staleClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if nc, ok := obj.(*karpv1.NodeClaim); ok && key.Name == c.stale.Name {
+		c.stale.DeepCopyInto(nc)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// A status write from a stale read never erases a condition another controller wrote since.
+func TestStaleReadDoesNotEraseAnotherControllersCondition(t *testing.T) {
+	f := setup(t, "stale", simv1alpha1.Failures{NeverRegister: []simv1alpha1.OfferingSelector{{}}})
+	newClaim(t, "stale-1", "stale")
+	stale := f.reconcile(t, "stale-1") // launched; awaiting registration
+	// Another controller (drift detection) records its condition.
+	cur := stale.DeepCopy()
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
+	if err := env.Client.Status().Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	// The lifecycle controller reconciles from its stale copy and has a condition to write.
+	stale.Status.Conditions = slices.DeleteFunc(stale.Status.Conditions, func(c metav1.Condition) bool { return c.Type == karpv1.ConditionTypeRegistered })
+	f.ctrl.Client = staleClient{Client: env.Client, stale: stale}
+	if _, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "stale-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "stale-1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeDrifted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("the Drifted condition was erased by a write from a stale read: %+v", got.Status.Conditions)
+	}
+}

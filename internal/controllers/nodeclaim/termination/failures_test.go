@@ -1,0 +1,112 @@
+package termination
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+func wantGone(t *testing.T, f *fixture, name string) {
+	t.Helper()
+	if n := f.cloud.Instances(); len(n) != 0 {
+		t.Fatalf("%d instance(s) left", len(n))
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("node still there: %v", err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("nodeclaim still there: %v", err)
+	}
+}
+
+func deleteClaim(t *testing.T, name string) {
+	t.Helper()
+	if err := env.Client.Delete(t.Context(), &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A DaemonSet pod that tolerates every taint is not evicted (it would come straight back), and
+// does not hold the drain.
+func TestDrainLeavesPodsThatTolerateTheDisruptedTaint(t *testing.T) {
+	const name = "tolerate-all"
+	f := readyClaim(t, name, time.Hour)
+	boundPod(t, "ta-app", name, nil)
+	ds := boundPodWith(t, "ta-proxy", name, func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "proxy", UID: "proxy-uid"}}
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	})
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ds, client.GracePeriodSeconds(0)) })
+	deleteClaim(t, name)
+	f.reconcile(t, name)
+	if left := kubelet(t, name); len(left) != 1 || left[0] != "ta-proxy" {
+		t.Fatalf("after the first round, want only ta-proxy left, got %v", left)
+	}
+	f.reconcile(t, name)
+	got := &corev1.Pod{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ds), got); err != nil || got.DeletionTimestamp != nil {
+		t.Fatalf("the pod tolerating karpenter.sh/disrupted was evicted (get: %v)", err)
+	}
+	f.reconcile(t, name)
+	wantGone(t, f, name)
+}
+
+// A machine that already vanished lets termination skip the drain, even of protected pods.
+func TestVanishedMachineSkipsTheDrain(t *testing.T) {
+	const name = "vanished"
+	f := readyClaim(t, name, time.Hour)
+	boundPod(t, "vanished-pinned", name, map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"})
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vanished-pinned", Namespace: "default"}}, client.GracePeriodSeconds(0))
+	})
+	for _, inst := range f.cloud.Instances() {
+		if _, err := f.cloud.Terminate(inst.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleteClaim(t, name)
+	f.reconcile(t, name)
+	wantGone(t, f, name)
+}
+
+// A pod stuck terminating (its kubelet is gone) holds the drain only until a minute past its
+// grace period.
+func TestPodStuckTerminatingDoesNotHoldTheDrainForever(t *testing.T) {
+	const name = "stuck"
+	f := readyClaim(t, name, time.Hour)
+	p := boundPod(t, "stuck-pod", name, nil)
+	orig := p.DeepCopy()
+	p.Finalizers = []string{"example.com/hold"}
+	if err := env.Client.Patch(t.Context(), p, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cur := &corev1.Pod{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(p), cur); err == nil {
+			o := cur.DeepCopy()
+			cur.Finalizers = nil
+			_ = env.Client.Patch(context.Background(), cur, client.MergeFrom(o))
+		}
+	})
+	if err := env.Client.Delete(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	deleteClaim(t, name)
+	f.reconcile(t, name)
+	if s := condition(t, name, karpv1.ConditionTypeDrained); s != metav1.ConditionFalse {
+		t.Fatalf("Drained = %q while a pod is terminating within its grace period", s)
+	}
+	f.clk.Step(3 * time.Minute)
+	f.reconcile(t, name)
+	f.reconcile(t, name)
+	if n := f.cloud.Instances(); len(n) != 0 {
+		t.Fatalf("a pod stuck terminating held the drain: %d instance(s) left", len(n))
+	}
+}

@@ -1,0 +1,109 @@
+package provisioning
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+func oneHostPerPod(app string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}}}
+	}
+}
+
+// limits.nodes counts NodeClaims, launched or not, and is never exceeded across passes.
+func TestNodesLimitHoldsAcrossPasses(t *testing.T) {
+	np := pool("prov-nodes", func(np *karpv1.NodePool) {
+		np.Spec.Limits = corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("3")}
+	})
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "spread", 10, "500m", oneHostPerPod("spread"))
+	for range 3 {
+		if _, err := p.Provision(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(claimsOf(t, "prov-nodes")); n != 3 {
+		t.Fatalf("limits.nodes 3: %d NodeClaims", n)
+	}
+}
+
+// A node that registered but is not initialized still carries its startup taints and
+// node.kubernetes.io/not-ready; its pods are planned onto it, not onto a second machine.
+func TestStartingNodeIsInFlightCapacity(t *testing.T) {
+	startup := corev1.Taint{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+	np := pool("prov-startup", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.StartupTaints = karpv1.Taints{startup}
+	})
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "web", 4, "250m", nil)
+	first, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Created) != 1 {
+		t.Fatalf("want one claim for four small pods, got %d", len(first.Created))
+	}
+	claim := first.Created[0]
+	// The machine launches and its Node registers with the startup and not-ready taints.
+	providerID := "sim:///test/" + claim.Name
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-" + claim.Name, Labels: map[string]string{
+			karpv1.NodePoolLabelKey: np.Name, corev1.LabelHostname: "node-" + claim.Name, karpv1.CapacityTypeLabelKey: "on-demand",
+			corev1.LabelTopologyZone: "zone-a", karpv1.InstanceTypeLabelKey: "m5.large", karpv1.ArchLabelKey: "amd64", karpv1.OSLabelKey: "linux"}},
+		Spec: corev1.NodeSpec{ProviderID: providerID, Taints: []corev1.Taint{startup,
+			{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	if err := env.Client.Create(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(t.Context(), node) })
+	node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1930m"), corev1.ResourceMemory: resource.MustParse("7Gi"),
+		corev1.ResourcePods: resource.MustParse("29")}
+	node.Status.Capacity = node.Status.Allocatable
+	if err := env.Client.Status().Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.ProviderID = providerID
+	claim.Status.NodeName = node.Name
+	now := metav1.Now()
+	claim.Status.Conditions = []metav1.Condition{
+		{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: now},
+		{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: now},
+		{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionUnknown, Reason: "AwaitingInitialization", LastTransitionTime: now},
+	}
+	if err := env.Client.Status().Update(t.Context(), claim); err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Created) != 0 {
+		t.Fatalf("a starting node's pods were planned onto %d new claim(s)", len(again.Created))
+	}
+	if len(again.Plan.Bindings) != 4 {
+		t.Fatalf("want the four pods planned onto the starting node, got %d bindings", len(again.Plan.Bindings))
+	}
+	// Once initialized, a taint still on the node is real: the pods do not tolerate it.
+	conds := claim.Status.Conditions
+	conds[2].Status, conds[2].Reason = metav1.ConditionTrue, "Initialized"
+	if err := env.Client.Status().Update(t.Context(), claim); err != nil {
+		t.Fatal(err)
+	}
+	third, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(third.Plan.Bindings) != 0 {
+		t.Fatalf("an initialized node's remaining taints were ignored: %d bindings", len(third.Plan.Bindings))
+	}
+}
