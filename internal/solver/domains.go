@@ -67,6 +67,27 @@ func (s *solver) eligibleDomains(v *variant, key string, honorAffinity, honorTai
 	if !honorAffinity && !honorTaints {
 		return s.domainsOf(key)
 	}
+	// The answer depends only on the variant's class and term: keep it on the variant, since
+	// topology plans are recomputed after every placement.
+	vk := eligibleKey{key: key, affinity: honorAffinity, taints: honorTaints}
+	if d, ok := v.eligible[vk]; ok {
+		return d
+	}
+	if v.eligible == nil {
+		v.eligible = map[eligibleKey]domainSet{}
+	}
+	d := s.eligibleDomainsUncached(v, key, honorAffinity, honorTaints)
+	v.eligible[vk] = d
+	return d
+}
+
+// eligibleKey identifies a spread's eligible domains for one variant.
+type eligibleKey struct {
+	key              string
+	affinity, taints bool
+}
+
+func (s *solver) eligibleDomainsUncached(v *variant, key string, honorAffinity, honorTaints bool) domainSet {
 	ck := fmt.Sprintf("eligible\x00%s\x00%t", key, honorTaints)
 	if honorAffinity {
 		ck += "\x00" + v.term.key()

@@ -29,6 +29,8 @@ type variant struct {
 	plan *topoPlan
 	// cursor is the first open claim the variant might still join.
 	cursor int
+	// eligible caches the eligible domains of the variant's spreads.
+	eligible map[eligibleKey]domainSet
 }
 
 func (v *variant) isDead(id int) bool {
