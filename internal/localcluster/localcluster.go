@@ -65,7 +65,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Config: cfg, KubeconfigPath: filepath.Join(opts.Dir, "kubeconfig"), opts: opts, env: env}
-	// A failed start stops what it started; c is local, so the cleanup never sees a nil cluster.
+	// A failed start stops what it started.
 	if err := os.WriteFile(c.KubeconfigPath, env.KubeConfig, 0o600); err != nil {
 		return nil, errors.Join(fmt.Errorf("writing kubeconfig: %w", err), c.Stop())
 	}
@@ -229,6 +229,7 @@ func startAPIServer(opts Options) (*envtest.Environment, *rest.Config, error) {
 }
 
 // newEnvironment describes etcd and kube-apiserver with Capstan's CRDs, logging into opts.Dir.
+// Each attempt loads its own CRD objects: envtest fills in the ones it installs.
 func newEnvironment(opts Options) (*envtest.Environment, error) {
 	s, err := scheme.New()
 	if err != nil {

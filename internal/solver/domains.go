@@ -68,7 +68,8 @@ func (s *solver) eligibleDomains(v *variant, key string, honorAffinity, honorTai
 		return s.domainsOf(key)
 	}
 	// The answer depends only on the variant's class and term: keep it on the variant, since
-	// topology plans are recomputed after every placement.
+	// topology plans are recomputed after every placement. Below, it is also shared between
+	// classes with the same term (computing it reads every instance type of every pool).
 	vk := eligibleKey{key: key, affinity: honorAffinity, taints: honorTaints}
 	if d, ok := v.eligible[vk]; ok {
 		return d

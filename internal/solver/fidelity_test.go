@@ -1,7 +1,6 @@
 package solver_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -204,18 +203,32 @@ func TestDeprecatedLabelsMeanTheStableOnes(t *testing.T) {
 
 // Item 5: limits.nodes counts machines.
 func TestNodesLimitCountsMachines(t *testing.T) {
+	for _, tc := range []struct {
+		types, limit, pods int
+		cpu                string
+	}{
+		{types: 8, limit: 3, pods: 100, cpu: "1"},
+		{types: 2, limit: 2, pods: 10, cpu: "1500m"},
+	} {
+		pool := poolOf(workload.FakeInstanceTypes(tc.types))
+		pool.Remaining = corev1.ResourceList{karpv1.ResourceNodes: *resource.NewQuantity(int64(tc.limit), resource.DecimalSI)}
+		r := solve(t, solver.Input{Pods: pods(tc.pods, "web", tc.cpu, "1Gi", nil), NodePools: []solver.NodePool{pool}}, solver.Options{})
+		if len(r.NodeClaims) != tc.limit {
+			t.Errorf("want exactly %d claims under limits.nodes %d, got %d", tc.limit, tc.limit, len(r.NodeClaims))
+		}
+		if len(r.Unschedulable) == 0 {
+			t.Fatalf("limits.nodes %d: want the rest unschedulable for the nodes limit, got none", tc.limit)
+		}
+		for _, u := range r.Unschedulable {
+			if !strings.Contains(u.Reason, "limits exhausted: nodes 0 left") {
+				t.Fatalf("limits.nodes %d: reason %q", tc.limit, u.Reason)
+			}
+		}
+	}
 	pool := poolOf(workload.FakeInstanceTypes(8))
-	pool.Remaining = corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("3")}
-	r := solve(t, solver.Input{Pods: pods(100, "web", "1", "1Gi", nil), NodePools: []solver.NodePool{pool}}, solver.Options{})
-	if len(r.NodeClaims) != 3 {
-		t.Errorf("want exactly 3 claims under limits.nodes 3, got %d", len(r.NodeClaims))
-	}
-	if len(r.Unschedulable) == 0 || !strings.Contains(r.Unschedulable[0].Reason, "limits exhausted: nodes 0 left") {
-		t.Fatalf("want the rest unschedulable for the nodes limit, got %d, first %+v", len(r.Unschedulable), r.Unschedulable[:min(1, len(r.Unschedulable))])
-	}
 	// Existing nodes take pods without counting against what is left.
 	pool.Remaining = corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("0")}
-	r = solve(t, solver.Input{Pods: pods(2, "web", "1", "1Gi", nil), NodePools: []solver.NodePool{pool},
+	r := solve(t, solver.Input{Pods: pods(2, "web", "1", "1Gi", nil), NodePools: []solver.NodePool{pool},
 		Nodes: []solver.ExistingNode{node("n1", "test-zone-1", "4")}}, solver.Options{})
 	wantAllPlaced(t, r)
 	if len(r.Bindings) != 2 {
@@ -308,19 +321,5 @@ func TestResizingPodsCountTheirAllocatedResources(t *testing.T) {
 	wantAllPlaced(t, r)
 	if len(r.Bindings) != 0 {
 		t.Fatalf("the node holds 3 allocated CPUs of 4: a 2-CPU pod does not fit, but was bound to %s", r.Bindings[0].Node)
-	}
-}
-
-func TestNodesLimitNamesPlannedMachines(t *testing.T) {
-	pool := poolOf(workload.FakeInstanceTypes(2))
-	pool.Remaining = corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("2")}
-	r := solve(t, solver.Input{Pods: pods(10, "web", "1500m", "1Gi", nil), NodePools: []solver.NodePool{pool}}, solver.Options{})
-	if len(r.NodeClaims) != 2 {
-		t.Fatalf("want 2 claims, got %d", len(r.NodeClaims))
-	}
-	for _, u := range r.Unschedulable {
-		if !strings.Contains(u.Reason, fmt.Sprintf("%s 0 left", karpv1.ResourceNodes)) {
-			t.Fatalf("reason %q", u.Reason)
-		}
 	}
 }

@@ -2,6 +2,8 @@ package autoscaling
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,17 +78,22 @@ func TestProtectedPodsHoldTheDrainUntilTheGracePeriod(t *testing.T) {
 	})
 	// Then the grace period forces them out and the nodes and their claims go. (The deployments
 	// replace their pods, which may bring new claims: only the deleted ones are awaited.)
-	eventually(t, "the nodes gone after the grace period", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		for name := range nodes {
+	eventually(t, "the nodes gone after the grace period", 2*time.Minute, gone(slices.Collect(maps.Keys(nodes)), deleted))
+}
+
+// gone holds once the nodes and NodeClaims named are all deleted.
+func gone(nodes, claims []string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		for _, name := range nodes {
 			if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}
-		for _, name := range deleted {
+		for _, name := range claims {
 			if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}
 		return true, nil
-	})
+	}
 }

@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,17 +106,7 @@ func TestTolerateAllDaemonSetDoesNotHoldTermination(t *testing.T) {
 		}
 		deleted = append(deleted, nc.Name)
 	}
-	eventually(t, "the node and its claim gone", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		if err := s.client.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{}); !apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		for _, name := range deleted {
-			if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	eventually(t, "the node and its claim gone", 2*time.Minute, gone([]string{node}, deleted))
 }
 
 // limits.nodes 3 holds under a 100-pod burst, at every moment.

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
@@ -47,4 +49,20 @@ func NodeClass(t testing.TB, c client.Client, snc *simv1alpha1.SimNodeClass) *si
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), snc) })
 	return snc
+}
+
+// CleanupClaim deletes, at the end of the test, the NodeClaim and the Node named name if they are
+// still there, finalizers removed: a failed test must not leave them for the next, whose
+// simulated cloud hands out the same instance IDs.
+func CleanupClaim(t testing.TB, c client.Client, name string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, o := range []client.Object{&karpv1.NodeClaim{}, &corev1.Node{}} {
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, o); err == nil {
+				o.SetFinalizers(nil)
+				_ = c.Update(ctx, o)
+				_ = c.Delete(ctx, o)
+			}
+		}
+	})
 }

@@ -81,9 +81,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	stored := nc.DeepCopy()
-	// Until the launch's result is saved on the claim, termination must not let the claim go.
-	c.Launches.Begin(nc.Name)
-	defer c.Launches.End(nc.Name)
+	if !isTrue(nc, karpv1.ConditionTypeLaunched) {
+		// Until the launch's result is saved on the claim, termination must not let the claim go.
+		c.Launches.Begin(nc.Name)
+		defer c.Launches.End(nc.Name)
+	}
 	result, err := c.advance(ctx, nc)
 	if !nc.DeletionTimestamp.IsZero() {
 		return result, err
@@ -110,10 +112,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return res, errors.Join(err, perr)
 		}
 	}
-	if err != nil {
-		return result, err
-	}
-	return result, nil
+	return result, err
 }
 
 func equalMeta(a, b *karpv1.NodeClaim) bool {

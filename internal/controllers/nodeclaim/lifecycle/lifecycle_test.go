@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -59,16 +58,7 @@ func newClaim(t *testing.T, name, class string, startupTaints ...corev1.Taint) *
 	if err := env.Client.Create(t.Context(), nc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, o := range []client.Object{&karpv1.NodeClaim{}, &corev1.Node{}} {
-			if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, o); err == nil {
-				o.SetFinalizers(nil)
-				_ = env.Client.Update(ctx, o)
-				_ = env.Client.Delete(ctx, o)
-			}
-		}
-	})
+	simtest.CleanupClaim(t, env.Client, name)
 	return nc
 }
 

@@ -122,43 +122,27 @@ func deadline(nc *karpv1.NodeClaim) *time.Time {
 
 // terminate drains, deletes the machine and the Node; done when the finalizer may go.
 func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
-	if node != nil && c.machineGone(ctx, nc) {
-		// Nothing runs there any more: draining would wait for pods that cannot leave.
-		log.FromContext(ctx).Info("skipping drain: the machine no longer exists", "Node", node.Name)
-		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "InstanceTerminated", "the machine no longer exists")
-	} else if node != nil {
-		if err := c.taint(ctx, node); err != nil {
-			return reconcile.Result{}, false, err
+	if node != nil {
+		if result, done, err := c.drainNode(ctx, nc, node); err != nil || !done {
+			return result, false, err
 		}
-		remaining, err := c.drain(ctx, nc, node)
-		if err != nil {
-			return reconcile.Result{}, false, err
-		}
-		if remaining > 0 {
-			c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionFalse, "Draining", fmt.Sprintf("%d pod(s) left to drain", remaining))
-			return reconcile.Result{RequeueAfter: pollInterval}, false, nil
-		}
-		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "Drained", "")
-		c.setCondition(nc, karpv1.ConditionTypeVolumesDetached, metav1.ConditionTrue, "VolumesDetached", "")
 	}
 	// Delete finds the machine by the claim when its provider ID was never recorded (a launch
 	// whose result was lost to a restart), so none is left behind.
-	{
-		err := c.Cloud.Delete(ctx, nc)
-		switch {
-		case cloudprovider.IsNodeClaimNotFound(err):
-			// Gone.
-		case err != nil:
-			return reconcile.Result{}, false, fmt.Errorf("terminating instance: %w", err)
-		default:
-			c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionTrue, "InstanceTerminating", "")
-			if nc.Status.ProviderID == "" {
-				// Terminated by claim; it cannot be looked up by provider ID, so ask again.
-				return reconcile.Result{RequeueAfter: pollInterval}, false, nil
-			}
-			if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
-				return reconcile.Result{RequeueAfter: pollInterval}, false, client.IgnoreNotFound(err)
-			}
+	err := c.Cloud.Delete(ctx, nc)
+	switch {
+	case cloudprovider.IsNodeClaimNotFound(err):
+		// Gone.
+	case err != nil:
+		return reconcile.Result{}, false, fmt.Errorf("terminating instance: %w", err)
+	default:
+		c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionTrue, "InstanceTerminating", "")
+		if nc.Status.ProviderID == "" {
+			// Terminated by claim; it cannot be looked up by provider ID, so ask again.
+			return reconcile.Result{RequeueAfter: pollInterval}, false, nil
+		}
+		if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
+			return reconcile.Result{RequeueAfter: pollInterval}, false, client.IgnoreNotFound(err)
 		}
 	}
 	if node != nil {
@@ -185,6 +169,30 @@ func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
 	}
 	log.FromContext(ctx).Info("tainted node", "Node", node.Name, "taint", karpv1.DisruptedTaintKey)
 	return nil
+}
+
+// drainNode taints and drains the claim's node; done when nothing is left to wait for: no pod to
+// drain, or a machine that no longer exists (draining would wait for pods that cannot leave).
+func (c *Controller) drainNode(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
+	if err := c.taint(ctx, node); err != nil {
+		return reconcile.Result{}, false, err
+	}
+	remaining, err := c.drain(ctx, nc, node)
+	if err != nil {
+		return reconcile.Result{}, false, err
+	}
+	switch {
+	case remaining == 0:
+		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "Drained", "")
+		c.setCondition(nc, karpv1.ConditionTypeVolumesDetached, metav1.ConditionTrue, "VolumesDetached", "")
+		return reconcile.Result{}, true, nil
+	case c.machineGone(ctx, nc):
+		log.FromContext(ctx).Info("skipping drain: the machine no longer exists", "Node", node.Name)
+		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "InstanceTerminated", "the machine no longer exists")
+		return reconcile.Result{}, true, nil
+	}
+	c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionFalse, "Draining", fmt.Sprintf("%d pod(s) left to drain", remaining))
+	return reconcile.Result{RequeueAfter: pollInterval}, false, nil
 }
 
 // machineGone reports whether the cloud says the claim's machine no longer exists.

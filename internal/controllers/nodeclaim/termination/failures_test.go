@@ -6,25 +6,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
-
-func wantGone(t *testing.T, f *fixture, name string) {
-	t.Helper()
-	if n := f.cloud.Instances(); len(n) != 0 {
-		t.Fatalf("%d instance(s) left", len(n))
-	}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("node still there: %v", err)
-	}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("nodeclaim still there: %v", err)
-	}
-}
 
 func deleteClaim(t *testing.T, name string) {
 	t.Helper()

@@ -56,18 +56,7 @@ func readyClaim(t *testing.T, name string, tgp time.Duration) *fixture {
 	if err := env.Client.Create(t.Context(), nc); err != nil {
 		t.Fatal(err)
 	}
-	// A failed test must not leave a claim or node behind for the next (the simulated clouds of
-	// two tests give out the same instance IDs).
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, o := range []client.Object{&karpv1.NodeClaim{}, &corev1.Node{}} {
-			if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, o); err == nil {
-				o.SetFinalizers(nil)
-				_ = env.Client.Update(ctx, o)
-				_ = env.Client.Delete(ctx, o)
-			}
-		}
-	})
+	simtest.CleanupClaim(t, env.Client, name)
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}
 	if _, err := f.lifecycle.Reconcile(t.Context(), req); err != nil {
 		t.Fatal(err)
@@ -149,6 +138,20 @@ func condition(t *testing.T, name, typ string) metav1.ConditionStatus {
 	return ""
 }
 
+// wantGone asserts that the claim, its node and its machine are gone.
+func wantGone(t *testing.T, f *fixture, name string) {
+	t.Helper()
+	if n := f.cloud.Instances(); len(n) != 0 {
+		t.Fatalf("%d instance(s) left", len(n))
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("node still there: %v", err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("nodeclaim still there: %v", err)
+	}
+}
+
 func TestDrainRespectsPDBAndDoNotDisruptUntilTheGracePeriod(t *testing.T) {
 	const name = "drain-1"
 	f := readyClaim(t, name, time.Hour)
@@ -207,15 +210,7 @@ func TestDrainRespectsPDBAndDoNotDisruptUntilTheGracePeriod(t *testing.T) {
 		t.Fatalf("pods left at the deadline: %v", left)
 	}
 	f.reconcile(t, name)
-	if n := f.cloud.Instances(); len(n) != 0 {
-		t.Fatalf("%d instances left after termination", len(n))
-	}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("node still there: %v", err)
-	}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("nodeclaim still there: %v", err)
-	}
+	wantGone(t, f, name)
 }
 
 func TestDeletingTheNodeDeletesTheClaim(t *testing.T) {
