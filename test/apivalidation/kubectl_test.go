@@ -150,3 +150,32 @@ func TestRunbookPlaceholdersAreRejected(t *testing.T) {
 		}
 	}
 }
+
+func TestKarpenterLatestManifestsApply(t *testing.T) {
+	manifest := filepath.Join("testdata", "karpenter-latest.yaml")
+	// kubectl validates fields strictly: a field the CRDs do not know is an error, not a warning.
+	if out, err := kubectl(t, "apply", "--validate=strict", "-f", manifest); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := kubectl(t, "delete", "--ignore-not-found", "-f", manifest); err != nil {
+			t.Errorf("delete: %v\n%s", err, out)
+		}
+	})
+	for _, tc := range []struct{ resource, path, want string }{
+		{"nodepool/latest-balanced", "{.spec.disruption.consolidationPolicy}", "Balanced"},
+		{"nodepool/latest-static", "{.spec.replicas}", "3"},
+		{"ec2nodeclass/latest-windows", "{.spec.amiSelectorTerms[0].alias}", "windows2025@latest"},
+		{"ec2nodeclass/latest-linux", "{.spec.kubelet.registryPullQPS}", "10"},
+		{"ec2nodeclass/latest-linux", "{.spec.blockDeviceMappings[0].ebs.volumeInitializationRate}", "200"},
+		{"ec2nodeclass/latest-linux", "{.spec.networkInterfaces[1].interfaceType}", "efa-only"},
+	} {
+		out, err := kubectl(t, "get", tc.resource, "-o", "jsonpath="+tc.path)
+		if err != nil {
+			t.Fatalf("get %s: %v", tc.resource, err)
+		}
+		if out != tc.want {
+			t.Errorf("%s %s = %q, want %q", tc.resource, tc.path, out, tc.want)
+		}
+	}
+}

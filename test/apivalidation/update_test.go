@@ -121,3 +121,23 @@ func TestEC2NodeClassRoleCannotBecomeInstanceProfile(t *testing.T) {
 		t.Fatalf("changing the role: %v", err)
 	}
 }
+
+func TestNodePoolCannotSwitchBetweenStaticAndDynamic(t *testing.T) {
+	np := object(t, baseNodePool, "", uniqueName(t))
+	create(t, np)
+	static := np.DeepCopy()
+	if err := unstructured.SetNestedField(static.Object, int64(3), "spec", "replicas"); err != nil {
+		t.Fatal(err)
+	}
+	wantInvalid(t, env.Client.Update(t.Context(), static), "spec", "Cannot transition NodePool between static (replicas set) and dynamic")
+
+	sp := object(t, baseNodePool, "spec: {replicas: 1}", uniqueName(t)+"-static")
+	create(t, sp)
+	scaled := sp.DeepCopy()
+	if err := unstructured.SetNestedField(scaled.Object, int64(4), "spec", "replicas"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Update(t.Context(), scaled); err != nil {
+		t.Fatalf("scaling a static NodePool: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.role) != has(self.instanceProfile)",message="must specify exactly one of ['role', 'instanceProfile']"
 // +kubebuilder:validation:XValidation:rule="(has(oldSelf.role) && has(self.role)) || (has(oldSelf.instanceProfile) && has(self.instanceProfile))",message="changing from 'role' to 'instanceProfile' or back is not supported; create a new EC2NodeClass instead"
 // +kubebuilder:validation:XValidation:rule="has(self.amiFamily) || self.amiSelectorTerms.exists(t, has(t.alias))",message="amiFamily is required if amiSelectorTerms does not specify an alias"
+// +kubebuilder:validation:XValidation:rule="!has(self.amiFamily) || self.amiFamily == 'Custom' || self.amiSelectorTerms.all(t, !has(t.alias) || t.alias.split('@')[0] == self.amiFamily.lowerAscii())",message="if set, amiFamily must be 'Custom' or the family of the alias"
 type EC2NodeClassSpec struct {
 	// SubnetSelectorTerms select the subnets machines launch into; terms are ORed.
 	// +kubebuilder:validation:MinItems=1
@@ -31,7 +32,7 @@ type EC2NodeClassSpec struct {
 	// +required
 	AMISelectorTerms []AMISelectorTerm `json:"amiSelectorTerms"`
 	// AMIFamily is the image family, which decides the bootstrap format of the user data.
-	// +kubebuilder:validation:Enum=AL2;AL2023;Bottlerocket;Custom;Windows2019;Windows2022
+	// +kubebuilder:validation:Enum=AL2;AL2023;Bottlerocket;Custom;Windows2019;Windows2022;Windows2025
 	// +optional
 	AMIFamily *string `json:"amiFamily,omitempty"`
 	// UserData is merged with the bootstrap user data of the AMI family.
@@ -82,6 +83,36 @@ type EC2NodeClassSpec struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	Context *string `json:"context,omitempty"`
+	// CapacityReservationSelectorTerms select the capacity reservations machines may launch into;
+	// terms are ORed.
+	// +kubebuilder:validation:MaxItems=30
+	// +optional
+	CapacityReservationSelectorTerms []CapacityReservationSelectorTerm `json:"capacityReservationSelectorTerms,omitempty"`
+	// PlacementGroupSelector names the placement group machines launch into.
+	// +optional
+	PlacementGroupSelector *PlacementGroupSelector `json:"placementGroupSelector,omitempty"`
+	// IPPrefixCount is the number of IPv4 prefixes assigned to the primary network interface.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	IPPrefixCount *int32 `json:"ipPrefixCount,omitempty"`
+	// NetworkInterfaces are the network interfaces attached at launch; when set, one of them is the
+	// primary (network card 0, device 0, type interface).
+	// +kubebuilder:validation:MaxItems=150
+	// +kubebuilder:validation:XValidation:message="networkInterfaces must include a primary interface with interfaceType='interface'",rule="size(self) == 0 || self.exists(n, n.networkCardIndex == 0 && n.deviceIndex == 0 && n.interfaceType == 'interface')"
+	// +kubebuilder:validation:XValidation:message="networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",rule="self.all(n, size(self.filter(m, m.networkCardIndex == n.networkCardIndex && m.deviceIndex == n.deviceIndex)) == 1 && (n.interfaceType != 'efa-only' || size(self.filter(m, m.networkCardIndex == n.networkCardIndex && m.interfaceType == 'efa-only')) == 1))"
+	// +optional
+	NetworkInterfaces []NetworkInterface `json:"networkInterfaces,omitempty"`
+	// EnclaveOptions turns on AWS Nitro Enclaves, which limits the instance types to those
+	// supporting them.
+	// +optional
+	EnclaveOptions *EnclaveOptions `json:"enclaveOptions,omitempty"`
+	// ConnectionTracking sets the idle connection-tracking timeouts of the interfaces Capstan
+	// attaches at launch.
+	// +optional
+	ConnectionTracking *ConnectionTracking `json:"connectionTracking,omitempty"`
+	// CPUOptions are the processor settings of the machines.
+	// +optional
+	CPUOptions *CPUOptions `json:"cpuOptions,omitempty"`
 }
 
 // SubnetSelectorTerm selects subnets by id or by tags.
@@ -130,7 +161,7 @@ type AMISelectorTerm struct {
 	// bottlerocket@v1.20.0).
 	// +kubebuilder:validation:MaxLength=30
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]+@.+$`
-	// +kubebuilder:validation:XValidation:message="family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022'",rule="self.split('@')[0] in ['al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022']"
+	// +kubebuilder:validation:XValidation:message="family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",rule="self.split('@')[0] in ['al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025']"
 	// +kubebuilder:validation:XValidation:message="windows families may only specify version 'latest'",rule="!self.split('@')[0].startsWith('windows') || self.split('@')[1] == 'latest'"
 	// +optional
 	Alias string `json:"alias,omitempty"`
@@ -231,6 +262,12 @@ type BlockDevice struct {
 	// +kubebuilder:validation:Maximum=2000
 	// +optional
 	Throughput *int64 `json:"throughput,omitempty"`
+	// VolumeInitializationRate is the rate, in MiB/s, at which a volume made from a snapshot is
+	// initialized (100 to 300).
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=300
+	// +optional
+	VolumeInitializationRate *int32 `json:"volumeInitializationRate,omitempty"`
 	// VolumeSize is the size of the volume, 1Gi to 64Ti, in G, Gi, T or Ti.
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=string
@@ -251,8 +288,10 @@ type InstanceStorePolicy string
 const InstanceStorePolicyRAID0 InstanceStorePolicy = "RAID0"
 
 // KubeletConfiguration overrides kubelet settings of a machine; Capstan also uses them to compute
-// a machine's allocatable resources before it is launched.
+// a machine's allocatable resources before it is launched. Other fields of the kubelet's own
+// configuration are kept as written, so manifests that set them apply unchanged.
 //
+// +kubebuilder:pruning:PreserveUnknownFields
 // +kubebuilder:validation:XValidation:message="imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",rule="has(self.imageGCHighThresholdPercent) && has(self.imageGCLowThresholdPercent) ?  self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent  : true"
 // +kubebuilder:validation:XValidation:message="each evictionSoft key needs an evictionSoftGracePeriod of the same key",rule="!has(self.evictionSoft) || (has(self.evictionSoftGracePeriod) && self.evictionSoft.all(e, e in self.evictionSoftGracePeriod))"
 // +kubebuilder:validation:XValidation:message="each evictionSoftGracePeriod key needs an evictionSoft of the same key",rule="!has(self.evictionSoftGracePeriod) || (has(self.evictionSoft) && self.evictionSoftGracePeriod.all(e, e in self.evictionSoft))"
@@ -346,6 +385,9 @@ type EC2NodeClassStatus struct {
 	// InstanceProfile is the instance profile in use.
 	// +optional
 	InstanceProfile string `json:"instanceProfile,omitempty"`
+	// CapacityReservations are the capacity reservations the selector terms resolved to.
+	// +optional
+	CapacityReservations []CapacityReservation `json:"capacityReservations,omitempty"`
 	// Conditions are the EC2NodeClass's conditions (Ready and one per resolved field).
 	// +listType=map
 	// +listMapKey=type

@@ -6,6 +6,10 @@ import (
 )
 
 // NodePoolSpec is a template for machines and the policy for buying and removing them.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.replicas) == has(oldSelf.replicas)",message="Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || !has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits)",message="only 'limits.nodes' is supported on static NodePools"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || !has(self.weight)",message="'weight' is not supported on static NodePools"
 type NodePoolSpec struct {
 	// Template is the NodeClaim every machine of the pool is made from.
 	// +required
@@ -22,6 +26,12 @@ type NodePoolSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	Weight *int32 `json:"weight,omitempty"`
+	// Replicas makes the pool static: it keeps this many machines whatever the pending pods,
+	// and consolidation does not apply. Capstan accepts the field (Karpenter's alpha static
+	// capacity) and does not yet provision static pools; see docs/api.md.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int64 `json:"replicas,omitempty"`
 }
 
 // NodeClaimTemplate is the metadata and spec of a pool's NodeClaims.
@@ -85,13 +95,17 @@ type NodeClaimTemplateSpec struct {
 
 // ConsolidationPolicy says which nodes consolidation may remove or replace.
 //
-// +kubebuilder:validation:Enum=WhenEmpty;WhenEmptyOrUnderutilized
+// +kubebuilder:validation:Enum=WhenEmpty;WhenEmptyOrUnderutilized;Balanced
 type ConsolidationPolicy string
 
 // Consolidation policies.
 const (
 	ConsolidationPolicyWhenEmpty                ConsolidationPolicy = "WhenEmpty"
 	ConsolidationPolicyWhenEmptyOrUnderutilized ConsolidationPolicy = "WhenEmptyOrUnderutilized"
+	// ConsolidationPolicyBalanced consolidates under-used nodes only when the saving is worth the
+	// disruption; until Capstan's disruption controller scores moves it acts as
+	// WhenEmptyOrUnderutilized.
+	ConsolidationPolicyBalanced ConsolidationPolicy = "Balanced"
 )
 
 // DisruptionReason is why a node is disrupted; budgets can be scoped to reasons.
@@ -161,6 +175,9 @@ type NodePoolStatus struct {
 	// Nodes is the number of the pool's NodeClaims.
 	// +optional
 	Nodes int64 `json:"nodes,omitempty"`
+	// NodeClassObservedGeneration is the generation of the pool's NodeClass last seen by Capstan.
+	// +optional
+	NodeClassObservedGeneration int64 `json:"nodeClassObservedGeneration,omitempty"`
 	// Conditions are the pool's conditions (Ready, NodeClassReady, ValidationSucceeded).
 	// +listType=map
 	// +listMapKey=type

@@ -107,3 +107,24 @@ func TestStartingNodeIsInFlightCapacity(t *testing.T) {
 		t.Fatalf("an initialized node's remaining taints were ignored: %d bindings", len(third.Plan.Bindings))
 	}
 }
+
+// A static NodePool (spec.replicas) never buys machines for pending pods; a dynamic pool does.
+func TestStaticNodePoolIsNotUsedForPendingPods(t *testing.T) {
+	static := pool("prov-static", func(np *karpv1.NodePool) {
+		np.Spec.Replicas = ptrTo(int64(2))
+		np.Spec.Weight = nil
+	})
+	p, _ := setup(t, static)
+	ns := namespace(t)
+	pendingPods(t, ns, "web", 3, "250m", nil)
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Created) != 0 {
+		t.Fatalf("a static pool bought %d claim(s) for pending pods", len(res.Created))
+	}
+	if len(res.Plan.Unschedulable) != 3 {
+		t.Fatalf("want the three pods unschedulable with only a static pool, got %d", len(res.Plan.Unschedulable))
+	}
+}

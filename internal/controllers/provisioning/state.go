@@ -59,6 +59,11 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		if !np.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if np.Spec.Replicas != nil {
+			// A static pool keeps its replica count whatever is pending; pending pods never buy
+			// machines from it (Karpenter's rule for spec.replicas).
+			continue
+		}
 		types, err := p.Cloud.GetInstanceTypes(ctx, np)
 		if err != nil {
 			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
