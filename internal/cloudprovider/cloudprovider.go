@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
@@ -36,6 +38,24 @@ type CloudProvider interface {
 	IsDrifted(ctx context.Context, nc *karpv1.NodeClaim) (DriftReason, error)
 	// Name is the provider's name ("sim", "aws"), the scheme of its provider IDs.
 	Name() string
+	// NodeClasses are the NodeClass kinds the provider serves. Capstan's controllers act only on
+	// NodePools and NodeClaims whose nodeClassRef names one of them: the others may belong to
+	// another provider or another autoscaler in the same cluster.
+	NodeClasses() []schema.GroupKind
+}
+
+// Manages reports whether the provider serves the NodeClass kind ref names. A nil ref (a NodeClaim
+// written without one) is not managed.
+func Manages(cp CloudProvider, ref *karpv1.NodeClassReference) bool {
+	if ref == nil {
+		return false
+	}
+	for _, gk := range cp.NodeClasses() {
+		if gk.Group == ref.Group && gk.Kind == ref.Kind {
+			return true
+		}
+	}
+	return false
 }
 
 // DriftReason says why a machine drifted from its NodeClass.

@@ -132,7 +132,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&provisioning.PodTrigger{Provisioner: op.Provisioner},
 		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
 		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
-		&expiration.Controller{Client: c, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
+		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},

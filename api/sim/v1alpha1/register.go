@@ -9,6 +9,9 @@ import (
 // Group is the API group of SimNodeClass.
 const Group = "capstan.dev"
 
+// SimNodeClassKind is the kind a NodeClassReference names for a SimNodeClass.
+const SimNodeClassKind = "SimNodeClass"
+
 // SchemeGroupVersion is the group and version of the types in this package.
 var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: "v1alpha1"}
 

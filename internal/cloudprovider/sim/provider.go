@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,11 +58,16 @@ func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavail
 // Name implements CloudProvider.
 func (p *Provider) Name() string { return Name }
 
+// NodeClasses implements CloudProvider: the simulated cloud serves SimNodeClasses.
+func (p *Provider) NodeClasses() []schema.GroupKind {
+	return []schema.GroupKind{{Group: simv1alpha1.Group, Kind: simv1alpha1.SimNodeClassKind}}
+}
+
 // Cloud is the simulated cloud behind the provider.
 func (p *Provider) Cloud() *Cloud { return p.cloud }
 
 func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference) (*simv1alpha1.SimNodeClass, error) {
-	if ref == nil || ref.Group != simv1alpha1.Group || ref.Kind != "SimNodeClass" {
+	if ref == nil || ref.Group != simv1alpha1.Group || ref.Kind != simv1alpha1.SimNodeClassKind {
 		return nil, &cloudprovider.NodeClassNotReadyError{NotFound: true, Err: fmt.Errorf("nodeClassRef %v is not a %s SimNodeClass", ref, simv1alpha1.Group)}
 	}
 	snc := &simv1alpha1.SimNodeClass{}

@@ -59,6 +59,9 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		if !np.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if !cloudprovider.Manages(p.Cloud, np.Spec.Template.Spec.NodeClassRef) {
+			continue
+		}
 		if np.Spec.Replicas != nil {
 			// A static pool keeps its replica count whatever is pending; pending pods never buy
 			// machines from it (Karpenter's rule for spec.replicas).

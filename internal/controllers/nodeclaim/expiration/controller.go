@@ -16,12 +16,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
 )
 
 // Controller expires NodeClaims.
 type Controller struct {
-	Client   client.Client
+	Client client.Client
+	// Cloud decides which claims are Capstan's (cloudprovider.Manages).
+	Cloud    cloudprovider.CloudProvider
 	Clock    clock.Clock
 	Recorder events.EventRecorder
 	// Metrics may be nil.
@@ -43,7 +46,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	d := nc.Spec.ExpireAfter.Duration
-	if !nc.DeletionTimestamp.IsZero() || d == nil {
+	if !nc.DeletionTimestamp.IsZero() || d == nil || !cloudprovider.Manages(c.Cloud, nc.Spec.NodeClassRef) {
 		return reconcile.Result{}, nil
 	}
 	if left := nc.CreationTimestamp.Add(*d).Sub(c.Clock.Now()); left > 0 {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -19,21 +20,24 @@ var env *testenv.Env
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 func TestClaimsExpireAfterExpireAfter(t *testing.T) {
-	mk := func(name string, d karpv1.NillableDuration) *karpv1.NodeClaim {
+	sim := &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "x"}
+	mkOf := func(ref *karpv1.NodeClassReference, name string, d karpv1.NillableDuration) *karpv1.NodeClaim {
 		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: karpv1.NodeClaimSpec{
-			NodeClassRef: &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "x"},
+			NodeClassRef: ref,
 			Requirements: karpv1.Requirements{}, ExpireAfter: d}}
 		if err := env.Client.Create(t.Context(), nc); err != nil {
 			t.Fatal(err)
 		}
 		return nc
 	}
+	mk := func(name string, d karpv1.NillableDuration) *karpv1.NodeClaim { return mkOf(sim, name, d) }
 	short := mk("expiring", karpv1.NewDuration(time.Hour))
 	never := mk("eternal", karpv1.NeverDuration())
+	mkOf(&karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "x"}, "foreign", karpv1.NewDuration(time.Hour))
 	clk := clocktesting.NewFakeClock(short.CreationTimestamp.Time)
-	c := &Controller{Client: env.Client, Clock: clk, Recorder: events.NewFakeRecorder(10)}
+	c := &Controller{Client: env.Client, Cloud: simtest.New(t, env.Client).Provider, Clock: clk, Recorder: events.NewFakeRecorder(10)}
 	reconcileAll := func() {
-		for _, name := range []string{"expiring", "eternal"} {
+		for _, name := range []string{"expiring", "eternal", "foreign"} {
 			if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {
 				t.Fatal(err)
 			}
@@ -58,4 +62,7 @@ func TestClaimsExpireAfterExpireAfter(t *testing.T) {
 		t.Fatal("a NodeClaim with expireAfter Never expired")
 	}
 	_ = never
+	if !exists("foreign") {
+		t.Fatal("a claim of another provider's NodeClass kind was expired")
+	}
 }

@@ -85,22 +85,23 @@ func (c *Controller) Sync(ctx context.Context) error {
 			return fmt.Errorf("terminating orphan %s: %w", m.Status.ProviderID, err)
 		}
 	}
-	for _, nc := range ncs.Items {
-		if !nc.DeletionTimestamp.IsZero() || nc.Status.ProviderID == "" || alive[nc.Status.ProviderID] ||
-			!meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) {
-			continue
-		}
-		if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
-			continue
-		}
-		log.FromContext(ctx).Info("garbage collecting nodeclaim whose machine is gone", "NodeClaim", nc.Name, "provider-id", nc.Status.ProviderID)
-		if err := c.Client.Delete(ctx, &nc); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting nodeclaim %s: %w", nc.Name, err)
-		}
-	}
 	nodes := &corev1.NodeList{}
 	if err := c.Client.List(ctx, nodes); err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
+	}
+	nodeByProvider := map[string]*corev1.Node{}
+	for i := range nodes.Items {
+		nodeByProvider[nodes.Items[i].Spec.ProviderID] = &nodes.Items[i]
+	}
+	for i := range ncs.Items {
+		nc := &ncs.Items[i]
+		if !c.vanished(ctx, nc, alive, nodeByProvider[nc.Status.ProviderID]) {
+			continue
+		}
+		log.FromContext(ctx).Info("garbage collecting nodeclaim whose machine is gone", "NodeClaim", nc.Name, "provider-id", nc.Status.ProviderID)
+		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting nodeclaim %s: %w", nc.Name, err)
+		}
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -118,4 +119,31 @@ func (c *Controller) Sync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// vanished reports whether a claim's machine is gone for good. As in Karpenter, only registered
+// claims are considered (a claim that never registered is given up by its registration timeout,
+// not by the cloud's listing), a Ready node keeps its claim whatever the cloud says (its kubelet
+// is evidently running; an eventually consistent listing may lag a launch), and the cloud is asked
+// once more by provider ID before anything is deleted.
+func (c *Controller) vanished(ctx context.Context, nc *karpv1.NodeClaim, alive map[string]bool, node *corev1.Node) bool {
+	if !nc.DeletionTimestamp.IsZero() || nc.Status.ProviderID == "" || alive[nc.Status.ProviderID] ||
+		!cloudprovider.Manages(c.Cloud, nc.Spec.NodeClassRef) ||
+		!meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeRegistered) {
+		return false
+	}
+	if node != nil && nodeReady(node) {
+		return false
+	}
+	_, err := c.Cloud.Get(ctx, nc.Status.ProviderID)
+	return cloudprovider.IsNodeClaimNotFound(err)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,18 +76,94 @@ func TestOrphansAndVanishedMachines(t *testing.T) {
 	if len(left) != 1 || left[0].NodeClaim != "kept" {
 		t.Fatalf("machines left %+v, want only kept's", left)
 	}
-	// Now the claimed machine vanishes: the claim is deleted.
+	// Now the claimed machine vanishes. Its claim never registered: the registration timeout,
+	// not the cloud's listing, gives it up.
 	if _, err := cloud.Terminate(left[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := gc.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	nc := &karpv1.NodeClaim{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "kept"}, nc); err != nil {
+	if deleted(t, "kept") {
+		t.Fatal("an unregistered claim was collected on the cloud's word")
+	}
+	// Registered with a Ready node: the kubelet is running, the listing is not trusted.
+	markRegistered(t, "kept")
+	node := readyNode(t, "kept-node", left[0].ProviderID(), corev1.ConditionTrue)
+	if err := gc.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if nc.DeletionTimestamp.IsZero() {
+	if deleted(t, "kept") {
+		t.Fatal("the claim of a Ready node was collected")
+	}
+	// The node stops being Ready: the machine is gone, the claim is deleted.
+	node.Status.Conditions[0].Status = corev1.ConditionUnknown
+	if err := env.Client.Status().Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	if err := gc.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !deleted(t, "kept") {
 		t.Fatal("the NodeClaim of a vanished machine was not deleted")
 	}
+}
+
+// A claim whose NodeClass kind another provider serves is never collected, whatever this cloud
+// lists.
+func TestOtherProvidersClaimsAreLeftAlone(t *testing.T) {
+	sc := simtest.New(t, env.Client)
+	gc := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock}
+	other := claim("other-provider")
+	other.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"}
+	if err := env.Client.Create(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), other) })
+	other.Status.ProviderID = "aws:///us-east-1a/i-0123456789abcdef0"
+	if err := env.Client.Status().Update(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	markRegistered(t, "other-provider")
+	if err := gc.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if deleted(t, "other-provider") {
+		t.Fatal("another provider's claim was collected")
+	}
+}
+
+func deleted(t *testing.T, name string) bool {
+	t.Helper()
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, nc); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return !nc.DeletionTimestamp.IsZero()
+}
+
+func markRegistered(t *testing.T, name string) {
+	t.Helper()
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, nc); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeRegistered, Status: metav1.ConditionTrue, Reason: "Registered"})
+	if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readyNode(t *testing.T, name, providerID string, ready corev1.ConditionStatus) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: providerID}}
+	if err := env.Client.Create(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady"}}
+	if err := env.Client.Status().Update(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodepools"
 )
 
 // RegistrationTTL is how long a launched machine may take to register before its claim is
@@ -49,6 +51,9 @@ type Controller struct {
 	Metrics *metrics.Metrics
 	// Launches, shared with termination, marks claims whose launch is in flight; may be nil.
 	Launches *nodeclaims.Launches
+
+	// unmanaged holds the UIDs of claims of another provider's NodeClass kind already reported.
+	unmanaged sync.Map
 }
 
 // Name is the controller's name and log key.
@@ -71,6 +76,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !nc.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	if !cloudprovider.Manages(c.Cloud, nc.Spec.NodeClassRef) {
+		c.reportUnmanaged(ctx, nc)
 		return reconcile.Result{}, nil
 	}
 	if !controllerutil.ContainsFinalizer(nc, karpv1.TerminationFinalizer) {
@@ -183,10 +192,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		wait := nc.CreationTimestamp.Add(LaunchTTL).Sub(c.Clock.Now())
 		return false, reconcile.Result{RequeueAfter: max(min(wait, launchRetry), time.Second)}, nil
 	}
-	if nc.Labels == nil {
-		nc.Labels = map[string]string{}
-	}
-	maps.Copy(nc.Labels, created.Labels)
+	nc.Labels = launchedLabels(nc, created)
 	nc.Status.ProviderID = created.Status.ProviderID
 	nc.Status.ImageID = created.Status.ImageID
 	nc.Status.Capacity = created.Status.Capacity
@@ -226,4 +232,34 @@ func (c *Controller) deleteClaim(ctx context.Context, nc *karpv1.NodeClaim) erro
 	now := metav1.NewTime(c.Clock.Now())
 	nc.DeletionTimestamp = &now
 	return nil
+}
+
+// launchedLabels are a launched claim's labels: what the cloud resolved, overridden by the claim's
+// single-valued requirements, overridden by the labels the claim already has (its NodePool's
+// template labels), so that a label the user wrote is never replaced by a provider's.
+func launchedLabels(nc, created *karpv1.NodeClaim) map[string]string {
+	out := maps.Clone(created.Labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if reqs, err := nodepools.FromAPI(nc.Spec.Requirements); err == nil {
+		maps.Copy(out, reqs.Labels())
+	}
+	maps.Copy(out, nc.Labels)
+	return out
+}
+
+// reportUnmanaged says once per claim that its NodeClass kind belongs to no provider Capstan
+// runs; the claim is left alone, as another autoscaler may own it.
+func (c *Controller) reportUnmanaged(ctx context.Context, nc *karpv1.NodeClaim) {
+	if _, seen := c.unmanaged.LoadOrStore(nc.UID, true); seen {
+		return
+	}
+	ref := "none"
+	if r := nc.Spec.NodeClassRef; r != nil {
+		ref = r.Kind + "." + r.Group + "/" + r.Name
+	}
+	c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "UnmanagedNodeClass", "Ignore",
+		"NodeClaim's nodeClassRef %s is not a kind the %s provider serves; Capstan leaves it alone", ref, c.Cloud.Name())
+	log.FromContext(ctx).Info("ignoring nodeclaim of an unmanaged nodeclass kind", "nodeClassRef", ref)
 }

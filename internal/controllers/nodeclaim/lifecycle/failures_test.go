@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
@@ -158,5 +160,69 @@ func TestStaleReadDoesNotEraseAnotherControllersCondition(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeDrifted); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("the Drifted condition was erased by a write from a stale read: %+v", got.Status.Conditions)
+	}
+}
+
+// labellingCloud adds its own labels to each launched machine, some of which clash with the
+// NodePool template's.
+type labellingCloud struct {
+	cloudprovider.CloudProvider
+	labels map[string]string
+}
+
+func (l *labellingCloud) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	created, err := l.CloudProvider.Create(ctx, nc)
+	if err == nil {
+		maps.Copy(created.Labels, l.labels)
+	}
+	return created, err
+}
+
+// Labels a user put on the NodePool template win over the labels a provider resolves; the
+// provider's other labels are kept.
+func TestTemplateLabelsWinOverProviderLabels(t *testing.T) {
+	f := setup(t, "labels", simv1alpha1.Failures{})
+	f.ctrl.Cloud = &labellingCloud{CloudProvider: f.ctrl.Cloud, labels: map[string]string{"team": "provider", "example.com/rack": "r12"}}
+	newClaim(t, "labels-1", "labels")
+	nc := f.reconcile(t, "labels-1")
+	if got := nc.Labels["team"]; got != "orders" {
+		t.Errorf("template label team = %q, want orders (the user's)", got)
+	}
+	if got := nc.Labels["example.com/rack"]; got != "r12" {
+		t.Errorf("provider label example.com/rack = %q, want r12", got)
+	}
+	if got := nc.Labels[karpv1.CapacityTypeLabelKey]; got != "on-demand" {
+		t.Errorf("capacity type from the claim's requirement = %q", got)
+	}
+}
+
+// A claim whose NodeClass kind this provider does not serve is left alone — not launched, not
+// deleted, no finalizer — and reported with one event however often it is reconciled.
+func TestClaimOfAnotherProvidersKindIsLeftAlone(t *testing.T) {
+	f := setup(t, "foreign", simv1alpha1.Failures{})
+	nc := &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "foreign-1", Labels: map[string]string{karpv1.NodePoolLabelKey: "default"}},
+		Spec: karpv1.NodeClaimSpec{
+			NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"},
+			Requirements: karpv1.Requirements{},
+		},
+	}
+	if err := env.Client.Create(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	simtest.CleanupClaim(t, env.Client, nc.Name)
+	for range 3 {
+		got := f.reconcile(t, nc.Name)
+		if !got.DeletionTimestamp.IsZero() || len(got.Finalizers) > 0 || len(got.Status.Conditions) > 0 {
+			t.Fatalf("another provider's claim was touched: deleted=%v finalizers=%v conditions=%v",
+				!got.DeletionTimestamp.IsZero(), got.Finalizers, conditions(got))
+		}
+	}
+	if n := len(f.cloud.Instances()); n != 0 {
+		t.Fatalf("%d machine(s) launched for another provider's claim", n)
+	}
+	evs := drainEvents(f.ctrl.Recorder.(*events.FakeRecorder))
+	if len(evs) != 1 || !strings.Contains(evs[0], "UnmanagedNodeClass") {
+		t.Fatalf("want one UnmanagedNodeClass event, got %q", evs)
 	}
 }

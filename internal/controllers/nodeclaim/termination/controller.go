@@ -58,6 +58,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if !cloudprovider.Manages(c.Cloud, nc.Spec.NodeClassRef) {
+		// Another provider's claim: its finalizer and its machine are not Capstan's.
+		return reconcile.Result{}, nil
+	}
 	node, err := c.nodeFor(ctx, nc)
 	if err != nil {
 		return reconcile.Result{}, err

@@ -96,3 +96,38 @@ func TestPodStuckTerminatingDoesNotHoldTheDrainForever(t *testing.T) {
 		t.Fatalf("a pod stuck terminating held the drain: %d instance(s) left", len(n))
 	}
 }
+
+// A deleted claim of another provider's NodeClass kind keeps its finalizer: its machine is not
+// Capstan's to terminate.
+func TestOtherProvidersClaimKeepsItsFinalizer(t *testing.T) {
+	f := readyClaim(t, "term-own", time.Hour)
+	nc := &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "term-foreign", Finalizers: []string{karpv1.TerminationFinalizer}},
+		Spec: karpv1.NodeClaimSpec{
+			NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"},
+			Requirements: karpv1.Requirements{},
+		},
+	}
+	if err := env.Client.Create(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		got := &karpv1.NodeClaim{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: nc.Name}, got) == nil {
+			got.Finalizers = nil
+			_ = env.Client.Update(context.Background(), got)
+		}
+	})
+	deleteClaim(t, nc.Name)
+	f.reconcile(t, nc.Name)
+	got := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: nc.Name}, got); err != nil {
+		t.Fatalf("another provider's claim is gone: %v", err)
+	}
+	if len(got.Finalizers) != 1 {
+		t.Fatalf("finalizers %v, want the termination finalizer kept", got.Finalizers)
+	}
+	if n := len(f.cloud.Instances()); n != 1 {
+		t.Fatalf("%d machines, want only term-own's", n)
+	}
+}

@@ -56,7 +56,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Client.Get(ctx, req.NamespacedName, np); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !np.DeletionTimestamp.IsZero() {
+	if !np.DeletionTimestamp.IsZero() || !cloudprovider.Manages(c.Cloud, np.Spec.Template.Spec.NodeClassRef) {
+		// Another provider's pool: its status is not Capstan's to write.
 		return reconcile.Result{}, nil
 	}
 	hash := nodepools.Hash(np)
