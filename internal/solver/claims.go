@@ -155,6 +155,16 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 	copy(need, t.used)
 	need.add(v.class.req)
 	cands := s.filterCandidatesInto(s.candScratch[:0], t.candidates, need, reqs, changed)
+	if len(v.class.hostPorts) > 0 {
+		// The pod's host ports must not clash with those of the DaemonSets a candidate runs.
+		kept := cands[:0]
+		for _, info := range cands {
+			if portsFreeOf(v.class.hostPorts, info.daemonPorts) {
+				kept = append(kept, info)
+			}
+		}
+		cands = kept
+	}
 	s.candScratch = cands
 	if len(cands) == 0 {
 		if len(narrow) == 0 {
@@ -178,12 +188,15 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 	if f.reason != "" {
 		return f.reason
 	}
-	need := p.daemon.clone()
-	need.add(v.class.req)
+	need := v.class.req
 	var cands []*itInfo
-	fitsResources := false
+	fitsResources, portsClash := false, false
 	for _, info := range f.types {
 		if !need.lessEq(info.alloc) {
+			continue
+		}
+		if !portsFreeOf(v.class.hostPorts, info.daemonPorts) {
+			portsClash = true
 			continue
 		}
 		fitsResources = true
@@ -193,12 +206,15 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 		cands = append(cands, info)
 	}
 	if !fitsResources {
+		if portsClash {
+			return "a DaemonSet holds the pod's host port on every instance type that fits it"
+		}
 		return s.tooBig(need, p, f)
 	}
 	if len(cands) == 0 {
 		return s.limitsExhausted(p)
 	}
-	t := &target{id: len(s.targets), pool: p, reqs: f.reqs, used: p.daemon.clone(), alloc: make(vec, s.ri.len())}
+	t := &target{id: len(s.targets), pool: p, reqs: f.reqs, used: make(vec, s.ri.len()), alloc: make(vec, s.ri.len())}
 	narrow, err := s.topology(v, &target{id: t.id, pool: p, reqs: f.reqs, candidates: cands})
 	if err != nil {
 		return err.Error()

@@ -30,6 +30,10 @@ type itInfo struct {
 	// efficiency is the value of the type's capacity at the batch's dual resource prices, per
 	// dollar: 1 for the types an optimal fractional purchase uses, less for the others.
 	efficiency float64
+	// daemon is what the pool's DaemonSets that run on this type request; alloc is net of it.
+	daemon vec
+	// daemonPorts are the host ports those DaemonSets hold.
+	daemonPorts []hostPort
 }
 
 // pool is a NodePool prepared for a solve.
@@ -38,6 +42,8 @@ type pool struct {
 	idx    int
 	reqs   requirements.Requirements
 	types  []*itInfo
+	// daemon is the DaemonSet overhead every type of the pool carries (the least of the types'),
+	// for messages.
 	daemon vec
 	// remaining is what is left of the limits; limited marks the dimensions that have a limit.
 	remaining vec
@@ -95,12 +101,7 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		}
 		return p.types[i].it.Name < p.types[j].it.Name
 	})
-	p.daemon = make(vec, s.ri.len())
-	for _, ds := range s.in.DaemonSetPods {
-		if s.daemonRunsOn(ds, p) {
-			p.daemon.add(s.ri.vec(podRequests(ds)))
-		}
-	}
+	s.daemonOverhead(p)
 	if np.Remaining != nil {
 		p.remaining = s.ri.vec(np.Remaining)
 		p.limited = make([]bool, s.ri.len())
@@ -111,19 +112,102 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 	return p
 }
 
-// daemonRunsOn reports whether a DaemonSet's pod would run on the pool's machines.
-func (s *solver) daemonRunsOn(ds *corev1.Pod, p *pool) bool {
-	if _, untolerated := untoleratedTaint(ds.Spec.Tolerations, p.np.Taints, false); untolerated {
-		return false
+// daemonOverhead charges each of the pool's types with the DaemonSets that would run on a machine
+// of that type: those tolerating the pool's taints whose node selector and required node affinity
+// admit the pool's labels and the type's own (architecture, family, GPU labels, zones…). A type's
+// alloc becomes what is left for pods.
+func (s *solver) daemonOverhead(p *pool) {
+	p.daemon = make(vec, s.ri.len())
+	var daemons []daemonOnPool
+	for _, ds := range s.in.DaemonSetPods {
+		if _, untolerated := untoleratedTaint(ds.Spec.Tolerations, p.np.Taints, false); untolerated {
+			continue
+		}
+		terms, err := podNodeTerms(ds)
+		if err != nil {
+			continue
+		}
+		d := daemonOnPool{req: s.ri.vec(podRequests(ds)), ports: podHostPorts(ds)}
+		for i := range terms {
+			if !terms[i].allowsNew() || p.reqs.Compatible(terms[i].reqs, undefinedOK) != nil {
+				continue
+			}
+			t := daemonTerm{reqs: terms[i].reqs}
+			terms[i].reqs.Each(func(r requirements.Requirement) {
+				if !p.reqs.Has(r.Key) && !r.AllowsAbsent() && !launchLabel(r.Key) {
+					t.typeKeys = append(t.typeKeys, r.Key)
+				}
+			})
+			d.terms = append(d.terms, t)
+		}
+		if len(d.terms) > 0 {
+			daemons = append(daemons, d)
+		}
 	}
-	terms, err := podNodeTerms(ds)
-	if err != nil {
-		return false
+	kept := p.types[:0]
+	for _, info := range p.types {
+		info.daemon = make(vec, s.ri.len())
+		for i := range daemons {
+			if daemons[i].runsOn(info.it.Requirements) {
+				info.daemon.add(daemons[i].req)
+				info.daemonPorts = append(info.daemonPorts, daemons[i].ports...)
+			}
+		}
+		if !info.daemon.lessEq(info.alloc) {
+			// Its own DaemonSets would not fit on it: no pod should be planned there.
+			continue
+		}
+		info.alloc.sub(info.daemon)
+		if len(kept) == 0 {
+			copy(p.daemon, info.daemon)
+		} else {
+			p.daemon.minInto(info.daemon)
+		}
+		kept = append(kept, info)
 	}
-	for i := range terms {
-		if terms[i].allowsNew() && p.reqs.Compatible(terms[i].reqs, undefinedOK) == nil {
+	p.types = kept
+}
+
+// daemonOnPool is a DaemonSet's pod as it applies to one pool: the node terms that admit the pool.
+type daemonOnPool struct {
+	terms []daemonTerm
+	req   vec
+	ports []hostPort
+}
+
+// daemonTerm is a node term that admits a pool; typeKeys are the keys it needs that the pool does
+// not define, so the instance type must.
+type daemonTerm struct {
+	reqs     requirements.Requirements
+	typeKeys []string
+}
+
+// runsOn reports whether one of the terms admits a machine of the type.
+func (d *daemonOnPool) runsOn(typeReqs requirements.Requirements) bool {
+	for _, t := range d.terms {
+		if typeReqs.Intersects(t.reqs) != nil {
+			continue
+		}
+		defined := true
+		for _, k := range t.typeKeys {
+			if !typeReqs.Has(k) {
+				defined = false
+				break
+			}
+		}
+		if defined {
 			return true
 		}
+	}
+	return false
+}
+
+// launchLabel says which label keys a machine gets only when it launches, so a DaemonSet
+// selecting on them cannot be ruled out for a type in advance.
+func launchLabel(key string) bool {
+	switch key {
+	case corev1.LabelHostname, karpv1.RegionLabelKey, corev1.LabelFailureDomainBetaRegion, karpv1.WindowsBuildLabelKey:
+		return true
 	}
 	return false
 }

@@ -125,6 +125,13 @@ func (v vec) lessEq(limit vec) bool {
 	return true
 }
 
+// minInto lowers every dimension of v to at most o's.
+func (v vec) minInto(o vec) {
+	for i := range v {
+		v[i] = min(v[i], o[i])
+	}
+}
+
 // maxInto raises every dimension of v to at least o's.
 func (v vec) maxInto(o vec) {
 	for i := range v {

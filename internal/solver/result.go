@@ -99,14 +99,24 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 		keep++
 		chosen = ps[:keep]
 	}
-	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Requests: s.ri.list(t.used), Pods: t.pods, Requirements: t.reqs.Clone()}
+	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Pods: t.pods, Requirements: t.reqs.Clone()}
 	names := make([]string, 0, len(chosen))
 	final := make([]*itInfo, 0, len(chosen))
-	for _, p := range chosen {
+	// The claim's requests are its pods' plus the DaemonSet overhead every candidate carries, so
+	// that each candidate's allocatable holds them.
+	requests := make(vec, len(t.used))
+	for i, p := range chosen {
 		nc.InstanceTypes = append(nc.InstanceTypes, p.info.it)
 		names = append(names, p.info.it.Name)
 		final = append(final, p.info)
+		if i == 0 {
+			copy(requests, p.info.daemon)
+		} else {
+			requests.minInto(p.info.daemon)
+		}
 	}
+	requests.add(t.used)
+	nc.Requests = s.ri.list(requests)
 	if len(chosen) > 0 {
 		nc.Price = chosen[0].price
 	}

@@ -324,7 +324,7 @@ func TestUnschedulableReasons(t *testing.T) {
 	its := workload.FakeInstanceTypes(8)
 	r := solve(t, solver.Input{Pods: pods(1, "huge", "96", "1Gi", nil), NodePools: []solver.NodePool{poolOf(its)},
 		DaemonSetPods: []*corev1.Pod{workload.Pod("agent", "100m", "128Mi", nil)}}, solver.Options{})
-	if len(r.Unschedulable) != 1 || !strings.Contains(r.Unschedulable[0].Reason, "no instance type has cpu 96100m after daemonset overhead (the largest has cpu 7900m)") {
+	if len(r.Unschedulable) != 1 || !strings.Contains(r.Unschedulable[0].Reason, "no instance type has cpu 96 after daemonset overhead (the largest has cpu 7800m)") {
 		t.Fatalf("reason %+v", r.Unschedulable)
 	}
 	r = solve(t, solver.Input{Pods: pods(1, "any", "1", "1Gi", nil)}, solver.Options{})

@@ -96,7 +96,6 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 	room := make(vec, s.ri.len())
 	for _, info := range short {
 		copy(room, info.alloc)
-		room.sub(p.daemon)
 		room.sub(first.req)
 		value := s.value(p, first.req, 1)
 		for _, c := range upcoming {

@@ -72,10 +72,13 @@ func (t *target) refreshFixed(keys []string) {
 	}
 }
 
-func (t *target) portsFree(ports []hostPort) bool {
-	for _, a := range ports {
-		for _, b := range t.ports {
-			if a.conflicts(b) {
+func (t *target) portsFree(ports []hostPort) bool { return portsFreeOf(ports, t.ports) }
+
+// portsFreeOf reports whether no port of a conflicts with one of b.
+func portsFreeOf(a, b []hostPort) bool {
+	for i := range a {
+		for j := range b {
+			if a[i].conflicts(b[j]) {
 				return false
 			}
 		}

@@ -196,12 +196,14 @@ func (v *verifier) claimOn(i int, nc *solver.PlannedNodeClaim, pool *solver.Node
 			total[k] = cur
 		}
 	}
+	var running []*corev1.Pod
 	for _, ds := range v.in.DaemonSetPods {
 		if _, ok := tolerates(ds, pool.Taints); !ok {
 			continue
 		}
 		if match, _ := nodeaffinity.GetRequiredNodeAffinity(ds).Match(n); match {
 			add(requests(ds))
+			running = append(running, ds)
 		}
 	}
 	for _, p := range nc.Pods {
@@ -218,7 +220,7 @@ func (v *verifier) claimOn(i int, nc *solver.PlannedNodeClaim, pool *solver.Node
 			v.fail("claim %d as %s: pods and daemonsets request %s %s, allocatable is %s", i, it.Name, name, q.String(), a.String())
 		}
 	}
-	v.hostPorts(fmt.Sprintf("claim %d", i), nc.Pods)
+	v.hostPorts(fmt.Sprintf("claim %d as %s", i, it.Name), append(running, nc.Pods...))
 }
 
 func (v *verifier) hostPorts(where string, pods []*corev1.Pod) {
