@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 	"capstan.dev/capstan/internal/solver/workload"
 )
@@ -95,4 +97,33 @@ func report(b *testing.B, pods int, r *solver.Result) {
 	b.ReportMetric(float64(pods)/(b.Elapsed().Seconds()/float64(b.N)), "pods/s")
 	b.ReportMetric(float64(len(r.NodeClaims)), "nodes")
 	b.ReportMetric(r.Price(), "$/h")
+}
+
+// BenchmarkSmallBatches solves 100 batches of 1–4 pods of mixed shapes on the EC2 catalog (the
+// passes most production clusters run) and reports their total cost against the exhaustive
+// optimum of each batch.
+func BenchmarkSmallBatches(b *testing.B) {
+	its, err := workload.EC2InstanceTypes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	batches := smallBatches(100, 11)
+	var cost, best float64
+	for _, batch := range batches {
+		best += optimum(its, karpv1.CapacityTypeOnDemand, batch)
+	}
+	np := workload.UnlimitedPool("default", its)
+	np.Requirements.Add(requirements.Single(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeOnDemand))
+	for b.Loop() {
+		cost = 0
+		for _, batch := range batches {
+			r := solver.Solve(solver.Input{Pods: batch, NodePools: []solver.NodePool{np}}, solver.Options{})
+			if len(r.Unschedulable) > 0 {
+				b.Fatalf("%d pods unplaced", len(r.Unschedulable))
+			}
+			cost += r.Price()
+		}
+	}
+	b.ReportMetric(cost, "$/h")
+	b.ReportMetric(cost/best, "cost/optimum")
 }

@@ -99,6 +99,7 @@ func solve(in Input, opts Options, b balancing) *Result {
 	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b}
 	s.prepare()
 	s.run()
+	s.repack()
 	s.finish()
 	return &s.result
 }
