@@ -38,10 +38,10 @@ type itInfo struct {
 
 // pool is a NodePool prepared for a solve.
 type pool struct {
-	np     *NodePool
-	idx    int
-	reqs   requirements.Requirements
-	types  []*itInfo
+	np    *NodePool
+	idx   int
+	reqs  requirements.Requirements
+	types []*itInfo
 	// daemon is the DaemonSet overhead every type of the pool carries (the least of the types'),
 	// for messages.
 	daemon vec
