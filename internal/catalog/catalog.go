@@ -70,6 +70,27 @@ type Options struct {
 	// SpotFraction returns the spot price as a fraction of on-demand for a type and zone; nil
 	// means StableSpotFraction(0.30, 0.45).
 	SpotFraction func(instanceType, zone string) float64
+	// MaxPods, when set, replaces each type's pod capacity (the kubelet's maxPods).
+	MaxPods *int32
+	// PodsPerCore, when set and not 0, caps each type's pods at this many per vCPU.
+	PodsPerCore *int32
+}
+
+// kubeReservedPerPod is the memory the kubelet reserves per pod of capacity, as the EKS AMIs
+// compute kube-reserved (11 MiB per pod plus a base), so pod capacity and allocatable memory move
+// together.
+const kubeReservedPerPod = 11 << 20
+
+// podCapacity applies maxPods and podsPerCore to a type's default pod capacity.
+func podCapacity(defaultPods, vcpus int64, maxPods, podsPerCore *int32) int64 {
+	pods := defaultPods
+	if maxPods != nil {
+		pods = int64(*maxPods)
+	}
+	if podsPerCore != nil && *podsPerCore > 0 {
+		pods = min(pods, int64(*podsPerCore)*vcpus)
+	}
+	return pods
 }
 
 // StableSpotFraction returns a function giving each type and zone a fixed fraction in [lo, hi],
@@ -109,6 +130,17 @@ func (e Entry) InstanceType(opts Options) (*cloudprovider.InstanceType, error) {
 		o := capacity[name].DeepCopy()
 		o.Sub(alloc[name])
 		overhead[name] = o
+	}
+	if opts.MaxPods != nil || opts.PodsPerCore != nil {
+		defaultPods, vcpus := alloc.Pods().Value(), capacity.Cpu().Value()
+		pods := podCapacity(defaultPods, vcpus, opts.MaxPods, opts.PodsPerCore)
+		capacity[corev1.ResourcePods] = *resource.NewQuantity(pods, resource.DecimalSI)
+		mem := overhead[corev1.ResourceMemory]
+		mem.Add(*resource.NewQuantity((pods-defaultPods)*kubeReservedPerPod, resource.BinarySI))
+		if mem.Sign() < 0 {
+			mem = resource.Quantity{}
+		}
+		overhead[corev1.ResourceMemory] = mem
 	}
 	frac := opts.SpotFraction
 	if frac == nil {

@@ -57,3 +57,53 @@ func TestStableSpotFractionIsStableAndInRange(t *testing.T) {
 		t.Fatal("every type and zone has the same fraction")
 	}
 }
+
+// maxPods and podsPerCore change a type's pod capacity, and the memory the kubelet reserves for
+// pods moves with it (11 MiB per pod).
+func TestKubeletSettingsChangePodCapacity(t *testing.T) {
+	entries, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m5 Entry
+	for _, e := range entries {
+		if e.Name == "m5.large" {
+			m5 = e
+		}
+	}
+	base, err := m5.InstanceType(Options{Zones: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseAlloc := base.Allocatable()
+	defaultPods, baseMem := baseAlloc.Pods().Value(), baseAlloc.Memory().Value()
+	if defaultPods != 29 {
+		t.Fatalf("m5.large default pods %d, want 29 (its ENI limit)", defaultPods)
+	}
+	i32 := func(v int32) *int32 { return &v }
+	for _, tc := range []struct {
+		name                 string
+		maxPods, podsPerCore *int32
+		want                 int64
+	}{
+		{"maxPods raises", i32(110), nil, 110},
+		{"maxPods lowers", i32(8), nil, 8},
+		{"podsPerCore caps the default", nil, i32(10), 20},
+		{"the lower of maxPods and podsPerCore", i32(110), i32(10), 20},
+		{"podsPerCore 0 means no cap", i32(50), i32(0), 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			it, err := m5.InstanceType(Options{Zones: []string{"a"}, MaxPods: tc.maxPods, PodsPerCore: tc.podsPerCore})
+			if err != nil {
+				t.Fatal(err)
+			}
+			alloc := it.Allocatable()
+			if got := alloc.Pods().Value(); got != tc.want {
+				t.Fatalf("pods %d, want %d", got, tc.want)
+			}
+			if got, want := alloc.Memory().Value(), baseMem-(tc.want-defaultPods)*kubeReservedPerPod; got != want {
+				t.Fatalf("allocatable memory %d, want %d", got, want)
+			}
+		})
+	}
+}

@@ -67,6 +67,7 @@ var validCases = []struct {
   instanceTypes: [m5.large, c5.xlarge]
   spotPrice: {minPercent: 20, maxPercent: 20}
   priceOverrides: [{instanceType: m5.large, zone: us-sim-1a, capacityType: spot, price: "0.0312"}]
+  kubelet: {maxPods: 110, podsPerCore: 10}
   launchDelay: 500ms
   registrationDelay: 2s
   failures:

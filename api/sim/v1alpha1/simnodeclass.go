@@ -48,6 +48,10 @@ type SimNodeClassSpec struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	PriceOverrides []PriceOverride `json:"priceOverrides,omitempty"`
+	// Kubelet holds the kubelet settings that change a machine's pod capacity, as in an
+	// EC2NodeClass.
+	// +optional
+	Kubelet *KubeletConfiguration `json:"kubelet,omitempty"`
 	// LaunchDelay is how long a launch takes before the instance exists.
 	// +kubebuilder:default:="1s"
 	// +kubebuilder:validation:Type=string
@@ -168,4 +172,16 @@ type SimNodeClassList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SimNodeClass `json:"items"`
+}
+
+// KubeletConfiguration are the kubelet settings the simulated cloud applies to its machines.
+type KubeletConfiguration struct {
+	// MaxPods is the most pods a machine runs, replacing the type's default.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxPods *int32 `json:"maxPods,omitempty"`
+	// PodsPerCore caps pods per vCPU; the lower of this and MaxPods (or the default) applies.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PodsPerCore *int32 `json:"podsPerCore,omitempty"`
 }

@@ -105,7 +105,11 @@ func (p *Provider) InstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovide
 		}
 		entries = append(entries, e)
 	}
-	its, err := catalog.InstanceTypes(entries, catalog.Options{Zones: zones, Spot: true, SpotFraction: catalog.StableSpotFraction(lo, hi)})
+	opts := catalog.Options{Zones: zones, Spot: true, SpotFraction: catalog.StableSpotFraction(lo, hi)}
+	if k := spec.Kubelet; k != nil {
+		opts.MaxPods, opts.PodsPerCore = k.MaxPods, k.PodsPerCore
+	}
+	its, err := catalog.InstanceTypes(entries, opts)
 	if err != nil {
 		return nil, err
 	}

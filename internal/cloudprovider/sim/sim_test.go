@@ -190,3 +190,23 @@ func TestInjectedFailures(t *testing.T) {
 		t.Fatalf("err = %v, want NodeClassNotReady", err)
 	}
 }
+
+// The SimNodeClass's kubelet settings decide its types' pod capacity, as an EC2NodeClass's do.
+func TestKubeletMaxPodsAndPodsPerCore(t *testing.T) {
+	snc := nodeClass(t, "kubelet", func(snc *simv1alpha1.SimNodeClass) {
+		maxPods, perCore := int32(110), int32(20)
+		snc.Spec.Kubelet = &simv1alpha1.KubeletConfiguration{MaxPods: &maxPods, PodsPerCore: &perCore}
+	})
+	p := newProvider(t, clocktesting.NewFakeClock(time.Now()), "")
+	its, err := p.InstanceTypes(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"m5.large": 40, "m5.xlarge": 80, "c5.large": 40}
+	for _, it := range its {
+		alloc := it.Allocatable()
+		if got := alloc.Pods().Value(); got != want[it.Name] {
+			t.Errorf("%s pods %d, want %d (min of maxPods 110 and 20 per vCPU)", it.Name, got, want[it.Name])
+		}
+	}
+}

@@ -186,6 +186,10 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			bound[pod.Spec.NodeName] = append(bound[pod.Spec.NodeName], pod)
 		}
 	}
+	pending, err := p.withVolumes(ctx, pending)
+	if err != nil {
+		return nil, err
+	}
 	if len(pending) == 0 {
 		return &Result{}, nil
 	}
