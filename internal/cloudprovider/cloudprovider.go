@@ -38,6 +38,11 @@ type CloudProvider interface {
 	IsDrifted(ctx context.Context, nc *karpv1.NodeClaim) (DriftReason, error)
 	// Name is the provider's name ("sim", "aws"), the scheme of its provider IDs.
 	Name() string
+	// WellKnownLabels are the label keys the provider resolves on its machines beyond Kubernetes'
+	// and Karpenter's own (instance-type details such as karpenter.k8s.aws/instance-family). Pods
+	// and NodePools may require them without a NodePool setting them; an instance type that
+	// lacks one does not carry that label.
+	WellKnownLabels() []string
 	// NodeClasses are the NodeClass kinds the provider serves. Capstan's controllers act only on
 	// NodePools and NodeClaims whose nodeClassRef names one of them: the others may belong to
 	// another provider or another autoscaler in the same cluster.

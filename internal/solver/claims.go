@@ -130,7 +130,7 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 	var changed []string
 	view := t
 	if v.reqs.Len() > 0 {
-		if err := t.reqs.Compatible(v.reqs, undefinedOK); err != nil {
+		if err := t.reqs.Compatible(v.reqs, s.undefinedOK); err != nil {
 			return never
 		}
 		reqs = t.reqs.Clone()

@@ -137,7 +137,7 @@ func (s *solver) eligibleDomainsUncached(v *variant, key string, honorAffinity, 
 // node term can have: those of instance types that satisfy the pool's and the term's
 // requirements together, within both.
 func (s *solver) admittedPoolDomains(key string, p *pool, nt *nodeTerm, seen map[string]bool) {
-	if !nt.allowsNew() || p.reqs.Compatible(nt.reqs, undefinedOK) != nil {
+	if !nt.allowsNew() || p.reqs.Compatible(nt.reqs, s.undefinedOK) != nil {
 		return
 	}
 	merged := p.reqs.Clone()

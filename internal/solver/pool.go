@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -63,23 +62,73 @@ type poolFit struct {
 	types  []*itInfo
 }
 
-// undefinedOK says which label keys a NodePool need not define: those its instance types and
-// offerings resolve.
-func undefinedOK(key string) bool {
+// undefinedOK says which label keys a NodePool need not define: those its instance types,
+// offerings or the provider resolve.
+func (s *solver) undefinedOK(key string) bool {
 	switch key {
 	case karpv1.ZoneLabelKey, karpv1.InstanceTypeLabelKey, karpv1.ArchLabelKey, karpv1.OSLabelKey,
 		karpv1.CapacityTypeLabelKey, karpv1.RegionLabelKey, karpv1.WindowsBuildLabelKey,
 		corev1.LabelFailureDomainBetaZone, corev1.LabelInstanceType:
 		return true
 	}
-	return strings.HasPrefix(key, "karpenter.k8s.aws/")
+	return s.wellKnown[key]
+}
+
+// wellKnownLabels are the provider's keys: as given, or those some instance type defines.
+func wellKnownLabels(in Input) map[string]bool {
+	out := map[string]bool{}
+	if in.WellKnownLabels != nil {
+		for _, k := range in.WellKnownLabels {
+			out[k] = true
+		}
+		return out
+	}
+	for i := range in.NodePools {
+		for _, it := range in.NodePools[i].InstanceTypes {
+			for _, k := range it.Requirements.Keys() {
+				out[k] = true
+			}
+		}
+	}
+	return out
+}
+
+// typeKeys are the keys of reqs that the instance type resolves (Kubernetes' node labels and the
+// provider's well-known labels, except those a machine gets at launch) and that the requirement
+// needs present: a type must define each of them, with a value reqs allows, or its machines will
+// not carry the label. Other keys are the pool's to set, and checked against it.
+func (s *solver) typeKeys(reqs requirements.Requirements) []string {
+	var out []string
+	reqs.Each(func(r requirements.Requirement) {
+		_, deprecated := karpv1.NormalizedLabels[r.Key]
+		if !r.AllowsAbsent() && !launchLabel(r.Key) && !deprecated && s.undefinedOK(r.Key) {
+			out = append(out, r.Key)
+		}
+	})
+	return out
+}
+
+// definesAllKeys reports whether the type carries every one of the keys.
+func definesAllKeys(it *cloudprovider.InstanceType, keys []string) bool {
+	for _, k := range keys {
+		if !it.Requirements.Has(k) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *solver) newPool(np *NodePool, idx int) *pool {
 	p := &pool{np: np, idx: idx, reqs: np.Requirements.Clone(), fits: map[string]*poolFit{}}
 	p.reqs.Add(requirements.Single(karpv1.NodePoolLabelKey, np.Name))
+	// A pool's requirement on a provider label (karpenter.k8s.aws/instance-gpu-count Exists)
+	// admits only the types that carry it.
+	must := s.typeKeys(np.Requirements)
 	for _, it := range np.InstanceTypes {
 		if err := it.Requirements.Intersects(p.reqs); err != nil {
+			continue
+		}
+		if !definesAllKeys(it, must) {
 			continue
 		}
 		price, ok := cheapestOffering(it, p.reqs)
@@ -129,16 +178,10 @@ func (s *solver) daemonOverhead(p *pool) {
 		}
 		d := daemonOnPool{req: s.ri.vec(podRequests(ds)), ports: podHostPorts(ds)}
 		for i := range terms {
-			if !terms[i].allowsNew() || p.reqs.Compatible(terms[i].reqs, undefinedOK) != nil {
+			if !terms[i].allowsNew() || p.reqs.Compatible(terms[i].reqs, s.undefinedOK) != nil {
 				continue
 			}
-			t := daemonTerm{reqs: terms[i].reqs}
-			terms[i].reqs.Each(func(r requirements.Requirement) {
-				if !p.reqs.Has(r.Key) && !r.AllowsAbsent() && !launchLabel(r.Key) {
-					t.typeKeys = append(t.typeKeys, r.Key)
-				}
-			})
-			d.terms = append(d.terms, t)
+			d.terms = append(d.terms, daemonTerm{reqs: terms[i].reqs, typeKeys: s.typeKeys(terms[i].reqs)})
 		}
 		if len(d.terms) > 0 {
 			daemons = append(daemons, d)
@@ -303,7 +346,7 @@ func (s *solver) fit(v *variant, p *pool) *poolFit {
 	}
 	f := &poolFit{}
 	p.fits[v.reqsKey] = f
-	if err := p.reqs.Compatible(v.reqs, undefinedOK); err != nil {
+	if err := p.reqs.Compatible(v.reqs, s.undefinedOK); err != nil {
 		f.reason = "incompatible requirements: " + err.Error()
 		return f
 	}
@@ -312,8 +355,9 @@ func (s *solver) fit(v *variant, p *pool) *poolFit {
 	if v.reqs.Len() == 0 {
 		f.types = p.types
 	} else {
+		must := s.typeKeys(v.reqs)
 		for _, info := range p.types {
-			if typeAllows(info, f.reqs) {
+			if typeAllows(info, f.reqs) && definesAllKeys(info.it, must) {
 				f.types = append(f.types, info)
 			}
 		}

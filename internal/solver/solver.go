@@ -49,6 +49,9 @@ type solver struct {
 	reasons map[*corev1.Pod]string
 	minReq  vec
 
+	// wellKnown are the provider's label keys (Input.WellKnownLabels).
+	wellKnown map[string]bool
+
 	result Result
 }
 
@@ -96,7 +99,8 @@ func better(a, b *Result) bool {
 }
 
 func solve(in Input, opts Options, b balancing) *Result {
-	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b}
+	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b,
+		wellKnown: wellKnownLabels(in)}
 	s.prepare()
 	s.run()
 	s.repack()

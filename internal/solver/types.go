@@ -20,6 +20,11 @@ type Input struct {
 	DaemonSetPods []*corev1.Pod
 	// NamespaceLabels are the labels of namespaces, for pod-affinity namespace selectors.
 	NamespaceLabels map[string]map[string]string
+	// WellKnownLabels are the label keys the cloud provider resolves on its machines beyond
+	// Kubernetes' and Karpenter's (cloudprovider.CloudProvider.WellKnownLabels): a pod or pool may
+	// require them without a pool setting them, and an instance type without one does not carry
+	// that label. Nil means the keys some instance type of the input defines.
+	WellKnownLabels []string
 }
 
 // NodePool is a pool as the solver sees it.

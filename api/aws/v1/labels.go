@@ -25,6 +25,18 @@ const (
 	LabelInstanceAcceleratorCount             = Group + "/instance-accelerator-count"
 )
 
+// WellKnownLabels are the instance-type labels the AWS provider (and the simulated cloud, whose
+// catalog is EC2's) resolves on its machines. A type without one of them does not carry that
+// label: GPU labels, for instance, exist only on GPU types.
+var WellKnownLabels = []string{
+	LabelInstanceCategory, LabelInstanceFamily, LabelInstanceGeneration, LabelInstanceSize, LabelInstanceCPU,
+	LabelInstanceCPUManufacturer, LabelInstanceCPUSustainedClockSpeedMhz, LabelInstanceMemory, LabelInstanceEBSBandwidth,
+	LabelInstanceNetworkBandwidth, LabelInstanceHypervisor, LabelInstanceEncryptionInTransitSupported,
+	LabelInstanceCapabilityFlex, LabelInstanceLocalNVME, LabelInstanceGPUName, LabelInstanceGPUManufacturer,
+	LabelInstanceGPUCount, LabelInstanceGPUMemory, LabelInstanceAcceleratorName, LabelInstanceAcceleratorManufacturer,
+	LabelInstanceAcceleratorCount,
+}
+
 // Annotations and tags Capstan sets on AWS resources.
 const (
 	// AnnotationEC2NodeClassHash is the hash of an EC2NodeClass's spec, for drift detection.

@@ -58,6 +58,10 @@ func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavail
 // Name implements CloudProvider.
 func (p *Provider) Name() string { return Name }
 
+// WellKnownLabels implements CloudProvider: the simulated cloud's catalog is EC2's, with its
+// instance-type labels.
+func (p *Provider) WellKnownLabels() []string { return awsv1.WellKnownLabels }
+
 // NodeClasses implements CloudProvider: the simulated cloud serves SimNodeClasses.
 func (p *Provider) NodeClasses() []schema.GroupKind {
 	return []schema.GroupKind{{Group: simv1alpha1.Group, Kind: simv1alpha1.SimNodeClassKind}}

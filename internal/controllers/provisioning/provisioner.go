@@ -202,7 +202,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := solver.Input{Pods: pending, NodePools: st.pools, Nodes: st.nodes, DaemonSetPods: st.daemons}
+	in := solver.Input{Pods: pending, NodePools: st.pools, Nodes: st.nodes, DaemonSetPods: st.daemons, WellKnownLabels: p.Cloud.WellKnownLabels()}
 	start := time.Now()
 	plan := solver.Solve(in, solver.Options{})
 	p.Metrics.Scheduled(time.Since(start).Seconds(), len(plan.Unschedulable))
