@@ -137,6 +137,7 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		}
 		info := &itInfo{it: it, alloc: s.ri.vec(it.Allocatable()), capacity: s.ri.vec(it.Capacity), minPrice: price,
 			labels: it.Requirements.Labels()}
+		s.attachLimits(info.alloc, nil)
 		if i, ok := s.ri.pos[karpv1.ResourceNodes]; ok {
 			// Every machine is one node of a limit on nodes.
 			info.capacity[i] = 1000

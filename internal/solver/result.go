@@ -117,6 +117,10 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 	}
 	requests.add(t.used)
 	nc.Requests = s.ri.list(requests)
+	for _, d := range s.attachDims {
+		// Volume attachments are checked against nodes, not asked of the cloud.
+		delete(nc.Requests, s.ri.names[d])
+	}
 	if len(chosen) > 0 {
 		nc.Price = chosen[0].price
 	}

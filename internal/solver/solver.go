@@ -49,6 +49,8 @@ type solver struct {
 	reasons map[*corev1.Pod]string
 	minReq  vec
 
+	// attachDims are the resource dimensions of CSI drivers' volume attachments.
+	attachDims []int
 	// wellKnown are the provider's label keys (Input.WellKnownLabels).
 	wellKnown map[string]bool
 
@@ -114,9 +116,10 @@ type podItem struct {
 }
 
 func (s *solver) prepare() {
+	s.registerAttachments()
 	reqs := make([]corev1.ResourceList, len(s.in.Pods))
 	for i, p := range s.in.Pods {
-		reqs[i] = podRequests(p)
+		reqs[i] = s.withAttachments(p, podRequests(p))
 		s.ri.register(reqs[i])
 	}
 	for _, ds := range s.in.DaemonSetPods {
@@ -201,9 +204,10 @@ func (s *solver) prepare() {
 	for ni := range s.in.Nodes {
 		n := &s.in.Nodes[ni]
 		t := &target{id: len(s.targets), existing: n, labels: n.Labels, alloc: s.ri.vec(n.Allocatable), used: make(vec, s.ri.len())}
+		s.attachLimits(t.alloc, n.VolumeLimits)
 		s.targets = append(s.targets, t)
 		for _, p := range n.Pods {
-			t.used.add(s.ri.vec(podRequests(p)))
+			t.used.add(s.ri.vec(s.withAttachments(p, podRequests(p))))
 			t.ports = append(t.ports, podHostPorts(p)...)
 			for _, g := range s.groups {
 				if g.matches(p.Namespace, p.Labels, s.in.NamespaceLabels) {

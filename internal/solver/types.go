@@ -2,6 +2,7 @@ package solver
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
@@ -25,6 +26,10 @@ type Input struct {
 	// require them without a pool setting them, and an instance type without one does not carry
 	// that label. Nil means the keys some instance type of the input defines.
 	WellKnownLabels []string
+	// Attachments are the CSI volumes each pod (pending or bound, by UID) attaches, per driver. An
+	// existing node holds at most its VolumeLimits of a driver; a new machine's limit is not
+	// known before it registers, so it is not limited.
+	Attachments map[types.UID]map[string]int64
 }
 
 // NodePool is a pool as the solver sees it.
@@ -60,6 +65,9 @@ type ExistingNode struct {
 	Pods []*corev1.Pod
 	// Unschedulable nodes (cordoned or being deleted) take no pods but count for topology.
 	Unschedulable bool
+	// VolumeLimits are the most CSI volumes of each driver the node can attach (its CSINode's
+	// allocatable counts); a driver not listed is not limited.
+	VolumeLimits map[string]int64
 }
 
 // Options tune a solve.

@@ -186,7 +186,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			bound[pod.Spec.NodeName] = append(bound[pod.Spec.NodeName], pod)
 		}
 	}
-	pending, err := p.withVolumes(ctx, pending)
+	pending, vols, err := p.withVolumes(ctx, pending)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,13 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.limitAttachments(ctx, vols, st.nodes); err != nil {
+		return nil, err
+	}
 	in := solver.Input{Pods: pending, NodePools: st.pools, Nodes: st.nodes, DaemonSetPods: st.daemons, WellKnownLabels: p.Cloud.WellKnownLabels()}
+	if vols != nil {
+		in.Attachments = vols.attachments
+	}
 	start := time.Now()
 	plan := solver.Solve(in, solver.Options{})
 	p.Metrics.Scheduled(time.Since(start).Seconds(), len(plan.Unschedulable))

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"capstan.dev/capstan/internal/solver"
 	"capstan.dev/capstan/internal/volumetopology"
 )
 
@@ -17,14 +18,15 @@ import (
 // required node affinity (a zonal volume's zone, a WaitForFirstConsumer class's allowed
 // topologies). Pods whose volumes are not ready to schedule — a missing claim, a claim waiting for
 // immediate binding — are left out of this pass, with an event saying why.
-func (p *Provisioner) withVolumes(ctx context.Context, pending []*corev1.Pod) ([]*corev1.Pod, error) {
+func (p *Provisioner) withVolumes(ctx context.Context, pending []*corev1.Pod) ([]*corev1.Pod, *volumes, error) {
 	if !anyClaims(pending) {
-		return pending, nil
+		return pending, nil, nil
 	}
 	objs, err := p.volumeObjects(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	vols := &volumes{objs: objs, attachments: map[types.UID]map[string]int64{}}
 	out := pending[:0]
 	for _, pod := range pending {
 		needs, err := objs.For(pod)
@@ -33,9 +35,55 @@ func (p *Provisioner) withVolumes(ctx context.Context, pending []*corev1.Pod) ([
 			log.FromContext(ctx).V(1).Info("ignoring pod until its volumes are ready", "Pod", klog.KObj(pod), "reason", err.Error())
 			continue
 		}
+		if len(needs.Attachments) > 0 {
+			vols.attachments[pod.UID] = needs.Attachments
+		}
 		out = append(out, volumetopology.Inject(pod, needs))
 	}
-	return out, nil
+	return out, vols, nil
+}
+
+// volumes are the pass's volume objects and the CSI attachments of the pods that have some.
+type volumes struct {
+	objs        volumetopology.Objects
+	attachments map[types.UID]map[string]int64
+}
+
+// limitAttachments gives the existing nodes their CSINode attach limits and counts the volumes
+// their pods already attach, when some pending pod attaches volumes.
+func (p *Provisioner) limitAttachments(ctx context.Context, vols *volumes, nodes []solver.ExistingNode) error {
+	if vols == nil || len(vols.attachments) == 0 {
+		return nil
+	}
+	csiNodes := &storagev1.CSINodeList{}
+	if err := p.Client.List(ctx, csiNodes); err != nil {
+		return fmt.Errorf("listing csinodes: %w", err)
+	}
+	limits := map[string]map[string]int64{}
+	for _, cn := range csiNodes.Items {
+		for _, d := range cn.Spec.Drivers {
+			if d.Allocatable != nil && d.Allocatable.Count != nil {
+				if limits[cn.Name] == nil {
+					limits[cn.Name] = map[string]int64{}
+				}
+				limits[cn.Name][d.Name] = int64(*d.Allocatable.Count)
+			}
+		}
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		if limits[n.Name] == nil {
+			continue
+		}
+		n.VolumeLimits = limits[n.Name]
+		for _, pod := range n.Pods {
+			// A bound pod's volumes are bound too; one that cannot be read counts nothing.
+			if needs, err := vols.objs.For(pod); err == nil && len(needs.Attachments) > 0 {
+				vols.attachments[pod.UID] = needs.Attachments
+			}
+		}
+	}
+	return nil
 }
 
 func anyClaims(pods []*corev1.Pod) bool {

@@ -104,3 +104,57 @@ func planFor(res *Result, nc *karpv1.NodeClaim) []string {
 	}
 	return nil
 }
+
+// A node whose CSINode allows one more EBS attachment than its pods use takes one pending pod
+// with a volume; the next goes to a new machine.
+func TestCSINodeAttachLimitsAreHonoured(t *testing.T) {
+	np := pool("prov-csi", nil)
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	create(t, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "prov-csi"}, Provisioner: "ebs.csi.aws.com", VolumeBindingMode: &wffc})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "prov-csi-node", Labels: map[string]string{
+		corev1.LabelHostname: "prov-csi-node", karpv1.ZoneLabelKey: "zone-a", karpv1.ArchLabelKey: "amd64", karpv1.OSLabelKey: "linux"}}}
+	create(t, node)
+	// The API server taints a new Node not-ready; its kubelet would be up by now.
+	node.Spec.Taints = nil
+	if err := env.Client.Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+		corev1.ResourcePods: resource.MustParse("110")}
+	node.Status.Capacity = node.Status.Allocatable
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+	if err := env.Client.Status().Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	two := int32(2)
+	create(t, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+		Name: "ebs.csi.aws.com", NodeID: "i-1", Allocatable: &storagev1.VolumeNodeResources{Count: &two}}}}})
+	create(t, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "prov-csi-pv"}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-1"}}}})
+	claimFor := func(name, class, volume string) {
+		create(t, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class, VolumeName: volume, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}})
+	}
+	claimFor("existing", "", "prov-csi-pv")
+	claimFor("new-0", "prov-csi", "")
+	claimFor("new-1", "prov-csi", "")
+	running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "running"}, Spec: corev1.PodSpec{NodeName: node.Name,
+		Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	withClaim("existing")(running)
+	create(t, running)
+	pendingPods(t, ns, "new", 2, "100m", func(pod *corev1.Pod) { withClaim(pod.Name)(pod) })
+
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.Bindings) != 1 || len(res.Created) != 1 {
+		t.Fatalf("%d pod(s) planned on the node with one attachment left and %d new claim(s); want 1 and 1",
+			len(res.Plan.Bindings), len(res.Created))
+	}
+}
