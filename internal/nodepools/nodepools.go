@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -15,7 +16,7 @@ import (
 
 // HashVersion is the version of Hash's scheme; a NodeClaim whose hash version differs is not
 // compared (a new scheme must not read as drift).
-const HashVersion = "v1"
+const HashVersion = "v2"
 
 // Requirements are the template's requirements and labels as one requirement set.
 func Requirements(np *karpv1.NodePool) (requirements.Requirements, error) {
@@ -62,19 +63,23 @@ func ToAPI(rs requirements.Requirements) []karpv1.NodeSelectorRequirementWithMin
 }
 
 // Hash is a stable hash of the parts of a NodePool's template that a machine is built from and
-// cannot change in place: labels, annotations, taints, startup taints, the NodeClass reference
-// and the termination grace period. Requirements are not part of it: a machine still satisfying
-// changed requirements is not drifted.
+// cannot change in place: labels, annotations, taints, startup taints, the NodeClass reference,
+// the termination grace period and expireAfter — what Karpenter hashes. Requirements are not part
+// of it: a machine still satisfying changed requirements is not drifted. Taints are a set (order
+// and repeats do not matter) and an empty map or list is the same as none, so rewriting a
+// manifest without changing its meaning never rolls the pool.
 func Hash(np *karpv1.NodePool) string {
 	t := np.Spec.Template
 	b, err := json.Marshal(struct {
-		Labels        map[string]string          `json:"l"`
-		Annotations   map[string]string          `json:"a"`
-		Taints        []corev1.Taint             `json:"t"`
-		StartupTaints []corev1.Taint             `json:"s"`
-		NodeClassRef  *karpv1.NodeClassReference `json:"n"`
-		TGP           string                     `json:"g"`
-	}{t.ObjectMeta.Labels, t.ObjectMeta.Annotations, t.Spec.Taints, t.Spec.StartupTaints, t.Spec.NodeClassRef, tgp(t.Spec)})
+		Labels        map[string]string          `json:"l,omitempty"`
+		Annotations   map[string]string          `json:"a,omitempty"`
+		Taints        []string                   `json:"t,omitempty"`
+		StartupTaints []string                   `json:"s,omitempty"`
+		NodeClassRef  *karpv1.NodeClassReference `json:"n,omitempty"`
+		TGP           string                     `json:"g,omitempty"`
+		ExpireAfter   string                     `json:"e,omitempty"`
+	}{t.ObjectMeta.Labels, t.ObjectMeta.Annotations, taintSet(t.Spec.Taints), taintSet(t.Spec.StartupTaints),
+		t.Spec.NodeClassRef, tgp(t.Spec), expireAfter(t.Spec)})
 	if err != nil {
 		// The fields are plain data; marshalling cannot fail. Fall back to the name.
 		b = []byte(np.Name)
@@ -83,6 +88,19 @@ func Hash(np *karpv1.NodePool) string {
 	_, _ = h.Write(b)
 	return fmt.Sprintf("%d", h.Sum64())
 }
+
+// taintSet is the taints as sorted, distinct key=value:effect strings (TimeAdded is not part of a
+// template's meaning).
+func taintSet(ts []corev1.Taint) []string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func expireAfter(s karpv1.NodeClaimTemplateSpec) string { return s.ExpireAfter.String() }
 
 func tgp(s karpv1.NodeClaimTemplateSpec) string {
 	if s.TerminationGracePeriod == nil {

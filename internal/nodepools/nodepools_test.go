@@ -2,8 +2,10 @@ package nodepools
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
@@ -50,5 +52,61 @@ func TestHashChangesWithTaintsNotRequirements(t *testing.T) {
 	np.Spec.Template.Spec.Taints = karpv1.Taints{{Key: "a", Effect: corev1.TaintEffectNoSchedule}}
 	if Hash(np) == h {
 		t.Fatal("taints did not change the hash")
+	}
+}
+
+// The hash changes exactly when a machine built from the template would differ: taints are a
+// set, an empty map or list is none, and expireAfter and terminationGracePeriod count.
+func TestHashMeaningNotSpelling(t *testing.T) {
+	base := func() *karpv1.NodePool {
+		np := &karpv1.NodePool{}
+		s := &np.Spec.Template.Spec
+		s.NodeClassRef = &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "default"}
+		s.Taints = karpv1.Taints{{Key: "a", Effect: corev1.TaintEffectNoSchedule}, {Key: "b", Value: "x", Effect: corev1.TaintEffectNoExecute}}
+		s.ExpireAfter = karpv1.NewDuration(720 * time.Hour)
+		np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "a"}
+		return np
+	}
+	h := Hash(base())
+	for _, tc := range []struct {
+		name   string
+		mutate func(*karpv1.NodePool)
+		same   bool
+	}{
+		{"taints reordered", func(np *karpv1.NodePool) {
+			ts := np.Spec.Template.Spec.Taints
+			ts[0], ts[1] = ts[1], ts[0]
+		}, true},
+		{"a taint repeated", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Taints = append(np.Spec.Template.Spec.Taints, np.Spec.Template.Spec.Taints[0])
+		}, true},
+		{"empty annotations", func(np *karpv1.NodePool) { np.Spec.Template.ObjectMeta.Annotations = map[string]string{} }, true},
+		{"empty startup taints", func(np *karpv1.NodePool) { np.Spec.Template.Spec.StartupTaints = karpv1.Taints{} }, true},
+		{"a taint's time added", func(np *karpv1.NodePool) {
+			now := metav1.Now()
+			np.Spec.Template.Spec.Taints[0].TimeAdded = &now
+		}, true},
+		{"requirements", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: "k", Operator: karpv1.NodeSelectorOpExists}}
+		}, true},
+		{"expireAfter", func(np *karpv1.NodePool) { np.Spec.Template.Spec.ExpireAfter = karpv1.NewDuration(24 * time.Hour) }, false},
+		{"expireAfter Never", func(np *karpv1.NodePool) { np.Spec.Template.Spec.ExpireAfter = karpv1.NeverDuration() }, false},
+		{"terminationGracePeriod", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Hour}
+		}, false},
+		{"a taint's value", func(np *karpv1.NodePool) { np.Spec.Template.Spec.Taints[1].Value = "y" }, false},
+		{"a startup taint", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.StartupTaints = karpv1.Taints{{Key: "s", Effect: corev1.TaintEffectNoSchedule}}
+		}, false},
+		{"a label", func(np *karpv1.NodePool) { np.Spec.Template.ObjectMeta.Labels["team"] = "b" }, false},
+		{"the NodeClass", func(np *karpv1.NodePool) { np.Spec.Template.Spec.NodeClassRef.Name = "other" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := base()
+			tc.mutate(np)
+			if got := Hash(np) == h; got != tc.same {
+				t.Fatalf("hash unchanged = %v, want %v", got, tc.same)
+			}
+		})
 	}
 }

@@ -77,6 +77,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodeclaims: %w", err)
 	}
+	if err := c.restamp(ctx, hash, ncs.Items); err != nil {
+		return reconcile.Result{}, err
+	}
 	total := corev1.ResourceList{}
 	for _, nc := range ncs.Items {
 		for k, q := range nc.Status.Capacity {
@@ -162,4 +165,28 @@ func validate(np *karpv1.NodePool) []string {
 		}
 	}
 	return out
+}
+
+// restamp moves the pool's NodeClaims stamped by an older hash scheme to the current one, so an
+// upgrade of Capstan's hashing neither rolls every machine nor stops drift detection: a claim not
+// already Drifted gets the pool's current hash (it was built from the template as it is), a
+// drifted one keeps its stamp and stays drifted.
+func (c *Controller) restamp(ctx context.Context, hash string, claims []karpv1.NodeClaim) error {
+	for i := range claims {
+		nc := &claims[i]
+		if nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey] == nodepools.HashVersion || !nc.DeletionTimestamp.IsZero() ||
+			meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeDrifted) {
+			continue
+		}
+		orig := nc.DeepCopy()
+		if nc.Annotations == nil {
+			nc.Annotations = map[string]string{}
+		}
+		nc.Annotations[karpv1.NodePoolHashAnnotationKey] = hash
+		nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey] = nodepools.HashVersion
+		if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("restamping nodeclaim %s with hash version %s: %w", nc.Name, nodepools.HashVersion, err)
+		}
+	}
+	return nil
 }

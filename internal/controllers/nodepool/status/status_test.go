@@ -89,3 +89,48 @@ func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
 		t.Fatalf("not Ready with a NodeClass and valid labels: %+v", got.Status.Conditions)
 	}
 }
+
+// Claims stamped by an older hash scheme take the pool's current hash unless they are already
+// drifted: an upgrade neither rolls the pool nor stops drift detection.
+func TestOldHashVersionsAreRestamped(t *testing.T) {
+	sc := simtest.New(t, env.Client)
+	c := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "restamp"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "restamp"}
+	if err := env.Client.Create(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	old := map[string]string{karpv1.NodePoolHashAnnotationKey: "12345", karpv1.NodePoolHashVersionAnnotationKey: "v1"}
+	for _, n := range []string{"restamp-fresh", "restamp-drifted"} {
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{karpv1.NodePoolLabelKey: "restamp"}, Annotations: old},
+			Spec: karpv1.NodeClaimSpec{NodeClassRef: np.Spec.Template.Spec.NodeClassRef, Requirements: karpv1.Requirements{}}}
+		if err := env.Client.Create(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+		if n == "restamp-drifted" {
+			nc.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted", LastTransitionTime: metav1.Now()}}
+			if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "restamp"}}); err != nil {
+		t.Fatal(err)
+	}
+	stored := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "restamp"}, stored); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][2]string{
+		"restamp-fresh":   {stored.Annotations[karpv1.NodePoolHashAnnotationKey], nodepools.HashVersion},
+		"restamp-drifted": {"12345", "v1"},
+	} {
+		nc := &karpv1.NodeClaim{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, nc); err != nil {
+			t.Fatal(err)
+		}
+		if got := [2]string{nc.Annotations[karpv1.NodePoolHashAnnotationKey], nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey]}; got != want {
+			t.Errorf("%s stamped %v, want %v", name, got, want)
+		}
+	}
+}
