@@ -188,8 +188,7 @@ func (c *Controller) drainNode(ctx context.Context, nc *karpv1.NodeClaim, node *
 	switch {
 	case remaining == 0:
 		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "Drained", "")
-		c.setCondition(nc, karpv1.ConditionTypeVolumesDetached, metav1.ConditionTrue, "VolumesDetached", "")
-		return reconcile.Result{}, true, nil
+		return c.awaitVolumes(ctx, nc, node)
 	case c.machineGone(ctx, nc):
 		log.FromContext(ctx).Info("skipping drain: the machine no longer exists", "Node", node.Name)
 		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionTrue, "InstanceTerminated", "the machine no longer exists")

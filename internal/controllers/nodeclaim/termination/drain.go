@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/pods"
 )
 
 // drain evicts the node's pods, one priority group at a time, and returns how many are left.
@@ -121,7 +122,7 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 	if p.DeletionTimestamp != nil {
 		return nil
 	}
-	if p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" {
+	if pods.DoNotDisrupt(p, now) {
 		c.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod has the %s annotation", karpv1.DoNotDisruptAnnotationKey)
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod %s/%s has the %s annotation", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)
 		return nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -129,5 +130,43 @@ func TestOtherProvidersClaimKeepsItsFinalizer(t *testing.T) {
 	}
 	if n := len(f.cloud.Instances()); n != 1 {
 		t.Fatalf("%d machines, want only term-own's", n)
+	}
+}
+
+// The machine is terminated only once its node's volumes are detached, or when the
+// terminationGracePeriod runs out.
+func TestTerminationWaitsForVolumeDetachment(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		detach bool
+	}{{"detached", true}, {"grace-elapsed", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "volumes-" + tc.name
+			f := readyClaim(t, name, time.Hour)
+			pv := name + "-pv"
+			va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name + "-va"}, Spec: storagev1.VolumeAttachmentSpec{
+				Attacher: "ebs.csi.aws.com", NodeName: name, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
+			if err := env.Client.Create(t.Context(), va); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), va) })
+			deleteClaim(t, name)
+			f.reconcile(t, name)
+			if got := condition(t, name, karpv1.ConditionTypeVolumesDetached); got != metav1.ConditionFalse {
+				t.Fatalf("VolumesDetached %q while an attachment is left, want False", got)
+			}
+			if n := len(f.cloud.Instances()); n != 1 {
+				t.Fatal("the machine was terminated with a volume attached")
+			}
+			if tc.detach {
+				if err := env.Client.Delete(t.Context(), va); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				f.clk.Step(time.Hour + time.Second)
+			}
+			f.reconcile(t, name)
+			wantGone(t, f, name)
+		})
 	}
 }
