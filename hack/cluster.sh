@@ -10,6 +10,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 state="${CAPSTAN_STATE_DIR:-$root/.capstan}"
 pidfile="$state/localcluster.pid"
 
@@ -27,6 +29,8 @@ up() {
   down quiet
   "$root/hack/tools.sh"
   mkdir -p "$state"
+  # The marker lets `down` remove this directory, and nothing it did not make.
+  touch "$state/.capstan-state"
   (cd "$root" && go build -o "$root/bin/localcluster" ./hack/localcluster)
   log "starting the local cluster (logs in $state/logs/)"
   setsid "$root/bin/localcluster" --dir "$state" --assets "$root/bin" >"$state/localcluster.log" 2>&1 < /dev/null &
@@ -59,7 +63,11 @@ down() {
       kill -KILL -- "-$pid" 2>/dev/null || true
     fi
   fi
-  rm -rf "$state"
+  if [ -f "$state/.capstan-state" ]; then
+    remove_dir "$state" "$(basename "$state")"
+  elif [ -e "$state" ]; then
+    log "leaving $state alone: it has no .capstan-state marker, so the local cluster did not make it"
+  fi
   [ "${1:-}" = quiet ] || log "down"
 }
 

@@ -4,8 +4,18 @@
 # Ctrl-C stops Capstan and the cluster and removes their state.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 state="${CAPSTAN_STATE_DIR:-$root/.capstan}"
 export CAPSTAN_STATE_DIR="$state"
+metrics_port=${METRICS_PORT:-8080}
+health_port=${HEALTH_PROBE_PORT:-8081}
+for port in "$metrics_port" "$health_port"; do
+  if port_taken "$port"; then
+    echo "[run] port 127.0.0.1:$port is taken (another Capstan or Karpenter?); stop it, or set METRICS_PORT / HEALTH_PROBE_PORT" >&2
+    exit 1
+  fi
+done
 
 "$root/hack/cluster.sh" up
 trap '"$root/hack/cluster.sh" down' EXIT
@@ -25,6 +35,6 @@ Capstan runs on a local cluster with the simulated cloud. In another terminal:
 More workloads in examples/. Press Ctrl-C here to stop Capstan and the cluster.
 
 MSG
-"$root/bin/capstan" --kubeconfig "$state/kubeconfig" --leader-elect=false \
-  --sim-state-file "$state/sim-cloud.json" --metrics-bind-address 127.0.0.1:8080 \
-  --health-probe-bind-address 127.0.0.1:8081 "$@" || true
+"$root/bin/capstan" --kubeconfig "$state/kubeconfig" --disable-leader-election \
+  --sim-state-file "$state/sim-cloud.json" --metrics-bind-address "127.0.0.1:$metrics_port" \
+  --health-probe-bind-address "127.0.0.1:$health_port" "$@" || true

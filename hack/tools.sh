@@ -13,9 +13,11 @@ KWOK_VERSION=v0.8.0
 CONTROLLER_TOOLS_VERSION=v0.23.0
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 tools="$root/hack/tools"
 key=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools"/*/main.go; echo "$KUBE_VERSION $KWOK_VERSION $CONTROLLER_TOOLS_VERSION"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/capstan/tools/$key"
+cache="$cache_home/capstan/tools/$key"
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 
@@ -32,7 +34,7 @@ progress() {
 
 build() {
   local tmp="$cache.tmp.$$"
-  rm -rf "$tmp"; mkdir -p "$tmp"
+  remove_dir "$tmp" ".tmp.$$"; mkdir -p "$tmp"
   local major=${KUBE_VERSION#v}; major=${major%%.*}
   local minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
   local pkg=k8s.io/component-base/version
@@ -53,7 +55,7 @@ build() {
     case "$(basename "$f")" in kustomization.yaml) continue ;; esac
     cp "$f" "$tmp/kwok-stages/$(basename "$(dirname "$f")")-$(basename "$f")"
   done
-  rm -rf "$cache"; mv "$tmp" "$cache"
+  remove_dir "$cache" "/capstan/tools/$key"; mv "$tmp" "$cache"
   log "done"
 }
 

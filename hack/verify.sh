@@ -3,6 +3,8 @@
 # gofmt'ed, when go vet complains, or when api/ imports more than the Kubernetes API packages.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
 cd "$root"
 
 status=0
@@ -34,9 +36,17 @@ fi
 
 go vet ./... || status=1
 
+# go.mod and go.sum say exactly what the code imports. (hack/tools is a build of upstream mains
+# whose go.sum pins every module it compiles; tidying it would fetch all their test modules.)
+if ! diff=$(go mod tidy -diff 2>&1); then
+  echo "go mod tidy would change go.mod or go.sum (run it and commit):" >&2
+  echo "$diff" | head -40 >&2
+  status=1
+fi
+
 # staticcheck, pinned, built once per version into the tool cache.
 STATICCHECK_VERSION=v0.8.2
-sc_dir="${XDG_CACHE_HOME:-$HOME/.cache}/capstan/staticcheck-$STATICCHECK_VERSION-$(go env GOVERSION)"
+sc_dir="$cache_home/capstan/staticcheck-$STATICCHECK_VERSION-$(go env GOVERSION)"
 if [ ! -x "$sc_dir/staticcheck" ]; then
   echo "[verify] building staticcheck $STATICCHECK_VERSION" >&2
   GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"

@@ -4,6 +4,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -11,20 +12,37 @@ import (
 	"capstan.dev/capstan/internal/operator"
 )
 
+// version is set at build time with -ldflags "-X main.version=…"; otherwise the module version.
+var version = ""
+
 func main() {
 	os.Exit(run())
 }
 
 func run() int {
 	opts, err := operator.Parse(os.Args[1:], operator.Environ)
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "capstan:", err)
+		fmt.Fprintln(os.Stderr, "capstan: see capstan --help")
+		return 2
+	case opts.Help:
+		operator.Usage(os.Stdout)
+		return 0
+	case opts.Version:
+		fmt.Println("capstan", buildVersion())
+		return 0
+	}
+	logger, err := operator.NewLogger(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "capstan:", err)
 		return 2
 	}
 	// Named as Karpenter's, so that log queries written for it keep matching.
-	log := operator.NewLogger(opts.LogLevel).WithName("controller")
+	log := logger.WithName("controller")
 	ctrl.SetLogger(log)
-	cfg, err := operator.RESTConfig(opts)
+	operator.RedirectKlog(log)
+	cfg, err := operator.RESTConfig(opts, operator.Environ)
 	if err != nil {
 		log.Error(err, "finding the API server")
 		return 1
@@ -34,10 +52,26 @@ func run() int {
 		log.Error(err, "starting capstan")
 		return 1
 	}
-	log.Info("starting capstan", "cluster-name", opts.ClusterName, "cloud-provider", opts.CloudProvider)
+	log.Info("starting capstan", "version", buildVersion(), "cluster-name", opts.ClusterName, "cloud-provider", opts.CloudProvider)
 	if err := op.Manager.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "capstan stopped")
 		return 1
 	}
 	return 0
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v := bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+		return v
+	}
+	return "unknown"
 }

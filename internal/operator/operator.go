@@ -4,11 +4,17 @@ import (
 	"context"
 	"fmt"
 
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+
 	"github.com/go-logr/logr"
+	uberzap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,20 +36,53 @@ import (
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/scheme"
+	"capstan.dev/capstan/internal/solver"
 )
 
-// NewLogger is the JSON logger with the keys users grep for: level, time, logger, message.
-func NewLogger(level string) logr.Logger {
+// profilingHandlers serve Go's pprof profiles under /debug/pprof/.
+func profilingHandlers() map[string]http.Handler {
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
+}
+
+// NewLogger is the JSON logger with the keys users grep for: level, time, logger, message,
+// writing to o.LogOutputPaths ("stdout", "stderr" or files) at o.LogLevel (debug, info, error).
+// Stack traces are kept for panics; expected errors log without one.
+func NewLogger(o Options) (logr.Logger, error) {
 	lvl := zapcore.InfoLevel
-	if level == "debug" {
+	switch o.LogLevel {
+	case "debug":
 		lvl = zapcore.DebugLevel
+	case "error":
+		lvl = zapcore.ErrorLevel
+	}
+	out, errOut := o.LogOutputPaths, o.LogErrorOutputPaths
+	if len(out) == 0 {
+		out = []string{"stdout"}
+	}
+	if len(errOut) == 0 {
+		errOut = []string{"stderr"}
+	}
+	sink, _, err := uberzap.Open(out...)
+	if err != nil {
+		return logr.Logger{}, fmt.Errorf("--log-output-paths (LOG_OUTPUT_PATHS) %v: %w", out, err)
+	}
+	errSink, _, err := uberzap.Open(errOut...)
+	if err != nil {
+		return logr.Logger{}, fmt.Errorf("--log-error-output-paths (LOG_ERROR_OUTPUT_PATHS) %v: %w", errOut, err)
 	}
 	enc := zapcore.NewJSONEncoder(zapcore.EncoderConfig{
 		TimeKey: "time", LevelKey: "level", NameKey: "logger", MessageKey: "message", CallerKey: "", StacktraceKey: "stacktrace",
 		LineEnding: zapcore.DefaultLineEnding, EncodeLevel: zapcore.CapitalLevelEncoder,
 		EncodeTime: zapcore.ISO8601TimeEncoder, EncodeDuration: zapcore.StringDurationEncoder,
 	})
-	return zap.New(zap.Encoder(enc), zap.Level(lvl))
+	return zap.New(zap.Encoder(enc), zap.Level(lvl), zap.WriteTo(sink), zap.StacktraceLevel(zapcore.DPanicLevel),
+		zap.RawZapOpts(uberzap.ErrorOutput(errSink))), nil
 }
 
 // Operator is an assembled Capstan.
@@ -55,16 +94,22 @@ type Operator struct {
 	SimCloud *sim.Cloud
 }
 
-// RESTConfig resolves the API server from --kubeconfig, $KUBECONFIG or the in-cluster config.
-func RESTConfig(o Options) (*rest.Config, error) {
+// RESTConfig resolves the API server from --kubeconfig; else from $KUBECONFIG, read as kubectl
+// reads it (a list of files, merged) or ~/.kube/config; else from the in-cluster config.
+func RESTConfig(o Options, getenv func(string) string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if o.Kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("reading kubeconfig %s: %w", o.Kubeconfig, err)
+		rules = &clientcmd.ClientConfigLoadingRules{ExplicitPath: o.Kubeconfig}
+	} else if getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return cfg, nil
 		}
-		return cfg, nil
 	}
-	return ctrl.GetConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return cfg, nil
 }
 
 // New builds Capstan on cfg.
@@ -74,15 +119,22 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 200, 300
+	cfg.QPS, cfg.Burst = float32(o.KubeClientQPS), o.KubeClientBurst
+	if o.MemoryLimit > 0 {
+		debug.SetMemoryLimit(o.MemoryLimit / 10 * 9)
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddress()}
+	if o.EnableProfiling {
+		metricsOpts.ExtraHandlers = profilingHandlers()
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
 		Logger:                  log,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "capstan-leader-election",
+		LeaderElection:          !o.DisableLeaderElection,
+		LeaderElectionID:        o.LeaderElectionName,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		HealthProbeBindAddress:  o.HealthProbeBindAddress,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.healthAddress(),
+		Metrics:                 metricsOpts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -124,7 +176,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	c := mgr.GetClient()
 	launches := &nodeclaims.Launches{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
-		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m}
+		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
+		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest}}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}
@@ -145,4 +198,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, err
 	}
 	return op, nil
+}
+
+// RedirectKlog sends client-go's klog output (leader election, reflectors, throttling) into l,
+// so everything Capstan prints is one JSON stream.
+func RedirectKlog(l logr.Logger) {
+	klog.SetLoggerWithOptions(l.WithName("klog"), klog.ContextualLogger(true))
 }

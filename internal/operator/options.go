@@ -7,58 +7,189 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// Options configure Capstan. Every flag can also be set through the environment variable of its
-// name in upper case with underscores (CLUSTER_NAME, BATCH_IDLE_DURATION …); a flag given on
-// the command line wins.
+// Options configure Capstan. Each setting is a flag and an environment variable with Karpenter's
+// names where Karpenter has the setting (METRICS_PORT, BATCH_IDLE_DURATION, FEATURE_GATES …), so a
+// deployment written for Karpenter configures Capstan unchanged; a flag given on the command line
+// wins over the variable.
 type Options struct {
-	ClusterName             string
-	CloudProvider           string
-	BatchIdleDuration       time.Duration
-	BatchMaxDuration        time.Duration
+	ClusterName       string
+	CloudProvider     string
+	BatchIdleDuration time.Duration
+	BatchMaxDuration  time.Duration
+	// MetricsPort and HealthProbePort are Karpenter's; MetricsBindAddress and
+	// HealthProbeBindAddress, when set, replace them with a full address ("127.0.0.1:0", "0"
+	// disables metrics).
+	MetricsPort             int
+	HealthProbePort         int
 	MetricsBindAddress      string
 	HealthProbeBindAddress  string
-	LogLevel                string
-	LeaderElection          bool
+	KubeClientQPS           int
+	KubeClientBurst         int
+	EnableProfiling         bool
+	DisableLeaderElection   bool
+	LeaderElectionName      string
 	LeaderElectionNamespace string
+	MemoryLimit             int64
+	LogLevel                string
+	LogOutputPaths          []string
+	LogErrorOutputPaths     []string
+	PreferencePolicy        string
+	MinValuesPolicy         string
+	FeatureGates            FeatureGates
 	SimStateFile            string
 	Kubeconfig              string
+	// Help and Version are set when --help or --version was asked for.
+	Help, Version bool
 }
 
-// CloudProviderSim and CloudProviderAWS are the supported cloud providers.
+// Values of the enumerated settings.
 const (
 	CloudProviderSim = "sim"
 	CloudProviderAWS = "aws"
+
+	PreferencePolicyRespect = "Respect"
+	PreferencePolicyIgnore  = "Ignore"
+	MinValuesPolicyStrict   = "Strict"
+	MinValuesPolicyBest     = "BestEffort"
 )
 
-// Parse reads options from args and the environment.
+// FeatureGates are Karpenter's feature gates; Capstan acts on those whose features it has.
+type FeatureGates map[string]bool
+
+// featureGateDefaults are Karpenter's gates and defaults.
+var featureGateDefaults = map[string]bool{
+	"NodeRepair": false, "ReservedCapacity": true, "SpotToSpotConsolidation": false, "NodeOverlay": false,
+	"StaticCapacity": false, "CapacityBuffer": false, "TerminateFirstDrift": false, "TerminateFirstRepair": false,
+	"PodDeletionCostManagement": false,
+}
+
+func defaultFeatureGates() string {
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range featureGateDefaults {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s=%t", n, featureGateDefaults[n])
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseFeatureGates reads "Name=true,Other=false" over the defaults; an unknown gate is an error.
+func parseFeatureGates(s string) (FeatureGates, error) {
+	out := FeatureGates{}
+	for n, v := range featureGateDefaults {
+		out[n] = v
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want Name=true or Name=false", part)
+		}
+		if _, known := featureGateDefaults[name]; !known {
+			return nil, fmt.Errorf("unknown feature gate %q", name)
+		}
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return nil, fmt.Errorf("feature gate %s=%q: not a boolean", name, val)
+		}
+		out[name] = b
+	}
+	return out, nil
+}
+
+// raw holds the settings Parse reads as text and converts afterwards.
+type raw struct {
+	outPaths, errPaths, gates string
+}
+
+// define registers every flag on a new set; envs maps a flag to its environment variable.
+func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
+	fs = flag.NewFlagSet("capstan", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	envs = map[string]string{}
+	str := func(p *string, name, env, def, usage string) {
+		envs[name] = env
+		fs.StringVar(p, name, def, usage)
+	}
+	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
+		envs[name] = env
+		fs.DurationVar(p, name, def, usage)
+	}
+	integer := func(p *int, name, env string, def int, usage string) {
+		envs[name] = env
+		fs.IntVar(p, name, def, usage)
+	}
+	boolean := func(p *bool, name, env string, def bool, usage string) {
+		envs[name] = env
+		fs.BoolVar(p, name, def, usage)
+	}
+	str(&o.ClusterName, "cluster-name", "CLUSTER_NAME", "capstan-local", "name of the cluster, used to tag and find its machines")
+	str(&o.CloudProvider, "cloud-provider", "CLOUD_PROVIDER", CloudProviderSim, "cloud provider: sim or aws")
+	dur(&o.BatchIdleDuration, "batch-idle-duration", "BATCH_IDLE_DURATION", time.Second, "a batch of pending pods ends when none arrived for this long")
+	dur(&o.BatchMaxDuration, "batch-max-duration", "BATCH_MAX_DURATION", 10*time.Second, "the longest a batch of pending pods waits")
+	integer(&o.MetricsPort, "metrics-port", "METRICS_PORT", 8080, "port of the Prometheus /metrics endpoint")
+	integer(&o.HealthProbePort, "health-probe-port", "HEALTH_PROBE_PORT", 8081, "port of /healthz and /readyz")
+	str(&o.MetricsBindAddress, "metrics-bind-address", "METRICS_BIND_ADDRESS", "", "full address of /metrics, replacing --metrics-port (\"0\" disables)")
+	str(&o.HealthProbeBindAddress, "health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS", "", "full address of the health probes, replacing --health-probe-port")
+	integer(&o.KubeClientQPS, "kube-client-qps", "KUBE_CLIENT_QPS", 200, "smoothed rate of queries to the API server")
+	integer(&o.KubeClientBurst, "kube-client-burst", "KUBE_CLIENT_BURST", 300, "largest burst of queries to the API server")
+	boolean(&o.EnableProfiling, "enable-profiling", "ENABLE_PROFILING", false, "serve Go's pprof profiles on the metrics endpoint")
+	boolean(&o.DisableLeaderElection, "disable-leader-election", "DISABLE_LEADER_ELECTION", false, "act without electing a leader (one replica only)")
+	str(&o.LeaderElectionName, "leader-election-name", "LEADER_ELECTION_NAME", "capstan-leader-election", "name of the leader-election Lease")
+	str(&o.LeaderElectionNamespace, "leader-election-namespace", "LEADER_ELECTION_NAMESPACE", "kube-system", "namespace of the leader-election Lease")
+	envs["memory-limit"] = "MEMORY_LIMIT"
+	fs.Int64Var(&o.MemoryLimit, "memory-limit", -1, "memory limit of the container in bytes; Go's soft limit is set to 90% of it (-1: none)")
+	str(&o.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: debug, info or error")
+	str(&r.outPaths, "log-output-paths", "LOG_OUTPUT_PATHS", "stdout", "comma-separated log destinations (stdout, stderr or files)")
+	str(&r.errPaths, "log-error-output-paths", "LOG_ERROR_OUTPUT_PATHS", "stderr", "comma-separated destinations of the logger's own errors")
+	str(&o.PreferencePolicy, "preference-policy", "PREFERENCE_POLICY", PreferencePolicyRespect, "Respect or Ignore pods' preferences (preferred affinity, ScheduleAnyway spreads) when planning")
+	str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
+	str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
+	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in, so they survive a restart")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
+	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.Help, "help", false, "print the flags and their environment variables and exit")
+	return fs, envs
+}
+
+// Parse reads options from args and the environment. --help and --version are not errors: they
+// set Help and Version, and the caller prints Usage or the version.
 func Parse(args []string, getenv func(string) string) (Options, error) {
 	var o Options
-	fs := flag.NewFlagSet("capstan", flag.ContinueOnError)
-	fs.StringVar(&o.ClusterName, "cluster-name", "capstan-local", "name of the cluster, used to tag and find its machines")
-	fs.StringVar(&o.CloudProvider, "cloud-provider", CloudProviderSim, "cloud provider: sim or aws")
-	fs.DurationVar(&o.BatchIdleDuration, "batch-idle-duration", time.Second, "a batch of pending pods ends when none arrived for this long")
-	fs.DurationVar(&o.BatchMaxDuration, "batch-max-duration", 10*time.Second, "the longest a batch of pending pods waits")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
-	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: info or debug")
-	fs.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader so that only one replica acts")
-	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "kube-system", "namespace of the leader-election lease")
-	fs.StringVar(&o.SimStateFile, "sim-state-file", "", "file the simulated cloud keeps its machines in, so they survive a restart")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig to reach the API server (default: in-cluster or $KUBECONFIG)")
+	var r raw
+	fs, envs := define(&o, &r)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			o.Help = true
+			return o, nil
+		}
 		return o, err
+	}
+	if o.Help || o.Version {
+		return o, nil
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		env := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
+		env := envs[f.Name]
+		if v := getenv(env); env != "" && v != "" && !set[f.Name] {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", env, v, err))
 			}
@@ -67,26 +198,107 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 	if err := errors.Join(errs...); err != nil {
 		return o, err
 	}
+	o.LogOutputPaths, o.LogErrorOutputPaths = splitPaths(r.outPaths), splitPaths(r.errPaths)
+	fg, err := parseFeatureGates(r.gates)
+	if err != nil {
+		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %w", err)
+	}
+	o.FeatureGates = fg
 	return o, o.Validate()
 }
 
-// Validate checks the options and names the bad one.
+func splitPaths(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate checks the options and names the bad one with its environment variable.
 func (o Options) Validate() error {
 	var errs []error
+	bad := func(flag, env string, v any, want string) {
+		errs = append(errs, fmt.Errorf("--%s (%s) %q: %s", flag, env, fmt.Sprint(v), want))
+	}
 	if o.CloudProvider != CloudProviderSim && o.CloudProvider != CloudProviderAWS {
-		errs = append(errs, fmt.Errorf("--cloud-provider %q: must be sim or aws", o.CloudProvider))
+		bad("cloud-provider", "CLOUD_PROVIDER", o.CloudProvider, "must be sim or aws")
 	}
-	if o.BatchIdleDuration <= 0 || o.BatchMaxDuration <= 0 || o.BatchIdleDuration > o.BatchMaxDuration {
-		errs = append(errs, fmt.Errorf("--batch-idle-duration %s and --batch-max-duration %s: both must be positive and idle at most max",
-			o.BatchIdleDuration, o.BatchMaxDuration))
+	if o.BatchIdleDuration <= 0 {
+		bad("batch-idle-duration", "BATCH_IDLE_DURATION", o.BatchIdleDuration, "must be positive")
 	}
-	if o.LogLevel != "info" && o.LogLevel != "debug" {
-		errs = append(errs, fmt.Errorf("--log-level %q: must be info or debug", o.LogLevel))
+	if o.BatchMaxDuration <= 0 || o.BatchMaxDuration < o.BatchIdleDuration {
+		bad("batch-max-duration", "BATCH_MAX_DURATION", o.BatchMaxDuration, "must be positive and at least the batch idle duration")
+	}
+	if !slices.Contains([]string{"debug", "info", "error"}, o.LogLevel) {
+		bad("log-level", "LOG_LEVEL", o.LogLevel, "must be debug, info or error")
 	}
 	if o.ClusterName == "" {
-		errs = append(errs, errors.New("--cluster-name: must not be empty"))
+		bad("cluster-name", "CLUSTER_NAME", o.ClusterName, "must not be empty")
+	}
+	if o.MetricsPort < 0 || o.MetricsPort > 65535 {
+		bad("metrics-port", "METRICS_PORT", o.MetricsPort, "must be a port number")
+	}
+	if o.HealthProbePort < 0 || o.HealthProbePort > 65535 {
+		bad("health-probe-port", "HEALTH_PROBE_PORT", o.HealthProbePort, "must be a port number")
+	}
+	if o.KubeClientQPS <= 0 {
+		bad("kube-client-qps", "KUBE_CLIENT_QPS", o.KubeClientQPS, "must be positive")
+	}
+	if o.KubeClientBurst <= 0 {
+		bad("kube-client-burst", "KUBE_CLIENT_BURST", o.KubeClientBurst, "must be positive")
+	}
+	if o.PreferencePolicy != PreferencePolicyRespect && o.PreferencePolicy != PreferencePolicyIgnore {
+		bad("preference-policy", "PREFERENCE_POLICY", o.PreferencePolicy, "must be Respect or Ignore")
+	}
+	if o.MinValuesPolicy != MinValuesPolicyStrict && o.MinValuesPolicy != MinValuesPolicyBest {
+		bad("min-values-policy", "MIN_VALUES_POLICY", o.MinValuesPolicy, "must be Strict or BestEffort")
+	}
+	if o.LeaderElectionName == "" {
+		bad("leader-election-name", "LEADER_ELECTION_NAME", o.LeaderElectionName, "must not be empty")
+	}
+	if len(o.LogOutputPaths) == 0 {
+		bad("log-output-paths", "LOG_OUTPUT_PATHS", "", "must name at least one destination")
 	}
 	return errors.Join(errs...)
+}
+
+// metricsAddress is where /metrics is served.
+func (o Options) metricsAddress() string {
+	if o.MetricsBindAddress != "" {
+		return o.MetricsBindAddress
+	}
+	return fmt.Sprintf(":%d", o.MetricsPort)
+}
+
+// healthAddress is where the health probes are served.
+func (o Options) healthAddress() string {
+	if o.HealthProbeBindAddress != "" {
+		return o.HealthProbeBindAddress
+	}
+	return fmt.Sprintf(":%d", o.HealthProbePort)
+}
+
+// Usage writes every flag with its environment variable and default.
+func Usage(w io.Writer) {
+	var o Options
+	var r raw
+	fs, envs := define(&o, &r)
+	fmt.Fprintln(w, "Usage: capstan [flags]")
+	fmt.Fprintln(w, "Each setting may also come from its environment variable; a flag given wins.")
+	fs.VisitAll(func(f *flag.Flag) {
+		env := ""
+		if e := envs[f.Name]; e != "" {
+			env = " (" + e + ")"
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" {
+			def = " [default " + f.DefValue + "]"
+		}
+		fmt.Fprintf(w, "  --%s%s%s\n      %s\n", f.Name, env, def, f.Usage)
+	})
 }
 
 // Environ is os.Getenv, for Parse.

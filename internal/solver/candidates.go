@@ -59,6 +59,15 @@ func typeAllowsKeys(info *itInfo, keyReqs []requirements.Requirement) bool {
 	return true
 }
 
+// minValuesShortfall says which minValues the candidates fail, or "" (always "" when
+// Options.MinValuesBestEffort: the claim launches with the types there are).
+func (s *solver) minValuesShortfall(cands []*itInfo, reqs requirements.Requirements) string {
+	if s.opts.MinValuesBestEffort {
+		return ""
+	}
+	return minValuesShortfall(cands, reqs)
+}
+
 // minValuesShortfall says which minValues the candidates fail, or "".
 func minValuesShortfall(cands []*itInfo, reqs requirements.Requirements) string {
 	var msg string

@@ -172,7 +172,7 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 		}
 		return notNow
 	}
-	if r := minValuesShortfall(cands, reqs); r != "" {
+	if r := s.minValuesShortfall(cands, reqs); r != "" {
 		return notNow
 	}
 	// The survivors are a subsequence of the claim's candidates: keep them in its own array.
@@ -234,7 +234,7 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 			return "no instance type offers the zone the topology constraints need"
 		}
 	}
-	if r := minValuesShortfall(cands, reqs); r != "" {
+	if r := s.minValuesShortfall(cands, reqs); r != "" {
 		return r
 	}
 	if !changed {

@@ -93,7 +93,7 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 		for i, p := range chosen {
 			infos[i] = p.info
 		}
-		if minValuesShortfall(infos, t.reqs) == "" {
+		if s.minValuesShortfall(infos, t.reqs) == "" {
 			break
 		}
 		keep++

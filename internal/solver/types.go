@@ -76,6 +76,9 @@ type Options struct {
 	IgnorePreferences bool
 	// MaxInstanceTypes bounds the candidate instance types of a planned NodeClaim (default 60).
 	MaxInstanceTypes int
+	// MinValuesBestEffort plans a claim even when fewer types than a requirement's minValues fit
+	// (Karpenter's MIN_VALUES_POLICY=BestEffort); by default such a pod is unschedulable.
+	MinValuesBestEffort bool
 }
 
 // Result is a plan.

@@ -33,6 +33,8 @@ type Provisioner struct {
 	BatchIdle, BatchMax time.Duration
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// SolverOptions are the preference and minValues policies.
+	SolverOptions solver.Options
 
 	trigger chan struct{}
 	// created remembers the NodeClaims this provisioner created until the (cached) client lists
@@ -210,7 +212,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		in.Attachments = vols.attachments
 	}
 	start := time.Now()
-	plan := solver.Solve(in, solver.Options{})
+	plan := solver.Solve(in, p.SolverOptions)
 	p.Metrics.Scheduled(time.Since(start).Seconds(), len(plan.Unschedulable))
 	res := &Result{Plan: plan}
 	if len(plan.NodeClaims) > 0 {

@@ -32,7 +32,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--leader-elect=true",
+		cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath,
 			"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath)
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

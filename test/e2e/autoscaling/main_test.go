@@ -113,7 +113,7 @@ func startCapstan() error {
 	}
 	s.metricsAddr = l.Addr().String()
 	_ = l.Close()
-	cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--leader-elect=false",
+	cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--disable-leader-election",
 		"--metrics-bind-address="+s.metricsAddr, "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
 		"--batch-idle-duration=1s", "--batch-max-duration=10s")
 	cmd.Stdout, cmd.Stderr = f, f

@@ -1,0 +1,153 @@
+package operator
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// Karpenter's environment variables configure Capstan with their meaning; a flag wins.
+func TestKarpenterEnvironmentVariables(t *testing.T) {
+	o, err := Parse(nil, env(map[string]string{
+		"METRICS_PORT": "9090", "HEALTH_PROBE_PORT": "9091", "DISABLE_LEADER_ELECTION": "true",
+		"LEADER_ELECTION_NAME": "my-lease", "KUBE_CLIENT_QPS": "50", "KUBE_CLIENT_BURST": "80", "LOG_LEVEL": "error",
+		"LOG_OUTPUT_PATHS": "stdout,/tmp/capstan.log", "LOG_ERROR_OUTPUT_PATHS": "stderr",
+		"FEATURE_GATES": "SpotToSpotConsolidation=true", "PREFERENCE_POLICY": "Ignore", "MIN_VALUES_POLICY": "BestEffort",
+		"BATCH_MAX_DURATION": "20s", "BATCH_IDLE_DURATION": "2s", "CLUSTER_NAME": "prod-east", "MEMORY_LIMIT": "1073741824",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.metricsAddress() != ":9090" || o.healthAddress() != ":9091" || !o.DisableLeaderElection || o.LeaderElectionName != "my-lease" ||
+		o.KubeClientQPS != 50 || o.KubeClientBurst != 80 || o.LogLevel != "error" || o.PreferencePolicy != PreferencePolicyIgnore ||
+		o.MinValuesPolicy != MinValuesPolicyBest || o.BatchMaxDuration != 20*time.Second || o.BatchIdleDuration != 2*time.Second ||
+		o.ClusterName != "prod-east" || o.MemoryLimit != 1<<30 {
+		t.Fatalf("options %+v", o)
+	}
+	if strings.Join(o.LogOutputPaths, ",") != "stdout,/tmp/capstan.log" || strings.Join(o.LogErrorOutputPaths, ",") != "stderr" {
+		t.Fatalf("log paths %v %v", o.LogOutputPaths, o.LogErrorOutputPaths)
+	}
+	if !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["ReservedCapacity"] || o.FeatureGates["NodeRepair"] {
+		t.Fatalf("feature gates %v: want the one set on Karpenter's defaults", o.FeatureGates)
+	}
+	o, err = Parse([]string{"--metrics-port=7000"}, env(map[string]string{"METRICS_PORT": "9090"}))
+	if err != nil || o.MetricsPort != 7000 {
+		t.Fatalf("a flag must win over its variable: %d, %v", o.MetricsPort, err)
+	}
+}
+
+// A bad value is an error naming the variable or flag; several are all reported.
+func TestBadSettingsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown feature gate", nil, map[string]string{"FEATURE_GATES": "Teleport=true"}, []string{"FEATURE_GATES", `unknown feature gate "Teleport"`}},
+		{"feature gate not a bool", nil, map[string]string{"FEATURE_GATES": "NodeRepair=maybe"}, []string{"FEATURE_GATES", "NodeRepair"}},
+		{"log level", nil, map[string]string{"LOG_LEVEL": "warn"}, []string{"LOG_LEVEL", `"warn"`, "debug, info or error"}},
+		{"port not a number", nil, map[string]string{"METRICS_PORT": "http"}, []string{"METRICS_PORT", `"http"`}},
+		{"port out of range", nil, map[string]string{"HEALTH_PROBE_PORT": "70000"}, []string{"HEALTH_PROBE_PORT", "port number"}},
+		{"preference policy", nil, map[string]string{"PREFERENCE_POLICY": "respect"}, []string{"PREFERENCE_POLICY", "Respect or Ignore"}},
+		{"min values policy", nil, map[string]string{"MIN_VALUES_POLICY": "Lenient"}, []string{"MIN_VALUES_POLICY", "Strict or BestEffort"}},
+		{"duration", nil, map[string]string{"BATCH_IDLE_DURATION": "soon"}, []string{"BATCH_IDLE_DURATION", `"soon"`}},
+		{"idle above max", []string{"--batch-idle-duration=30s"}, nil, []string{"BATCH_MAX_DURATION", "at least the batch idle duration"}},
+		{"qps", nil, map[string]string{"KUBE_CLIENT_QPS": "0"}, []string{"KUBE_CLIENT_QPS", "positive"}},
+		{"two at once", nil, map[string]string{"LOG_LEVEL": "warn", "CLOUD_PROVIDER": "gcp"}, []string{"LOG_LEVEL", "CLOUD_PROVIDER"}},
+		{"unknown flag", []string{"--teleport"}, nil, []string{"teleport"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.args, env(tc.env))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// --help lists every flag with its variable; --help and --version are not errors.
+func TestHelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"--version"}} {
+		o, err := Parse(args, env(nil))
+		if err != nil || !(o.Help || o.Version) {
+			t.Fatalf("%v: %+v, %v", args, o, err)
+		}
+	}
+	var b bytes.Buffer
+	Usage(&b)
+	for _, want := range []string{"--metrics-port (METRICS_PORT) [default 8080]", "--feature-gates (FEATURE_GATES)", "--disable-leader-election (DISABLE_LEADER_ELECTION)",
+		"--log-error-output-paths (LOG_ERROR_OUTPUT_PATHS)", "--min-values-policy (MIN_VALUES_POLICY)", "--kubeconfig", "--version"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// KUBECONFIG may list several files, merged as kubectl merges them.
+func TestKubeconfigPathList(t *testing.T) {
+	dir := t.TempDir()
+	clusters := filepath.Join(dir, "clusters")
+	users := filepath.Join(dir, "users")
+	write := func(path, body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(clusters, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+contexts: [{name: ctx, context: {cluster: c, user: u}}]
+current-context: ctx
+`)
+	write(users, `apiVersion: v1
+kind: Config
+users: [{name: u, user: {token: secret-token}}]
+`)
+	t.Setenv("KUBECONFIG", clusters+string(os.PathListSeparator)+users)
+	cfg, err := RESTConfig(Options{}, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://127.0.0.1:6443" || cfg.BearerToken != "secret-token" {
+		t.Fatalf("host %q token %q: want both files merged", cfg.Host, cfg.BearerToken)
+	}
+}
+
+// The logger writes JSON to every output path at the chosen level.
+func TestLoggerOutputPathsAndLevel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "capstan.log")
+	log, err := NewLogger(Options{LogLevel: "error", LogOutputPaths: []string{path}, LogErrorOutputPaths: []string{"stderr"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hidden at error level")
+	log.Error(os.ErrNotExist, "shown", "key", "value")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	if strings.Contains(out, "hidden") || !strings.Contains(out, `"message":"shown"`) || !strings.Contains(out, `"level":"ERROR"`) {
+		t.Fatalf("log file:\n%s", out)
+	}
+	if strings.Contains(out, "stacktrace") {
+		t.Fatalf("an expected error logged a stack trace:\n%s", out)
+	}
+	if _, err := NewLogger(Options{LogLevel: "info", LogOutputPaths: []string{"/nonexistent-dir/x.log"}}); err == nil ||
+		!strings.Contains(err.Error(), "LOG_OUTPUT_PATHS") {
+		t.Fatalf("an unwritable path: %v", err)
+	}
+}
