@@ -30,9 +30,11 @@ func run() int {
 		operator.Usage(os.Stdout)
 		return 0
 	case opts.Version:
-		fmt.Println("capstan", buildVersion())
+		v, commit := buildVersion()
+		fmt.Println("capstan", v, commit)
 		return 0
 	}
+	opts.BuildVersion, opts.BuildCommit = buildVersion()
 	logger, err := operator.NewLogger(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "capstan:", err)
@@ -52,7 +54,7 @@ func run() int {
 		log.Error(err, "starting capstan")
 		return 1
 	}
-	log.Info("starting capstan", "version", buildVersion(), "cluster-name", opts.ClusterName, "cloud-provider", opts.CloudProvider)
+	log.Info("starting capstan", "version", opts.BuildVersion, "commit", opts.BuildCommit, "cluster-name", opts.ClusterName, "cloud-provider", opts.CloudProvider)
 	if err := op.Manager.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "capstan stopped")
 		return 1
@@ -60,18 +62,21 @@ func run() int {
 	return 0
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
+// buildVersion is the version (set by -ldflags, else the module's) and the VCS commit.
+func buildVersion() (string, string) {
+	v, commit := version, ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		v := bi.Main.Version
+		if v == "" {
+			v = bi.Main.Version
+		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (" + s.Value[:12] + ")"
+			if s.Key == "vcs.revision" {
+				commit = s.Value
 			}
 		}
-		return v
 	}
-	return "unknown"
+	if v == "" {
+		v = "unknown"
+	}
+	return v, commit
 }

@@ -1,18 +1,40 @@
-// Package metrics defines Capstan's Prometheus metrics, named as Karpenter names its own
-// (karpenter_…) so that existing dashboards work, plus Capstan's own (capstan_…). They are
-// registered with controller-runtime's registry and served on /metrics.
+// Package metrics defines Capstan's Prometheus metrics with Karpenter v1's names and labels
+// (karpenter_…) so that existing dashboards and alerts work, plus Capstan's own (capstan_…). They
+// are registered with controller-runtime's registry and served on /metrics.
 package metrics
 
 import (
+	"runtime"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
-// Label names.
+// Label names, as Karpenter's.
 const (
-	NodePool     = "nodepool"
-	Reason       = "reason"
-	ResourceType = "resource_type"
+	NodePool            = "nodepool"
+	Reason              = "reason"
+	ResourceType        = "resource_type"
+	CapacityType        = "capacity_type"
+	Zone                = "zone"
+	MinValuesRelaxed    = "min_values_relaxed"
+	ConsolidationPolicy = "consolidation_policy"
+	TerminationMode     = "termination_mode"
+	Controller          = "controller"
+)
+
+// Reasons a NodeClaim is created or disrupted, as Karpenter names them.
+const (
+	ReasonProvisioned          = "provisioned"
+	ReasonExpired              = "expired"
+	ReasonGarbageCollected     = "garbage_collected"
+	ReasonInsufficientCapacity = "insufficient_capacity"
+	ReasonNodeClassNotReady    = "nodeclass_not_ready"
+	ReasonRegistrationTimeout  = "registration_timeout"
+	ReasonLaunchTimeout        = "launch_timeout"
 )
 
 // Metrics are Capstan's metrics, registered once per Registry.
@@ -23,41 +45,57 @@ type Metrics struct {
 	NodeClaimsInitialized *prometheus.CounterVec
 	NodeClaimsTerminated  *prometheus.CounterVec
 	NodeClaimsDisrupted   *prometheus.CounterVec
-	SchedulingDuration    prometheus.Histogram
-	PodsUnschedulable     prometheus.Gauge
+	NodesCreated          *prometheus.CounterVec
+	NodesTerminated       *prometheus.CounterVec
+	SchedulingDuration    *prometheus.HistogramVec
+	QueueDepth            *prometheus.GaugeVec
+	UnschedulablePods     *prometheus.GaugeVec
+	PodStartupDuration    prometheus.Summary
+	BuildInfo             *prometheus.GaugeVec
 	NodePoolUsage         *prometheus.GaugeVec
 	NodePoolLimit         *prometheus.GaugeVec
 	NodePoolCost          *prometheus.GaugeVec
 }
 
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
 // New makes the metrics and registers them with reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		NodeClaimsCreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "karpenter_nodeclaims_created_total",
-			Help: "NodeClaims created, by NodePool and reason."}, []string{NodePool, Reason}),
-		NodeClaimsLaunched: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "karpenter_nodeclaims_launched_total",
-			Help: "NodeClaims whose machine was launched, by NodePool."}, []string{NodePool}),
-		NodeClaimsRegistered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "karpenter_nodeclaims_registered_total",
-			Help: "NodeClaims whose node registered, by NodePool."}, []string{NodePool}),
-		NodeClaimsInitialized: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "karpenter_nodeclaims_initialized_total",
-			Help: "NodeClaims whose node initialized, by NodePool."}, []string{NodePool}),
-		NodeClaimsTerminated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "karpenter_nodeclaims_terminated_total",
-			Help: "NodeClaims terminated, by NodePool."}, []string{NodePool}),
-		NodeClaimsDisrupted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "karpenter_nodeclaims_disrupted_total",
-			Help: "NodeClaims disrupted, by NodePool and reason (expired, insufficient_capacity, registration_timeout …)."}, []string{NodePool, Reason}),
-		SchedulingDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "karpenter_provisioner_scheduling_duration_seconds",
-			Help: "Duration of one scheduling simulation.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
-		PodsUnschedulable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "karpenter_provisioner_scheduling_queue_depth",
-			Help: "Pods the last provisioning pass could not place."}),
-		NodePoolUsage: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "karpenter_nodepools_usage",
-			Help: "Capacity of a NodePool's NodeClaims, by resource."}, []string{NodePool, ResourceType}),
-		NodePoolLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "karpenter_nodepools_limit",
-			Help: "A NodePool's limits, by resource."}, []string{NodePool, ResourceType}),
-		NodePoolCost: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "capstan_nodepool_cost_dollars_per_hour",
-			Help: "Hourly price of a NodePool's launched machines."}, []string{NodePool}),
+		NodeClaimsCreated: counter("karpenter_nodeclaims_created_total", "NodeClaims created, by reason, NodePool and whether minValues was relaxed.",
+			Reason, NodePool, MinValuesRelaxed),
+		NodeClaimsLaunched:    counter("karpenter_nodeclaims_launched_total", "NodeClaims whose machine was launched, by NodePool.", NodePool),
+		NodeClaimsRegistered:  counter("karpenter_nodeclaims_registered_total", "NodeClaims whose node registered, by NodePool.", NodePool),
+		NodeClaimsInitialized: counter("karpenter_nodeclaims_initialized_total", "NodeClaims whose node initialized, by NodePool.", NodePool),
+		NodeClaimsTerminated: counter("karpenter_nodeclaims_terminated_total", "NodeClaims terminated, by NodePool, capacity type and zone.",
+			NodePool, CapacityType, Zone),
+		NodeClaimsDisrupted: counter("karpenter_nodeclaims_disrupted_total",
+			"NodeClaims disrupted, by reason (expired, insufficient_capacity, launch_timeout …), NodePool, capacity type, consolidation policy and termination mode.",
+			Reason, NodePool, CapacityType, ConsolidationPolicy, TerminationMode),
+		NodesCreated:    counter("karpenter_nodes_created_total", "Nodes registered for Capstan's NodeClaims, by NodePool and zone.", NodePool, Zone),
+		NodesTerminated: counter("karpenter_nodes_terminated_total", "Nodes Capstan terminated, by NodePool and zone.", NodePool, Zone),
+		SchedulingDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "karpenter_scheduler_scheduling_duration_seconds",
+			Help: "Duration of scheduling simulations, by controller.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{Controller}),
+		QueueDepth: gauge("karpenter_scheduler_queue_depth", "Pods the last scheduling simulation had to place, by controller.", Controller),
+		UnschedulablePods: gauge("karpenter_scheduler_unschedulable_pods_count",
+			"Pods the last scheduling simulation could not place, by controller.", Controller),
+		PodStartupDuration: prometheus.NewSummary(prometheus.SummaryOpts{Name: "karpenter_pods_startup_duration_seconds",
+			Help: "Time from a pod's creation until it is running and ready.", Objectives: map[float64]float64{0: 0, 0.5: 0.05, 0.9: 0.01, 0.99: 0.001, 1: 0}}),
+		BuildInfo: gauge("karpenter_build_info", "Always 1, labelled with the build of the running binary.", "version", "goversion", "goarch", "commit"),
+		NodePoolUsage: gauge("karpenter_nodepools_usage", "Capacity of a NodePool's NodeClaims, by resource (resource_type as Karpenter spells it: ephemeral_storage).",
+			NodePool, ResourceType),
+		NodePoolLimit: gauge("karpenter_nodepools_limit", "A NodePool's limits, by resource.", NodePool, ResourceType),
+		NodePoolCost:  gauge("capstan_nodepool_cost_dollars_per_hour", "Hourly price of a NodePool's launched machines.", NodePool),
 	}
 	for _, c := range []prometheus.Collector{m.NodeClaimsCreated, m.NodeClaimsLaunched, m.NodeClaimsRegistered, m.NodeClaimsInitialized,
-		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.SchedulingDuration, m.PodsUnschedulable, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost} {
+		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
+		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -68,12 +106,29 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // Registry is controller-runtime's registry, served on the manager's /metrics.
 func Registry() prometheus.Registerer { return crmetrics.Registry }
 
+// ResourceTypeValue is a resource name as Karpenter writes it in resource_type: lower case, "-"
+// as "_".
+func ResourceTypeValue(name string) string {
+	return strings.ReplaceAll(strings.ToLower(name), "-", "_")
+}
+
 // The helpers below do nothing on a nil *Metrics, so controllers work without metrics (tests).
 
-// Created counts a created NodeClaim.
-func (m *Metrics) Created(pool, reason string) {
+// Build publishes karpenter_build_info.
+func (m *Metrics) Build(version, commit string) {
 	if m != nil {
-		m.NodeClaimsCreated.WithLabelValues(pool, reason).Inc()
+		m.BuildInfo.WithLabelValues(version, runtime.Version(), runtime.GOARCH, commit).Set(1)
+	}
+}
+
+// Created counts a created NodeClaim.
+func (m *Metrics) Created(pool, reason string, minValuesRelaxed bool) {
+	if m != nil {
+		relaxed := "false"
+		if minValuesRelaxed {
+			relaxed = "true"
+		}
+		m.NodeClaimsCreated.WithLabelValues(reason, pool, relaxed).Inc()
 	}
 }
 
@@ -84,10 +139,12 @@ func (m *Metrics) Launched(pool string) {
 	}
 }
 
-// Registered counts a registered NodeClaim.
-func (m *Metrics) Registered(pool string) {
+// Registered counts a registered NodeClaim and its new Node.
+func (m *Metrics) Registered(nc *karpv1.NodeClaim) {
 	if m != nil {
+		pool := nc.Labels[karpv1.NodePoolLabelKey]
 		m.NodeClaimsRegistered.WithLabelValues(pool).Inc()
+		m.NodesCreated.WithLabelValues(pool, nc.Labels[karpv1.ZoneLabelKey]).Inc()
 	}
 }
 
@@ -98,38 +155,66 @@ func (m *Metrics) Initialized(pool string) {
 	}
 }
 
-// Terminated counts a terminated NodeClaim.
-func (m *Metrics) Terminated(pool string) {
-	if m != nil {
-		m.NodeClaimsTerminated.WithLabelValues(pool).Inc()
+// Terminated counts a terminated NodeClaim, and its Node when it had one.
+func (m *Metrics) Terminated(nc *karpv1.NodeClaim, hadNode bool) {
+	if m == nil {
+		return
+	}
+	pool, zone := nc.Labels[karpv1.NodePoolLabelKey], nc.Labels[karpv1.ZoneLabelKey]
+	m.NodeClaimsTerminated.WithLabelValues(pool, nc.Labels[karpv1.CapacityTypeLabelKey], zone).Inc()
+	if hadNode {
+		m.NodesTerminated.WithLabelValues(pool, zone).Inc()
 	}
 }
 
-// Disrupted counts a NodeClaim deleted by Capstan, with why.
-func (m *Metrics) Disrupted(pool, reason string) {
+// Disrupted counts a NodeClaim deleted by Capstan, with why. The consolidation policy and
+// termination mode are those of voluntary disruption and empty for these reasons.
+func (m *Metrics) Disrupted(nc *karpv1.NodeClaim, reason string) {
 	if m != nil {
-		m.NodeClaimsDisrupted.WithLabelValues(pool, reason).Inc()
+		m.NodeClaimsDisrupted.WithLabelValues(reason, nc.Labels[karpv1.NodePoolLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey], "", "").Inc()
 	}
 }
 
-// Scheduled records one scheduling simulation.
-func (m *Metrics) Scheduled(seconds float64, unschedulable int) {
+// Scheduled records one scheduling simulation of a controller: its duration, how many pods it
+// had to place and how many it could not.
+func (m *Metrics) Scheduled(controller string, seconds float64, pods, unschedulable int) {
 	if m != nil {
-		m.SchedulingDuration.Observe(seconds)
-		m.PodsUnschedulable.Set(float64(unschedulable))
+		m.SchedulingDuration.WithLabelValues(controller).Observe(seconds)
+		m.QueueDepth.WithLabelValues(controller).Set(float64(pods))
+		m.UnschedulablePods.WithLabelValues(controller).Set(float64(unschedulable))
 	}
 }
 
-// PoolStatus records a NodePool's usage, limits and cost.
+// PodStarted records a pod's time from creation to running and ready.
+func (m *Metrics) PodStarted(seconds float64) {
+	if m != nil {
+		m.PodStartupDuration.Observe(seconds)
+	}
+}
+
+// PoolStatus records a NodePool's usage, limits and cost, replacing what was recorded before (a
+// limit removed from the pool disappears).
 func (m *Metrics) PoolStatus(pool string, usage, limits map[string]float64, cost float64) {
 	if m == nil {
 		return
 	}
+	m.NodePoolUsage.DeletePartialMatch(prometheus.Labels{NodePool: pool})
+	m.NodePoolLimit.DeletePartialMatch(prometheus.Labels{NodePool: pool})
 	for r, v := range usage {
-		m.NodePoolUsage.WithLabelValues(pool, r).Set(v)
+		m.NodePoolUsage.WithLabelValues(pool, ResourceTypeValue(r)).Set(v)
 	}
 	for r, v := range limits {
-		m.NodePoolLimit.WithLabelValues(pool, r).Set(v)
+		m.NodePoolLimit.WithLabelValues(pool, ResourceTypeValue(r)).Set(v)
 	}
 	m.NodePoolCost.WithLabelValues(pool).Set(cost)
+}
+
+// PoolDeleted removes every series of a deleted NodePool.
+func (m *Metrics) PoolDeleted(pool string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.GaugeVec{m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost} {
+		v.DeletePartialMatch(prometheus.Labels{NodePool: pool})
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/podevents"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
+	"capstan.dev/capstan/internal/controllers/pod/startup"
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
@@ -154,6 +155,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
+	m.Build(o.BuildVersion, o.BuildCommit)
+	if err := metrics.Registry().Register(&metrics.StatusConditions{Reader: mgr.GetClient()}); err != nil {
+		return nil, fmt.Errorf("registering status condition metrics: %w", err)
+	}
 	op := &Operator{Manager: mgr}
 	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
 	switch o.CloudProvider {
@@ -189,12 +194,13 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
+		&startup.Controller{Client: c, Clock: clk, Metrics: m},
 	} {
 		if err := r.Register(mgr); err != nil {
 			return nil, err
 		}
 	}
-	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk}); err != nil {
+	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m}); err != nil {
 		return nil, err
 	}
 	return op, nil

@@ -48,6 +48,8 @@ type Options struct {
 	Kubeconfig              string
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
+	// BuildVersion and BuildCommit describe the binary, for karpenter_build_info.
+	BuildVersion, BuildCommit string
 }
 
 // Values of the enumerated settings.

@@ -213,7 +213,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	start := time.Now()
 	plan := solver.Solve(in, p.SolverOptions)
-	p.Metrics.Scheduled(time.Since(start).Seconds(), len(plan.Unschedulable))
+	p.Metrics.Scheduled(p.Name(), time.Since(start).Seconds(), len(pending), len(plan.Unschedulable))
 	res := &Result{Plan: plan}
 	if len(plan.NodeClaims) > 0 {
 		placed := 0
@@ -231,7 +231,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}
 		res.Created = append(res.Created, nc)
 		p.remember(nc)
-		p.Metrics.Created(np.Name, "provisioning")
+		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned))
 		for _, pod := range planned.Pods {

@@ -78,8 +78,11 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`karpenter_nodeclaims_created_total{nodepool="e2e-scale",reason="provisioning"}`,
-		`karpenter_nodeclaims_initialized_total{nodepool="e2e-scale"}`, `capstan_nodepool_cost_dollars_per_hour{nodepool="e2e-scale"}`} {
+	for _, want := range []string{`karpenter_nodeclaims_created_total{min_values_relaxed="false",nodepool="e2e-scale",reason="provisioned"}`,
+		`karpenter_nodeclaims_initialized_total{nodepool="e2e-scale"}`, `capstan_nodepool_cost_dollars_per_hour{nodepool="e2e-scale"}`,
+		`karpenter_nodes_created_total{nodepool="e2e-scale",zone=`, `karpenter_build_info{commit=`,
+		`karpenter_scheduler_scheduling_duration_seconds_count{controller="provisioner"}`, `karpenter_nodepools_usage{nodepool="e2e-scale",resource_type="ephemeral_storage"}`,
+		`operator_status_condition_count{kind="NodeClaim",`, `operator_status_condition_count{kind="NodePool",name="e2e-scale",reason="Ready",status="True",type="Ready"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -56,7 +56,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("deleting expired nodeclaim: %w", err))
 	}
 	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Expired", "Expire", "NodeClaim expired after %s", d.String())
-	c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "expired")
+	c.Metrics.Disrupted(nc, metrics.ReasonExpired)
 	log.FromContext(ctx).Info("disrupting nodeclaim(s)", "controller", c.Name(), "reason", "expired",
 		"NodeClaim", klog.KObj(nc), "expire-after", d.String())
 	return reconcile.Result{}, nil

@@ -18,6 +18,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/periodic"
 )
 
@@ -31,6 +32,8 @@ type Controller struct {
 	Clock  clock.Clock
 	// Interval between sweeps (default 10s).
 	Interval time.Duration
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
 }
 
 // Name is the controller's name and log key.
@@ -102,6 +105,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting nodeclaim %s: %w", nc.Name, err)
 		}
+		c.Metrics.Disrupted(nc, metrics.ReasonGarbageCollected)
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]

@@ -165,7 +165,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		}
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "LaunchTimeout", "Launch", "%s", msg)
 		log.FromContext(ctx).Info("deleting nodeclaim: launch timed out", "ttl", LaunchTTL.String(), "reason", msg)
-		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "launch_timeout")
+		c.Metrics.Disrupted(nc, metrics.ReasonLaunchTimeout)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	}
 	created, err := c.Cloud.Create(ctx, nc)
@@ -173,13 +173,14 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	case cloudprovider.IsInsufficientCapacity(err):
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "InsufficientCapacityError", "Launch", "NodeClaim %s event: %s", nc.Name, err)
 		log.FromContext(ctx).Info("deleting nodeclaim: insufficient capacity", "error", err.Error())
-		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "insufficient_capacity")
+		c.Metrics.Disrupted(nc, metrics.ReasonInsufficientCapacity)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case cloudprovider.IsNodeClassNotReady(err):
 		var nf *cloudprovider.NodeClassNotReadyError
 		if errors.As(err, &nf) && nf.NotFound {
 			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClaimFailedToResolveNodeClass", "Launch", "Failed to resolve NodeClass: %s", err)
 			log.FromContext(ctx).Info("deleting nodeclaim: nodeclass not found", "error", err.Error())
+			c.Metrics.Disrupted(nc, metrics.ReasonNodeClassNotReady)
 			return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 		}
 		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "NodeClassNotReady", err.Error())

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
@@ -47,7 +48,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 		}
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", "Node did not register within %s", RegistrationTTL)
 		log.FromContext(ctx).Info("deleting nodeclaim: registration timed out", "ttl", RegistrationTTL.String())
-		c.Metrics.Disrupted(nc.Labels[karpv1.NodePoolLabelKey], "registration_timeout")
+		c.Metrics.Disrupted(nc, metrics.ReasonRegistrationTimeout)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	}
 	if adopted(node, nc) {
@@ -91,7 +92,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 	}
 	nc.Status.NodeName = node.Name
 	c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionTrue, "Registered", "")
-	c.Metrics.Registered(nc.Labels[karpv1.NodePoolLabelKey])
+	c.Metrics.Registered(nc)
 	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Registered", "Register", "Node %s registered", node.Name)
 	log.FromContext(ctx).Info("registered nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name)
 	return true, reconcile.Result{}, nil

@@ -103,7 +103,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
 	}
 	log.FromContext(ctx).Info("deleted nodeclaim", "provider-id", nc.Status.ProviderID)
-	c.Metrics.Terminated(nc.Labels[karpv1.NodePoolLabelKey])
+	c.Metrics.Terminated(nc, nc.Status.NodeName != "")
 	return reconcile.Result{}, nil
 }
 

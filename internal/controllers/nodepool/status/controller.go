@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,9 +55,14 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	np := &karpv1.NodePool{}
 	if err := c.Client.Get(ctx, req.NamespacedName, np); err != nil {
+		if apierrors.IsNotFound(err) {
+			// A deleted pool's series go with it.
+			c.Metrics.PoolDeleted(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !np.DeletionTimestamp.IsZero() || !cloudprovider.Manages(c.Cloud, np.Spec.Template.Spec.NodeClassRef) {
+		c.Metrics.PoolDeleted(np.Name)
 		// Another provider's pool: its status is not Capstan's to write.
 		return reconcile.Result{}, nil
 	}
