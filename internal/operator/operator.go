@@ -163,10 +163,14 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
 	switch o.CloudProvider {
 	case CloudProviderSim:
-		cloud, err := sim.NewCloud(clk, o.SimStateFile)
-		if err != nil {
-			return nil, err
+		// The simulated cloud keeps its machines in the cluster (ConfigMaps next to the leader
+		// Lease) unless a file is named: they survive restarts and failover like a real cloud's.
+		var store sim.Store = &sim.ConfigMapStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Namespace: o.LeaderElectionNamespace, Cluster: o.ClusterName}
+		if o.SimStateFile != "" {
+			store = &sim.FileStore{Path: o.SimStateFile}
 		}
+		cloud := sim.NewCloudWithStore(clk, store)
 		p, err := sim.NewProvider(mgr.GetClient(), cloud, clk, unavailable)
 		if err != nil {
 			return nil, err

@@ -1,10 +1,7 @@
 package sim
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -36,13 +33,16 @@ type Instance struct {
 // ProviderID is the instance's provider ID: sim:///<zone>/<id>.
 func (i *Instance) ProviderID() string { return fmt.Sprintf("sim:///%s/%s", i.Zone, i.ID) }
 
-// Cloud holds the simulated machines. It is safe for concurrent use.
+// Cloud holds the simulated machines. It is safe for concurrent use. Its state lives in a
+// Store (a file, ConfigMaps in the cluster, or only memory) and is loaded on first use, so the
+// replica that becomes leader sees every machine its predecessor launched.
 type Cloud struct {
 	clock clock.PassiveClock
-	path  string
+	store Store
 
-	mu    sync.Mutex
-	state cloudState
+	mu     sync.Mutex
+	loaded bool
+	state  cloudState
 }
 
 type cloudState struct {
@@ -54,63 +54,85 @@ type cloudState struct {
 	Creates map[string]int `json:"creates"`
 }
 
-// NewCloud returns a cloud; when path is not empty its state is loaded from and saved to that
-// file, so that a restarted controller sees the machines it launched.
+// NewCloud returns a cloud; when path is not empty its state is kept in that file (FileStore),
+// otherwise only in memory.
 func NewCloud(c clock.PassiveClock, path string) (*Cloud, error) {
-	cl := &Cloud{clock: c, path: path, state: cloudState{Instances: map[string]*Instance{}, ByClaim: map[string]string{}, Creates: map[string]int{}}}
-	if path == "" {
-		return cl, nil
+	var store Store
+	if path != "" {
+		store = &FileStore{Path: path}
 	}
-	b, err := os.ReadFile(path)
-	switch {
-	case os.IsNotExist(err):
-		return cl, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading simulated cloud state: %w", err)
-	}
-	if err := json.Unmarshal(b, &cl.state); err != nil {
-		return nil, fmt.Errorf("decoding simulated cloud state %s: %w", path, err)
+	cl := NewCloudWithStore(c, store)
+	if err := cl.Load(); err != nil {
+		return nil, err
 	}
 	return cl, nil
 }
 
-// save persists the state; callers hold mu.
-func (c *Cloud) save() error {
-	if c.path == "" {
+// NewCloudWithStore returns a cloud keeping its machines in store (nil: memory only). The state
+// is loaded on first use.
+func NewCloudWithStore(c clock.PassiveClock, store Store) *Cloud {
+	return &Cloud{clock: c, store: store, state: cloudState{Instances: map[string]*Instance{}, ByClaim: map[string]string{}, Creates: map[string]int{}}}
+}
+
+// Load reads the machines from the store unless they were read already. Every use of the cloud
+// calls it; an error (the store unreachable) is returned and the next use tries again.
+func (c *Cloud) Load() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.loadLocked()
+}
+
+func (c *Cloud) loadLocked() error {
+	if c.loaded || c.store == nil {
+		c.loaded = true
 		return nil
 	}
-	b, err := json.Marshal(&c.state)
+	insts, err := c.store.Load()
 	if err != nil {
-		return fmt.Errorf("encoding simulated cloud state: %w", err)
+		return fmt.Errorf("loading the simulated cloud's machines: %w", err)
 	}
-	tmp := c.path + ".tmp"
-	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
-		return fmt.Errorf("saving simulated cloud state: %w", err)
+	for _, inst := range insts {
+		c.state.Instances[inst.ID] = inst
+		c.state.ByClaim[inst.NodeClaim] = inst.ID
+		var n int
+		if _, err := fmt.Sscanf(inst.ID, "i-%x", &n); err == nil && n > c.state.NextID {
+			c.state.NextID = n
+		}
 	}
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("saving simulated cloud state: %w", err)
-	}
-	if err := os.Rename(tmp, c.path); err != nil {
-		return fmt.Errorf("saving simulated cloud state: %w", err)
-	}
+	c.loaded = true
 	return nil
 }
 
-// launch records a new instance for a NodeClaim unless one exists; it returns the instance.
+// put persists an instance; callers hold mu.
+func (c *Cloud) put(inst *Instance) error {
+	if c.store == nil {
+		return nil
+	}
+	return c.store.Put(inst)
+}
+
+// launch records a new instance for a NodeClaim unless one exists; it returns the instance. The
+// instance is persisted before it is known in memory, so a failed write launches nothing.
 func (c *Cloud) launch(claim string, mk func(id string) *Instance) (*Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.loadLocked(); err != nil {
+		return nil, err
+	}
 	if id, ok := c.state.ByClaim[claim]; ok {
 		if inst, ok := c.state.Instances[id]; ok {
 			return inst, nil
 		}
 	}
+	inst := mk(fmt.Sprintf("i-%017x", c.state.NextID+1))
+	if err := c.put(inst); err != nil {
+		return nil, fmt.Errorf("recording instance %s: %w", inst.ID, err)
+	}
 	c.state.NextID++
-	inst := mk(fmt.Sprintf("i-%017x", c.state.NextID))
 	c.state.Instances[inst.ID] = inst
 	c.state.ByClaim[claim] = inst.ID
 	c.state.Creates[claim]++
-	return inst, c.save()
+	return inst, nil
 }
 
 // existing returns the instance launched for a NodeClaim, if any.
@@ -137,15 +159,23 @@ func (c *Cloud) Get(id string) (*Instance, bool) {
 func (c *Cloud) Terminate(id string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.loadLocked(); err != nil {
+		return false, err
+	}
 	inst, ok := c.state.Instances[id]
 	if !ok {
 		return false, nil
+	}
+	if c.store != nil {
+		if err := c.store.Delete(id); err != nil {
+			return false, fmt.Errorf("removing instance %s: %w", id, err)
+		}
 	}
 	delete(c.state.Instances, id)
 	if c.state.ByClaim[inst.NodeClaim] == id {
 		delete(c.state.ByClaim, inst.NodeClaim)
 	}
-	return true, c.save()
+	return true, nil
 }
 
 // Instances returns the running instances, ordered by ID.
@@ -172,6 +202,9 @@ func (c *Cloud) CreateCount(claim string) int {
 func (c *Cloud) dueForRegistration() ([]*Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.loadLocked(); err != nil {
+		return nil, err
+	}
 	now := c.clock.Now()
 	var due []*Instance
 	for _, inst := range c.state.Instances {
@@ -189,8 +222,15 @@ func (c *Cloud) dueForRegistration() ([]*Instance, error) {
 func (c *Cloud) markRegistered(id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if inst, ok := c.state.Instances[id]; ok {
-		inst.Registered = true
+	inst, ok := c.state.Instances[id]
+	if !ok || inst.Registered {
+		return nil
 	}
-	return c.save()
+	updated := *inst
+	updated.Registered = true
+	if err := c.put(&updated); err != nil {
+		return fmt.Errorf("recording the registration of instance %s: %w", id, err)
+	}
+	*inst = updated
+	return nil
 }

@@ -160,6 +160,9 @@ type candidate struct {
 // Create implements CloudProvider: it launches the cheapest offering the claim's requirements
 // and requests allow, skipping offerings with injected insufficient capacity.
 func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	if err := p.cloud.Load(); err != nil {
+		return nil, err
+	}
 	if inst, ok := p.cloud.existing(nc.Name); ok {
 		return p.toNodeClaim(inst), nil
 	}
@@ -293,6 +296,9 @@ func (p *Provider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim,
 	if err != nil {
 		return nil, err
 	}
+	if err := p.cloud.Load(); err != nil {
+		return nil, err
+	}
 	inst, ok := p.cloud.Get(id)
 	if !ok {
 		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
@@ -302,6 +308,9 @@ func (p *Provider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim,
 
 // List implements CloudProvider.
 func (p *Provider) List(context.Context) ([]*karpv1.NodeClaim, error) {
+	if err := p.cloud.Load(); err != nil {
+		return nil, err
+	}
 	var out []*karpv1.NodeClaim
 	for _, inst := range p.cloud.Instances() {
 		out = append(out, p.toNodeClaim(inst))
@@ -311,6 +320,9 @@ func (p *Provider) List(context.Context) ([]*karpv1.NodeClaim, error) {
 
 // Delete implements CloudProvider.
 func (p *Provider) Delete(_ context.Context, nc *karpv1.NodeClaim) error {
+	if err := p.cloud.Load(); err != nil {
+		return err
+	}
 	id, err := instanceID(nc.Status.ProviderID)
 	if err != nil {
 		if inst, ok := p.cloud.existing(nc.Name); ok {

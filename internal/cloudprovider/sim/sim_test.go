@@ -89,8 +89,8 @@ func TestCreateLaunchesTheCheapestOfferingOnceAndRegisters(t *testing.T) {
 	if err != nil || third.Status.ProviderID != got.Status.ProviderID {
 		t.Fatalf("Create after restart: %v, %s vs %s", err, third.Status.ProviderID, got.Status.ProviderID)
 	}
-	if n := restarted.Cloud().CreateCount(nc.Name); n != 1 {
-		t.Fatalf("%d machines launched for one NodeClaim", n)
+	if n := len(restarted.Cloud().Instances()); n != 1 || restarted.Cloud().CreateCount(nc.Name) != 0 {
+		t.Fatalf("%d machines for one NodeClaim, %d launched after the restart; want the one from before", n, restarted.Cloud().CreateCount(nc.Name))
 	}
 
 	// Registration happens after launch + registration delay (1s + 2s by default).
@@ -208,5 +208,68 @@ func TestKubeletMaxPodsAndPodsPerCore(t *testing.T) {
 		if got := alloc.Pods().Value(); got != want[it.Name] {
 			t.Errorf("%s pods %d, want %d (min of maxPods 110 and 20 per vCPU)", it.Name, got, want[it.Name])
 		}
+	}
+}
+
+// With the state in ConfigMaps, a new replica (the next leader) sees the machines the previous
+// one launched and registered, and terminating removes them for everyone.
+func TestConfigMapStoreSurvivesAFailover(t *testing.T) {
+	nodeClass(t, "failover", nil)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sim-store-"}}
+	if err := env.Client.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	store := func() Store {
+		return &ConfigMapStore{Client: env.Client, Reader: env.Client, Namespace: ns.Name, Cluster: "test"}
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	provider := func() *Provider {
+		p, err := NewProvider(env.Client, NewCloudWithStore(clk, store()), clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := provider()
+	nc := claim("failover-1", "failover")
+	got, err := first.Create(t.Context(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := first.Cloud().Instances()[0]
+	if err := first.Cloud().markRegistered(inst.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	second := provider()
+	listed, err := second.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].Status.ProviderID != got.Status.ProviderID {
+		t.Fatalf("the next leader lists %d machine(s), want the one launched before", len(listed))
+	}
+	if !second.Cloud().Instances()[0].Registered {
+		t.Fatal("the registration was lost in the failover")
+	}
+	again, err := second.Create(t.Context(), nc)
+	if err != nil || again.Status.ProviderID != got.Status.ProviderID {
+		t.Fatalf("Create after failover: %v; a second machine for one NodeClaim", err)
+	}
+	// A launch after the failover gets a fresh id.
+	other, err := second.Create(t.Context(), claim("failover-2", "failover"))
+	if err != nil || other.Status.ProviderID == got.Status.ProviderID {
+		t.Fatalf("second claim: %v, %s", err, other.Status.ProviderID)
+	}
+	if err := second.Delete(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	third := provider()
+	left, err := third.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0].Status.ProviderID != other.Status.ProviderID {
+		t.Fatalf("after termination %d machine(s) left, want only failover-2's", len(left))
 	}
 }
