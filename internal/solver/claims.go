@@ -81,6 +81,31 @@ func (s *solver) tryOpenClaims(v *variant, pod *corev1.Pod) bool {
 			return true
 		}
 	}
+	return s.tryColocate(v, pod)
+}
+
+// tryColocate places a pod that must share a machine with other pods (required pod affinity on
+// the hostname) on a claim beyond the size it was being filled to: a new claim could never hold
+// it, so the claim grows to a larger candidate type instead.
+func (s *solver) tryColocate(v *variant, pod *corev1.Pod) bool {
+	hostname := false
+	for _, a := range v.affinity {
+		hostname = hostname || s.groups[a.group].hostname
+	}
+	if !hostname {
+		return false
+	}
+	for _, t := range s.open {
+		if v.isDead(t.id) || !t.used.fitsWith(v.class.req, t.fullAlloc) {
+			continue
+		}
+		if f := s.fit(v, t.pool); f.reason != "" {
+			continue
+		}
+		if s.tryClaim(v, t, pod) == joined {
+			return true
+		}
+	}
 	return false
 }
 

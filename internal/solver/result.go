@@ -23,9 +23,7 @@ func (s *solver) commit(v *variant, t *target, pod *corev1.Pod, cands []*itInfo,
 			t.refreshFixed(s.topoKeys)
 		}
 		t.setCandidates(cands)
-		if s.full(t) {
-			t.closed = true
-		}
+		t.closed = s.full(t)
 		s.updateRoom(t)
 	}
 	owned := map[int]bool{}

@@ -20,6 +20,8 @@ type target struct {
 	// alloc is an existing node's allocatable, or the most any candidate can hold.
 	alloc      vec
 	candidates []*itInfo
+	// fullAlloc is the most any candidate can hold, before cap.
+	fullAlloc vec
 	// reserved is what the claim holds of its pool's limits: the largest candidate capacity.
 	reserved vec
 	// cap bounds what a claim is filled to: the allocatable of the instance type chosen as its
@@ -95,6 +97,11 @@ func (t *target) setCandidates(c []*itInfo) {
 	}
 	for _, info := range c {
 		t.alloc.maxInto(info.alloc)
+	}
+	t.fullAlloc = append(t.fullAlloc[:0], t.alloc...)
+	if t.cap != nil && !t.used.lessEq(t.cap) {
+		// A co-located pod grew the claim past the size it was filled to.
+		t.cap = nil
 	}
 	if t.cap != nil {
 		for i := range t.alloc {
