@@ -70,7 +70,9 @@ func TestScenariosPreferences(t *testing.T) {
 			preferNode(10, in(zoneKey, "test-zone-1")), preferNode(90, in(zoneKey, "test-zone-9")))), NodePools: pool()},
 			check: wantClaimKey(zoneKey, []string{"test-zone-1"}, "test-zone-2")},
 		{name: "a preferred architecture is honoured", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", prefer(preferNode(50, in(karpv1.ArchLabelKey, karpv1.ArchitectureArm64)))), NodePools: pool()},
-			check: wantEveryCandidate("arm64", func(it *cloudprovider.InstanceType) bool { return typeLabel(it, karpv1.ArchLabelKey) == karpv1.ArchitectureArm64 })},
+			check: wantEveryCandidate("arm64", func(it *cloudprovider.InstanceType) bool {
+				return typeLabel(it, karpv1.ArchLabelKey) == karpv1.ArchitectureArm64
+			})},
 		{name: "preferences are ignored when asked", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", prefer(preferNode(50, in(karpv1.ArchLabelKey, karpv1.ArchitectureArm64)))), NodePools: pool()},
 			opts: solver.Options{IgnorePreferences: true}, check: wantCheapest("fake-it-0")},
 		{name: "a preference never overrides a requirement", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", func(p *corev1.Pod) {
@@ -90,7 +92,9 @@ func TestScenariosNodePools(t *testing.T) {
 	cheapOnly.Requirements.Add(requirements.MustNew("karpenter.k8s.aws/instance-cpu", requirements.Lt, "3"))
 	big := named(base, "big", 0)
 	big.Requirements.Add(requirements.MustNew("karpenter.k8s.aws/instance-cpu", requirements.Gt, "3"))
-	cpu := func(v string) corev1.ResourceList { return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(v)} }
+	cpu := func(v string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(v)}
+	}
 	runScenarios(t, []scenario{
 		{name: "a heavier pool wins even when dearer", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", nil),
 			NodePools: []solver.NodePool{named(cheapOnly, "small", 10), named(big, "big", 50)}}, check: wantPool("big")},
@@ -123,7 +127,9 @@ func TestScenariosNodePools(t *testing.T) {
 			NodePools: []solver.NodePool{limited(named(big, "big", 50), cpu("0")), named(cheapOnly, "small", 10)}}, check: wantPool("small")},
 		{name: "a memory limit excludes types above it", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", nil),
 			NodePools: []solver.NodePool{limited(named(base, "mem", 0), corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")})}},
-			check: wantEveryCandidate("of at most 4Gi", func(it *cloudprovider.InstanceType) bool { return it.Capacity.Memory().Cmp(resource.MustParse("4Gi")) <= 0 })},
+			check: wantEveryCandidate("of at most 4Gi", func(it *cloudprovider.InstanceType) bool {
+				return it.Capacity.Memory().Cmp(resource.MustParse("4Gi")) <= 0
+			})},
 		{name: "a nodes limit of one packs onto one machine", in: solver.Input{Pods: pods(4, "p", "1", "512Mi", nil),
 			NodePools: []solver.NodePool{limited(named(base, "one", 0), corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("1")})}}, check: wantClaims(1)},
 		{name: "no pool is unschedulable with a reason", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", nil)}, check: wantUnschedulable(1, "no NodePool")},
@@ -231,7 +237,9 @@ func TestScenariosDaemonSetsAndExistingNodes(t *testing.T) {
 		{name: "a daemonset tolerating everything counts on tainted pools", in: solver.Input{Pods: pods(1, "p", "800m", "256Mi", podTolerates), NodePools: tainted(),
 			DaemonSetPods: []*corev1.Pod{ds("200m", tolerateAll)}}, check: wantCheapest("fake-it-1")},
 		{name: "a daemonset selecting another architecture adds nothing", in: solver.Input{Pods: pods(1, "p", "800m", "256Mi", nil), NodePools: pool(),
-			DaemonSetPods: []*corev1.Pod{ds("200m", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureArm64} })}},
+			DaemonSetPods: []*corev1.Pod{ds("200m", func(p *corev1.Pod) {
+				p.Spec.NodeSelector = map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureArm64}
+			})}},
 			check: wantCheapest("fake-it-0")},
 		{name: "a daemonset selecting a label no pool sets adds nothing", in: solver.Input{Pods: pods(1, "p", "800m", "256Mi", nil), NodePools: pool(),
 			DaemonSetPods: []*corev1.Pod{ds("200m", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"example.com/gpu": "true"} })}},

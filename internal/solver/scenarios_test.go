@@ -305,7 +305,7 @@ func TestScenariosTaintsAndTolerations(t *testing.T) {
 			}
 			tlc := tl
 			cases = append(cases, scenario{name: fmt.Sprintf("%s taint, %s: %s", e, tl.name, verb),
-				in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", func(p *corev1.Pod) { p.Spec.Tolerations = tlc.t }), NodePools: []solver.NodePool{pool}},
+				in:    solver.Input{Pods: pods(1, "p", "500m", "512Mi", func(p *corev1.Pod) { p.Spec.Tolerations = tlc.t }), NodePools: []solver.NodePool{pool}},
 				check: check})
 		}
 	}

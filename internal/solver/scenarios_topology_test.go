@@ -140,7 +140,9 @@ func TestScenariosTopologySpread(t *testing.T) {
 			spread(zoneKey, 1, dns, "web"), nodeAffinity(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{in(zoneKey, "test-zone-1", "test-zone-2")}}))),
 			wantSkew(zoneKey, 2, 0)),
 		one("spot-only pods spread over the two zones that sell spot", pods(4, "web", "500m", "512Mi", chain(
-			spread(zoneKey, 1, dns, "web"), func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{karpv1.CapacityTypeLabelKey: karpv1.CapacityTypeSpot} })),
+			spread(zoneKey, 1, dns, "web"), func(p *corev1.Pod) {
+				p.Spec.NodeSelector = map[string]string{karpv1.CapacityTypeLabelKey: karpv1.CapacityTypeSpot}
+			})),
 			wantSkew(zoneKey, 2, 0)),
 		one("two spreads on zone and hostname hold together", pods(6, "web", "500m", "512Mi", chain(
 			spread(zoneKey, 1, dns, "web"), spread(corev1.LabelHostname, 1, dns, "web"))), all(wantSkew(zoneKey, 3, 0), wantClaims(6))),
