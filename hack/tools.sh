@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Builds the local control plane and code generators from Go modules, into a per-user cache keyed
-# by the pins, and links them into bin/. Re-running is cheap: a build happens only when a pin
-# (hack/tools/go.mod, go.sum, the mains, the versions below or the Go version) changes.
+# Builds the local control plane and the code generators from Go modules, into per-user caches
+# keyed by the pins, and links them into bin/. Re-running is cheap: a build happens only when a
+# pin changes.
 #
-#   hack/tools.sh            build everything (etcd, kube-apiserver, kube-controller-manager,
-#                            kube-scheduler, kwok, controller-gen)
-#   hack/tools.sh dir        print the directory holding the binaries (building first if needed)
+# Every version is pinned in a go.mod with its go.sum hashes, nowhere else:
+#   hack/tools/go.mod          etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+#                              (built from the mains next to it)
+#   hack/tools/pins/*/go.mod   kwok, controller-gen and staticcheck, one module each (a `tool`
+#                              directive), so each builds with exactly its own dependencies
+#
+#   hack/tools.sh            build everything and link it into bin/
+#   hack/tools.sh dir        print the directory holding the control plane (building first if needed)
+#   hack/tools.sh pins       print the directory holding kwok, controller-gen and staticcheck
 set -euo pipefail
-
-KUBE_VERSION=v1.37.2
-KWOK_VERSION=v0.8.0
-CONTROLLER_TOOLS_VERSION=v0.23.0
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib.sh
 . "$root/hack/lib.sh"
 tools="$root/hack/tools"
-key=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools"/*/main.go; echo "$KUBE_VERSION $KWOK_VERSION $CONTROLLER_TOOLS_VERSION"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
-cache="$cache_home/capstan/tools/$key"
+pins="$tools/pins"
 
 log() { printf '[tools] %s\n' "$*" >&2; }
+
+# version prints the version a go.mod requires of a module.
+version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
+
+KUBE_VERSION=$(version "$tools" k8s.io/kubernetes)
+KWOK_VERSION=$(version "$pins/kwok" sigs.k8s.io/kwok)
+CONTROLLER_TOOLS_VERSION=$(version "$pins/controller-gen" sigs.k8s.io/controller-tools)
+
+key=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools"/*/main.go; echo "$KUBE_VERSION $KWOK_VERSION $CONTROLLER_TOOLS_VERSION"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
+cache="$cache_home/capstan/tools/$key"
+pins_key=$( { cat "$pins"/*/go.mod "$pins"/*/go.sum; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
+pins_cache="$cache_home/capstan/pins/$pins_key"
 
 # progress reads `go build -v` package names and prints a line every 200 packages.
 progress() {
@@ -32,7 +45,7 @@ progress() {
   done
 }
 
-build() {
+build_control_plane() {
   local tmp="$cache.tmp.$$"
   remove_dir "$tmp" ".tmp.$$"; mkdir -p "$tmp"
   local major=${KUBE_VERSION#v}; major=${major%%.*}
@@ -43,26 +56,39 @@ build() {
   log "the first build compiles ~3,000 packages and takes 15-25 minutes on 2 cores; later runs reuse it"
   (cd "$tools" && go build -v -trimpath -ldflags "$ldflags" -o "$tmp/" ./etcd ./kube-apiserver ./kube-controller-manager ./kube-scheduler 2>&1) | progress
   [ "${PIPESTATUS[0]}" -eq 0 ] || { log "control-plane build failed"; exit 1; }
-  log "building kwok $KWOK_VERSION and controller-gen $CONTROLLER_TOOLS_VERSION"
-  GOBIN="$tmp" GOFLAGS=-trimpath go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  GOBIN="$tmp" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
-  # kwok needs Stage definitions; the module ships ready ones.
+  remove_dir "$cache" "/capstan/tools/$key"; mv "$tmp" "$cache"
+}
+
+build_pins() {
+  local tmp="$pins_cache.tmp.$$"
+  remove_dir "$tmp" ".tmp.$$"; mkdir -p "$tmp"
+  log "building kwok $KWOK_VERSION, controller-gen $CONTROLLER_TOOLS_VERSION and staticcheck from hack/tools/pins"
+  (cd "$pins/kwok" && go build -trimpath -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok)
+  (cd "$pins/controller-gen" && go build -trimpath -o "$tmp/" sigs.k8s.io/controller-tools/cmd/controller-gen)
+  (cd "$pins/staticcheck" && go build -trimpath -o "$tmp/" honnef.co/go/tools/cmd/staticcheck)
+  # kwok needs Stage definitions; its module ships ready ones.
   local kwokdir
-  kwokdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  kwokdir=$(cd "$pins/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
   mkdir -p "$tmp/kwok-stages"
   local f
   for f in "$kwokdir"/kustomize/stage/node/fast/*.yaml "$kwokdir"/kustomize/stage/node/heartbeat-with-lease/*.yaml "$kwokdir"/kustomize/stage/pod/fast/*.yaml; do
     case "$(basename "$f")" in kustomization.yaml) continue ;; esac
     cp "$f" "$tmp/kwok-stages/$(basename "$(dirname "$f")")-$(basename "$f")"
   done
-  remove_dir "$cache" "/capstan/tools/$key"; mv "$tmp" "$cache"
-  log "done"
+  remove_dir "$pins_cache" "/capstan/pins/$pins_key"; mv "$tmp" "$pins_cache"
 }
 
-if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/kwok" ] || [ ! -x "$cache/controller-gen" ]; then
-  build
+if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/kube-scheduler" ]; then
+  build_control_plane
+fi
+if [ ! -x "$pins_cache/kwok" ] || [ ! -x "$pins_cache/controller-gen" ] || [ ! -x "$pins_cache/staticcheck" ]; then
+  build_pins
 fi
 mkdir -p "$root/bin"
-for f in "$cache"/*; do ln -sfn "$f" "$root/bin/$(basename "$f")"; done
+for f in etcd kube-apiserver kube-controller-manager kube-scheduler; do ln -sfn "$cache/$f" "$root/bin/$f"; done
+for f in kwok kwok-stages controller-gen staticcheck; do ln -sfn "$pins_cache/$f" "$root/bin/$f"; done
 
-if [ "${1:-}" = dir ]; then echo "$cache"; fi
+case "${1:-}" in
+  dir) echo "$cache" ;;
+  pins) echo "$pins_cache" ;;
+esac

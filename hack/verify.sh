@@ -44,14 +44,8 @@ if ! diff=$(go mod tidy -diff 2>&1); then
   status=1
 fi
 
-# staticcheck, pinned, built once per version into the tool cache.
-STATICCHECK_VERSION=v0.8.2
-sc_dir="$cache_home/capstan/staticcheck-$STATICCHECK_VERSION-$(go env GOVERSION)"
-if [ ! -x "$sc_dir/staticcheck" ]; then
-  echo "[verify] building staticcheck $STATICCHECK_VERSION" >&2
-  GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
-fi
-"$sc_dir/staticcheck" ./... || status=1
+# staticcheck, pinned in hack/tools/pins/staticcheck and built by hack/tools.sh.
+"$root/bin/staticcheck" ./... || status=1
 
 # api/ holds only API types: it may import the standard library and Kubernetes' API packages.
 bad=$(go list -f '{{range .Imports}}{{.}}{{"\n"}}{{end}}' ./api/... | sort -u |
