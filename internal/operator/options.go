@@ -115,6 +115,20 @@ func parseFeatureGates(s string) (FeatureGates, error) {
 	return out, nil
 }
 
+// EnabledWithoutEffect lists the feature gates turned on beyond Karpenter's defaults whose
+// features Capstan does not have yet: they are accepted (a deployment written for Karpenter
+// starts), and said so at start-up.
+func (g FeatureGates) EnabledWithoutEffect() []string {
+	var out []string
+	for name, on := range g {
+		if on && !featureGateDefaults[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // raw holds the settings Parse reads as text and converts afterwards.
 type raw struct {
 	outPaths, errPaths, gates string

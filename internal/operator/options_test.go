@@ -151,3 +151,13 @@ func TestLoggerOutputPathsAndLevel(t *testing.T) {
 		t.Fatalf("an unwritable path: %v", err)
 	}
 }
+
+func TestGatesEnabledWithoutEffectAreNamed(t *testing.T) {
+	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=true,ReservedCapacity=true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.FeatureGates.EnabledWithoutEffect(); len(got) != 1 || got[0] != "NodeRepair" {
+		t.Fatalf("gates without effect %v, want [NodeRepair] (ReservedCapacity is on by default)", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	karpv1alpha1 "capstan.dev/capstan/api/karpenter/v1alpha1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 )
 
@@ -21,6 +22,7 @@ func New() (*runtime.Scheme, error) {
 		clientgoscheme.AddToScheme,
 		apiextensionsv1.AddToScheme,
 		karpv1.AddToScheme,
+		karpv1alpha1.AddToScheme,
 		awsv1.AddToScheme,
 		simv1alpha1.AddToScheme,
 	} {

@@ -169,6 +169,8 @@ func TestKarpenterLatestManifestsApply(t *testing.T) {
 		{"ec2nodeclass/latest-linux", "{.spec.kubelet.registryPullQPS}", "10"},
 		{"ec2nodeclass/latest-linux", "{.spec.blockDeviceMappings[0].ebs.volumeInitializationRate}", "200"},
 		{"ec2nodeclass/latest-linux", "{.spec.networkInterfaces[1].interfaceType}", "efa-only"},
+		{"nodeoverlay/latest-discount", "{.spec.priceAdjustment}", "-10%"},
+		{"nodeoverlay/latest-hugepages", "{.spec.capacity.hugepages-2Mi}", "100Mi"},
 	} {
 		out, err := kubectl(t, "get", tc.resource, "-o", "jsonpath="+tc.path)
 		if err != nil {

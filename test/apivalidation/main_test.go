@@ -49,6 +49,12 @@ spec:
   subnetSelectorTerms: [{tags: {karpenter.sh/discovery: prod-east}}]
   securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: prod-east}}]
 `
+	baseNodeOverlay = `
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: base}
+spec: {requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]}
+`
 	baseSimNodeClass = `
 apiVersion: capstan.dev/v1alpha1
 kind: SimNodeClass

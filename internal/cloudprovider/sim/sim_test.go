@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -91,6 +93,12 @@ func TestCreateLaunchesTheCheapestOfferingOnceAndRegisters(t *testing.T) {
 	}
 	if n := len(restarted.Cloud().Instances()); n != 1 || restarted.Cloud().CreateCount(nc.Name) != 0 {
 		t.Fatalf("%d machines for one NodeClaim, %d launched after the restart; want the one from before", n, restarted.Cloud().CreateCount(nc.Name))
+	}
+	var saved struct {
+		Creates map[string]int `json:"creates"`
+	}
+	if b, err := os.ReadFile(statePath); err != nil || json.Unmarshal(b, &saved) != nil || saved.Creates[nc.Name] != 1 {
+		t.Fatalf("the state file counts %d launches for the claim, want 1 (%v)", saved.Creates[nc.Name], err)
 	}
 
 	// Registration happens after launch + registration delay (1s + 2s by default).

@@ -28,25 +28,29 @@ type Store interface {
 	Delete(id string) error
 }
 
-// FileStore keeps the machines in one JSON file, rewritten atomically on each change.
+// FileStore keeps the machines in one JSON file, rewritten atomically on each change. The file
+// also counts the machines ever launched per NodeClaim ("creates"), as a cloud's audit log would,
+// so tests can check that no claim bought two across restarts.
 type FileStore struct {
 	Path string
 
 	mu        sync.Mutex
 	instances map[string]*Instance
+	creates   map[string]int
 }
 
 var _ Store = (*FileStore)(nil)
 
 type fileState struct {
 	Instances map[string]*Instance `json:"instances"`
+	Creates   map[string]int       `json:"creates,omitempty"`
 }
 
 // Load implements Store.
 func (f *FileStore) Load() ([]*Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.instances = map[string]*Instance{}
+	f.instances, f.creates = map[string]*Instance{}, map[string]int{}
 	b, err := os.ReadFile(f.Path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -57,6 +61,9 @@ func (f *FileStore) Load() ([]*Instance, error) {
 	var st fileState
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("decoding %s: %w", f.Path, err)
+	}
+	for claim, n := range st.Creates {
+		f.creates[claim] = n
 	}
 	out := make([]*Instance, 0, len(st.Instances))
 	for id, inst := range st.Instances {
@@ -73,25 +80,39 @@ func (f *FileStore) Put(inst *Instance) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cp := *inst
-	return f.write(func(m map[string]*Instance) { m[inst.ID] = &cp })
+	_, known := f.instances[inst.ID]
+	if err := f.write(func(m map[string]*Instance) { m[inst.ID] = &cp }, !known, inst.NodeClaim); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Delete implements Store.
 func (f *FileStore) Delete(id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.write(func(m map[string]*Instance) { delete(m, id) })
+	return f.write(func(m map[string]*Instance) { delete(m, id) }, false, "")
 }
 
 // write applies change to a copy of the machines and saves it; the memory copy changes only
 // once the file is written.
-func (f *FileStore) write(change func(map[string]*Instance)) error {
+func (f *FileStore) write(change func(map[string]*Instance), launched bool, claim string) error {
+	if f.instances == nil {
+		f.instances, f.creates = map[string]*Instance{}, map[string]int{}
+	}
 	next := make(map[string]*Instance, len(f.instances)+1)
 	for k, v := range f.instances {
 		next[k] = v
 	}
 	change(next)
-	b, err := json.Marshal(fileState{Instances: next})
+	creates := make(map[string]int, len(f.creates)+1)
+	for k, v := range f.creates {
+		creates[k] = v
+	}
+	if launched {
+		creates[claim]++
+	}
+	b, err := json.Marshal(fileState{Instances: next, Creates: creates})
 	if err != nil {
 		return fmt.Errorf("encoding the simulated cloud: %w", err)
 	}
@@ -105,7 +126,7 @@ func (f *FileStore) write(change func(map[string]*Instance)) error {
 	if err := os.Rename(tmp, f.Path); err != nil {
 		return fmt.Errorf("saving the simulated cloud: %w", err)
 	}
-	f.instances = next
+	f.instances, f.creates = next, creates
 	return nil
 }
 
