@@ -184,6 +184,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 			return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 		}
 		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "NodeClassNotReady", err.Error())
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", "NodeClass is not ready: %s", truncate(err.Error()))
 		return false, reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 	case err != nil:
 		// Retried until LaunchTTL; the condition, event and log say why.

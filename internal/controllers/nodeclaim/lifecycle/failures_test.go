@@ -226,3 +226,40 @@ func TestClaimOfAnotherProvidersKindIsLeftAlone(t *testing.T) {
 		t.Fatalf("want one UnmanagedNodeClass event, got %q", evs)
 	}
 }
+
+// A NodeClass that exists but is not ready (here: being deleted) holds the launch with a
+// condition and a NodeClassNotReady event; the claim is kept.
+func TestNodeClassNotReadyHoldsTheLaunch(t *testing.T) {
+	f := setup(t, "going", simv1alpha1.Failures{})
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "going"}, snc); err != nil {
+		t.Fatal(err)
+	}
+	snc.Finalizers = []string{"example.com/hold"}
+	if err := env.Client.Update(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		got := &simv1alpha1.SimNodeClass{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: "going"}, got) == nil {
+			got.Finalizers = nil
+			_ = env.Client.Update(context.Background(), got)
+		}
+	})
+	if err := env.Client.Delete(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	newClaim(t, "going-1", "going")
+	nc := f.reconcile(t, "going-1")
+	if !nc.DeletionTimestamp.IsZero() {
+		t.Fatal("the claim was deleted while its NodeClass is only not ready")
+	}
+	c := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeLaunched)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "NodeClassNotReady" {
+		t.Fatalf("Launched condition %+v, want False NodeClassNotReady", c)
+	}
+	evs := drainEvents(f.ctrl.Recorder.(*events.FakeRecorder))
+	if !slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, "NodeClassNotReady") }) {
+		t.Fatalf("events %q lack NodeClassNotReady", evs)
+	}
+}
