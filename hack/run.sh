@@ -36,5 +36,5 @@ More workloads in examples/. Press Ctrl-C here to stop Capstan and the cluster.
 
 MSG
 "$root/bin/capstan" --kubeconfig "$state/kubeconfig" --disable-leader-election \
-  --sim-state-file "$state/sim-cloud.json" --metrics-bind-address "127.0.0.1:$metrics_port" \
+  --metrics-bind-address "127.0.0.1:$metrics_port" \
   --health-probe-bind-address "127.0.0.1:$health_port" "$@" || true

@@ -72,23 +72,34 @@ func (j *Joiner) register(ctx context.Context, inst *Instance) error {
 	}
 	name := inst.NodeClaim
 	labels[corev1.LabelHostname] = name
+	// The Node is created with its status, as a kubelet registers: a Node without capacity would
+	// be initialised by kwok with its placeholder capacity in between, and scheduled onto as such.
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{KwokNodeAnnotation: "fake"}},
 		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID(), Taints: taints},
+		Status:     nodeStatus(inst, labels),
 	}
-	if err := j.Client.Create(ctx, node); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		if err := j.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-			return err
-		}
+	err := j.Client.Create(ctx, node)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// Registered before (a restart between creating the Node and recording it): make sure its
+	// status is the machine's.
+	if err := j.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
 	}
 	orig := node.DeepCopy()
-	node.Status.Capacity = inst.Capacity.DeepCopy()
-	node.Status.Allocatable = inst.Allocatable.DeepCopy()
-	node.Status.NodeInfo.KubeletVersion = "v1.37.2"
-	node.Status.NodeInfo.Architecture = labels[corev1.LabelArchStable]
-	node.Status.NodeInfo.OperatingSystem = "linux"
+	st := nodeStatus(inst, labels)
+	node.Status.Capacity, node.Status.Allocatable, node.Status.NodeInfo = st.Capacity, st.Allocatable, st.NodeInfo
 	return j.Client.Status().Patch(ctx, node, client.MergeFrom(orig))
+}
+
+// nodeStatus is what the machine's kubelet reports at registration.
+func nodeStatus(inst *Instance, labels map[string]string) corev1.NodeStatus {
+	return corev1.NodeStatus{
+		Capacity:    inst.Capacity.DeepCopy(),
+		Allocatable: inst.Allocatable.DeepCopy(),
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", Architecture: labels[corev1.LabelArchStable],
+			OperatingSystem: "linux"},
+	}
 }

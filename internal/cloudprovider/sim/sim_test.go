@@ -3,12 +3,14 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -279,5 +281,44 @@ func TestConfigMapStoreSurvivesAFailover(t *testing.T) {
 	}
 	if len(left) != 1 || left[0].Status.ProviderID != other.Status.ProviderID {
 		t.Fatalf("after termination %d machine(s) left, want only failover-2's", len(left))
+	}
+}
+
+// noStatusWrites fails every status write, so a test can show the Node is registered complete.
+type noStatusWrites struct{ client.Client }
+
+func (c noStatusWrites) Status() client.SubResourceWriter { return failingStatus{} }
+
+type failingStatus struct{ client.SubResourceWriter }
+
+func (failingStatus) Patch(context.Context, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+	return errors.New("status written after create")
+}
+
+// The Node appears with the machine's capacity and allocatable in the same call that creates
+// it, as a kubelet registers, so nothing (kwok) can fill in placeholders in between.
+func TestNodeIsRegisteredWithItsStatusInOneCall(t *testing.T) {
+	nodeClass(t, "onecall", nil)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	p := newProvider(t, clk, "")
+	nc := claim("onecall-1", "onecall")
+	got, err := p.Create(t.Context(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "onecall-1"}})
+	})
+	clk.Step(time.Minute)
+	j := &Joiner{Cloud: p.Cloud(), Client: noStatusWrites{env.Client}}
+	if err := j.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "onecall-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(node.Status.Allocatable, got.Status.Allocatable) || node.Status.Capacity.Cpu().IsZero() {
+		t.Fatalf("registered node allocatable %v capacity %v, want the machine's %v", node.Status.Allocatable, node.Status.Capacity, got.Status.Allocatable)
 	}
 }

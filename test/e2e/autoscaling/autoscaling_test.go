@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,14 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 		nodes[nc.Status.NodeName] = true
 		if nc.Labels[karpv1.InstanceTypeLabelKey] == "" || nc.Labels[poolLabel] != "e2e-scale" {
 			t.Fatalf("NodeClaim %s labels %v", nc.Name, nc.Labels)
+		}
+		// The Node is the machine launched: never kwok's placeholder capacity.
+		node := &corev1.Node{}
+		if err := s.client.Get(t.Context(), client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(node.Status.Allocatable, nc.Status.Allocatable) {
+			t.Fatalf("Node %s allocatable %v, its NodeClaim's %v", node.Name, node.Status.Allocatable, nc.Status.Allocatable)
 		}
 	}
 	// Every machine is the one the plan put first: the cheapest offering among its claim's
