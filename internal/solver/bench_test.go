@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
@@ -126,4 +127,45 @@ func BenchmarkSmallBatches(b *testing.B) {
 	}
 	b.ReportMetric(cost, "$/h")
 	b.ReportMetric(cost/best, "cost/optimum")
+}
+
+// BenchmarkLimitedBurst is issue 8's burst — 1,000 pods of 250m/256Mi on the EC2 catalog, amd64,
+// spot and on-demand — with and without a `cpu: 2000` limit: a limit far above the need must not
+// change the plan much. It reports the CPU the claims reserve against the limit (the largest
+// candidate of each) next to the CPU of the types the plan expects to launch.
+func BenchmarkLimitedBurst(b *testing.B) {
+	its, err := workload.EC2InstanceTypes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pods := make([]*corev1.Pod, 1000)
+	for i := range pods {
+		pods[i] = workload.Pod(fmt.Sprintf("inflate-%d", i), "250m", "256Mi", map[string]string{"app": "inflate"})
+	}
+	for _, limit := range []string{"", "2000"} {
+		b.Run("limit="+limit, func(b *testing.B) {
+			np := workload.UnlimitedPool("default", its)
+			np.Requirements.Add(requirements.Single(karpv1.ArchLabelKey, karpv1.ArchitectureAmd64))
+			if limit != "" {
+				np.Remaining = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(limit)}
+			}
+			in := solver.Input{Pods: pods, NodePools: []solver.NodePool{np}}
+			var r *solver.Result
+			for b.Loop() {
+				r = solver.Solve(in, solver.Options{})
+			}
+			report(b, len(pods), r)
+			reserved, launched := 0.0, 0.0
+			for _, nc := range r.NodeClaims {
+				largest := 0.0
+				for _, it := range nc.InstanceTypes {
+					largest = max(largest, it.Capacity.Cpu().AsApproximateFloat64())
+				}
+				reserved += largest
+				launched += nc.InstanceTypes[0].Capacity.Cpu().AsApproximateFloat64()
+			}
+			b.ReportMetric(reserved, "cpu-reserved")
+			b.ReportMetric(launched, "cpu-launched")
+		})
+	}
 }

@@ -267,9 +267,11 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 	}
 	t.reqs = reqs
 	t.reserved = make(vec, s.ri.len())
-	if target := s.chooseTarget(p, cands, v.class); target != nil {
+	target := s.chooseTarget(p, cands, v.class)
+	if target != nil {
 		t.cap = target.alloc
 	}
+	cands = reservable(p, cands, target, t.reqs)
 	s.targets = append(s.targets, t)
 	t.openIdx = len(s.open)
 	s.open = append(s.open, t)
@@ -329,4 +331,32 @@ func (s *solver) limitsExhausted(p *pool) string {
 		}
 	}
 	return "limits exhausted: " + strings.Join(parts, ", ") + " left, too little for any instance type"
+}
+
+// limitedPriceSpread is how much dearer than a claim's target type (or its cheapest candidate) a
+// candidate of a pool with limits may be. The cloud launches the cheapest offering it can, so a
+// type far dearer is launched only when every cheaper one is unavailable; keeping such types off
+// the claim lets it reserve, against the limits, what it will really launch — not the largest
+// machine that could hold it — so hard limits do not throttle a burst.
+const limitedPriceSpread = 0.5
+
+// reservable narrows a new claim's candidates in a pool with limits to those priced within
+// limitedPriceSpread of its target type (or its cheapest candidate, when dearer). Requirements
+// with minValues keep every candidate.
+func reservable(p *pool, cands []*itInfo, target *itInfo, reqs requirements.Requirements) []*itInfo {
+	if p.remaining == nil || len(cands) == 0 || hasMinValues(reqs) {
+		return cands
+	}
+	bound := cands[0].minPrice
+	if target != nil {
+		bound = max(bound, target.minPrice)
+	}
+	bound *= 1 + limitedPriceSpread
+	out := cands[:0:0]
+	for _, info := range cands {
+		if info.minPrice <= bound {
+			out = append(out, info)
+		}
+	}
+	return out
 }
