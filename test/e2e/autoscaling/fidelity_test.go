@@ -62,8 +62,11 @@ func TestStartupTaintsBuyNoExtraMachines(t *testing.T) {
 	deployment(t, "startup", "e2e-startup", 50, "250m", "256Mi", nil)
 	eventually(t, "50 startup pods Running", 3*time.Minute, running(t, "startup", 50))
 
+	// How the 50 pods split across provisioning passes depends on when the ReplicaSet and the
+	// kube-scheduler surface them, which moves either pool's count by one from run to run; a
+	// startup taint must not add machines (before the fix it doubled them: 22 against 10).
 	plain, tainted := len(claims(t, "e2e-plain")), len(claims(t, "e2e-startup"))
-	if tainted != plain {
+	if tainted > plain {
 		t.Fatalf("50 pods bought %d NodeClaims on the pool with a startup taint, %d without", tainted, plain)
 	}
 }
