@@ -81,9 +81,10 @@ func Solve(in Input, opts Options) *Result {
 	if opts.MaxInstanceTypes <= 0 {
 		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
 	}
-	best := solve(in, opts, balanceLast)
-	if len(best.NodeClaims) <= secondPackingClaims {
-		if r := solve(in, opts, balanceOpen); better(r, best) {
+	best, classes := solve(in, opts, balanceLast)
+	// With one class of pods there is one queue, and both ways pack alike.
+	if len(best.NodeClaims) <= secondPackingClaims && classes > 1 {
+		if r, _ := solve(in, opts, balanceOpen); better(r, best) {
 			best = r
 		}
 	}
@@ -100,14 +101,15 @@ func better(a, b *Result) bool {
 	return len(a.NodeClaims) < len(b.NodeClaims)
 }
 
-func solve(in Input, opts Options, b balancing) *Result {
+// solve packs once and returns the plan and how many classes the pods formed.
+func solve(in Input, opts Options, b balancing) (*Result, int) {
 	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b,
 		wellKnown: wellKnownLabels(in)}
 	s.prepare()
 	s.run()
 	s.repack()
 	s.finish()
-	return &s.result
+	return &s.result, len(s.classes)
 }
 
 type podItem struct {
