@@ -143,10 +143,14 @@ func (p *Provisioner) Start(ctx context.Context) error {
 }
 
 // Provisionable reports whether a pod is one the provisioner acts on: not bound, not finished,
-// not being deleted, marked unschedulable by the scheduler, and not a DaemonSet's.
+// not being deleted, not a DaemonSet's, not held by scheduling gates, and either marked
+// unschedulable by the kube-scheduler or — for pods of the default scheduler — not tried by it yet.
+// Planning a pod the scheduler has not tried is safe: the solver puts it on an existing node with
+// room before it buys anything, as the scheduler would; and it keeps a burst's latency off the
+// scheduler's queue, which on a busy cluster surfaces a thousand pods over a minute.
 func Provisionable(pod *corev1.Pod) bool {
 	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || len(pod.Spec.SchedulingGates) > 0 {
 		return false
 	}
 	for _, o := range pod.OwnerReferences {
@@ -155,11 +159,11 @@ func Provisionable(pod *corev1.Pod) bool {
 		}
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return true
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
 		}
 	}
-	return false
+	return pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName
 }
 
 // Result is what one pass did.

@@ -92,6 +92,12 @@ func run(m *testing.M) (int, error) {
 	}
 	defer stopCapstan(syscall.SIGTERM)
 	code := m.Run()
+	if keep := os.Getenv("CAPSTAN_E2E_KEEP_LOG"); keep != "" {
+		// For looking into a run afterwards (benchmarks): the harness's directory is removed.
+		if b, err := os.ReadFile(s.capstanLog); err == nil {
+			_ = os.WriteFile(keep, b, 0o644)
+		}
+	}
 	if code != 0 {
 		if b, err := os.ReadFile(s.capstanLog); err == nil {
 			lines := strings.Split(string(b), "\n")
