@@ -1,10 +1,16 @@
 package provisioning
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
 func TestProvisionable(t *testing.T) {
@@ -35,5 +41,40 @@ func TestProvisionable(t *testing.T) {
 				t.Fatalf("Provisionable = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// failingCreates fails the creation of NodeClaims whose pool is named in fail.
+type failingCreates struct {
+	client.Client
+	fail string
+}
+
+func (f failingCreates) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if nc, ok := obj.(*karpv1.NodeClaim); ok && nc.Labels[karpv1.NodePoolLabelKey] == f.fail {
+		return errors.New("injected create failure")
+	}
+	return f.Client.Create(ctx, obj, opts...)
+}
+
+// Claims are created concurrently; one failing creation does not stop the others, and the pass
+// reports it.
+func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
+	good := pool("prov-good", nil)
+	bad := pool("prov-bad", func(np *karpv1.NodePool) { np.Spec.Weight = ptrTo(int32(50)) })
+	p, _ := setup(t, good, bad)
+	ns := namespace(t)
+	pendingPods(t, ns, "any", 6, "250m", oneHostPerPod("any"))
+	pendingPods(t, ns, "pinned", 3, "250m", func(pod *corev1.Pod) {
+		oneHostPerPod("pinned")(pod)
+		pod.Spec.NodeSelector = map[string]string{karpv1.NodePoolLabelKey: "prov-good"}
+	})
+	p.Client = failingCreates{Client: p.Client, fail: "prov-bad"}
+	res, err := p.Provision(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "injected create failure") {
+		t.Fatalf("err = %v, want the injected failure reported", err)
+	}
+	if n := len(claimsOf(t, "prov-good")); n != 3 || len(res.Created) != 3 {
+		t.Fatalf("%d claims on the good pool (%d reported), want the 3 pinned pods' claims created despite the failures", n, len(res.Created))
 	}
 }

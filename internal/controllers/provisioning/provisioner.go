@@ -2,9 +2,11 @@ package provisioning
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,6 +168,9 @@ func Provisionable(pod *corev1.Pod) bool {
 	return pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName
 }
 
+// createWorkers bounds the NodeClaims created at once.
+const createWorkers = 8
+
 // Result is what one pass did.
 type Result struct {
 	// Created are the NodeClaims created.
@@ -227,12 +232,32 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		logger.Info("computed new nodeclaim(s) to fit pod(s)", "nodeclaims", len(plan.NodeClaims), "pods", placed,
 			"duration", time.Since(start).String())
 	}
-	for _, planned := range plan.NodeClaims {
+	// Claims are created concurrently: on a busy API server one at a time takes seconds per
+	// fifty, and the next pass waits for this one.
+	made := make([]*karpv1.NodeClaim, len(plan.NodeClaims))
+	errs := make([]error, len(plan.NodeClaims))
+	sem := make(chan struct{}, createWorkers)
+	var wg sync.WaitGroup
+	for i, planned := range plan.NodeClaims {
 		np := st.byName[planned.NodePool]
 		nc := newNodeClaim(np, planned)
-		if err := p.Client.Create(ctx, nc); err != nil {
-			return res, fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := p.Client.Create(ctx, nc); err != nil {
+				errs[i] = fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
+				return
+			}
+			made[i] = nc
+		}()
+	}
+	wg.Wait()
+	for i, nc := range made {
+		if nc == nil {
+			continue
 		}
+		planned, np := plan.NodeClaims[i], st.byName[plan.NodeClaims[i].NodePool]
 		res.Created = append(res.Created, nc)
 		p.remember(nc)
 		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
@@ -241,6 +266,9 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		for _, pod := range planned.Pods {
 			p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Nominated", "Schedule", "Pod should schedule on: nodeclaim/%s", nc.Name)
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
 	}
 	for _, u := range plan.Unschedulable {
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", "Schedule", "Failed to schedule pod, %s", u.Reason)
