@@ -5,7 +5,9 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 BIN := $(CURDIR)/bin
-GO_TEST_FLAGS ?= -timeout 45m
+# -count=1: the end-to-end tests build and run the capstan binary, which go test cannot track,
+# so a cached pass could hide a change.
+GO_TEST_FLAGS ?= -timeout 45m -count=1
 
 .PHONY: help
 help: ## Show the targets.
