@@ -51,6 +51,17 @@ func (it *InstanceType) Allocatable() corev1.ResourceList {
 	return out
 }
 
+// Fits reports whether allocatable covers every request (a zero request of a resource the type
+// lacks is covered): a type that does not is never launched for those requests.
+func Fits(requests, allocatable corev1.ResourceList) bool {
+	for name, q := range requests {
+		if a, ok := allocatable[name]; !ok && !q.IsZero() || ok && q.Cmp(a) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // NewInstanceType builds an instance type whose requirements are its labels plus the zones and
 // capacity types of its offerings.
 func NewInstanceType(name string, labels map[string]string, capacity, overhead corev1.ResourceList, offerings []Offering) *InstanceType {

@@ -48,6 +48,16 @@ func NodeFor(ctx context.Context, c client.Reader, nc *karpv1.NodeClaim) (*corev
 	return nil, nil
 }
 
+// NodeReady reports whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // SetCondition sets a condition, stamping a transition with the clock's time.
 func SetCondition(nc *karpv1.NodeClaim, clk clock.PassiveClock, t string, s metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{

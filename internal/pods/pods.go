@@ -1,5 +1,5 @@
-// Package pods holds the rules Capstan's controllers share about pods: whether a pod still
-// protects its node from voluntary disruption.
+// Package pods holds the rules Capstan's controllers share about pods: whether a DaemonSet owns
+// one, and whether it still protects its node from voluntary disruption.
 package pods
 
 import (
@@ -9,6 +9,16 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
+
+// OwnedByDaemonSet reports whether a DaemonSet owns the pod.
+func OwnedByDaemonSet(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
 
 // DoNotDisrupt reports whether the pod's karpenter.sh/do-not-disrupt annotation protects it at
 // now: "true" always; a duration ("5m", "2h") until that long after the pod started (its creation

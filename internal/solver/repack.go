@@ -2,6 +2,7 @@ package solver
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -250,51 +251,63 @@ func (g *repackGroup) move() bool {
 // split divides the bin whose best 2-way division saves the most.
 func (g *repackGroup) split() bool {
 	bestBin, bestMask, bestGain := -1, 0, 0.0
-	left, right := make(vec, 0), make(vec, 0)
 	for i, b := range g.bins {
-		n := len(b.pods)
-		if n < 2 || n > splitMaxPods {
+		if n := len(b.pods); n < 2 || n > splitMaxPods {
 			continue
 		}
-		// The last pod stays on the left: each division is tried once.
-		for mask := 1; mask < 1<<(n-1); mask++ {
-			left, right = append(left[:0], b.used...), right[:0]
-			for range b.used {
-				right = append(right, 0)
-			}
-			for k := range n - 1 {
-				if mask&(1<<k) != 0 {
-					left.sub(b.reqs[k])
-					right.add(b.reqs[k])
-				}
-			}
-			if after := g.cheapest(left) + g.cheapest(right); improves(after, b.price) && b.price-after > bestGain {
-				bestBin, bestMask, bestGain = i, mask, b.price-after
-			}
+		if mask, after := g.bestDivision(b.reqs, b.used); improves(after, b.price) && b.price-after > bestGain {
+			bestBin, bestMask, bestGain = i, mask, b.price-after
 		}
 	}
 	if bestBin < 0 {
 		return false
 	}
 	b := g.bins[bestBin]
-	nb := &bin{used: make(vec, len(b.used))}
-	var keepPods []*corev1.Pod
-	var keepReqs []vec
-	for k := range b.pods {
-		if k < len(b.pods)-1 && bestMask&(1<<k) != 0 {
-			nb.pods = append(nb.pods, b.pods[k])
-			nb.reqs = append(nb.reqs, b.reqs[k])
-			nb.used.add(b.reqs[k])
-			b.used.sub(b.reqs[k])
-		} else {
-			keepPods = append(keepPods, b.pods[k])
-			keepReqs = append(keepReqs, b.reqs[k])
-		}
-	}
-	b.pods, b.reqs, b.price = keepPods, keepReqs, g.cheapest(b.used)
-	nb.price = g.cheapest(nb.used)
+	nb := &bin{}
+	g.divide(b, nb, b.pods, b.reqs, bestMask)
 	g.bins = append(g.bins, nb)
 	return true
+}
+
+// bestDivision finds the cheapest division of reqs (which sum to total) between two machines:
+// bit k of mask sends reqs[k] to the second, and the last always stays with the first, so each
+// division is tried once. It returns the mask and the two machines' price (+Inf when none holds).
+func (g *repackGroup) bestDivision(reqs []vec, total vec) (int, float64) {
+	n := len(reqs)
+	bestMask, best := 0, math.Inf(1)
+	left, right := make(vec, len(total)), make(vec, len(total))
+	for mask := 1; mask < 1<<(n-1); mask++ {
+		copy(left, total)
+		clear(right)
+		for k := range n - 1 {
+			if mask&(1<<k) != 0 {
+				left.sub(reqs[k])
+				right.add(reqs[k])
+			}
+		}
+		if after := g.cheapest(left) + g.cheapest(right); after < best {
+			bestMask, best = mask, after
+		}
+	}
+	return bestMask, best
+}
+
+// divide refills bins a and b with the pods as mask divides them (see bestDivision).
+func (g *repackGroup) divide(a, b *bin, pods []*corev1.Pod, reqs []vec, mask int) {
+	pods, reqs = slices.Clone(pods), slices.Clone(reqs)
+	dims := len(reqs[0])
+	a.pods, a.reqs, a.used = nil, nil, make(vec, dims)
+	b.pods, b.reqs, b.used = nil, nil, make(vec, dims)
+	for k := range pods {
+		dst := a
+		if k < len(pods)-1 && mask&(1<<k) != 0 {
+			dst = b
+		}
+		dst.pods = append(dst.pods, pods[k])
+		dst.reqs = append(dst.reqs, reqs[k])
+		dst.used.add(reqs[k])
+	}
+	a.price, b.price = g.cheapest(a.used), g.cheapest(b.used)
 }
 
 // exactMaxPods bounds the groups whose every partition into machines is priced (Bell(7) = 877).
@@ -378,34 +391,20 @@ func (g *repackGroup) repartition() bool {
 		return false
 	}
 	bestI, bestJ, bestMask, bestGain := -1, -1, 0, 0.0
-	var pool []vec
-	left, right := make(vec, 0), make(vec, 0)
+	var both []vec
+	total := make(vec, 0)
 	for i := range g.bins {
 		for j := i + 1; j < len(g.bins); j++ {
 			a, b := g.bins[i], g.bins[j]
-			n := len(a.pods) + len(b.pods)
-			if len(a.pods) == 0 || len(b.pods) == 0 || n > splitMaxPods {
+			if len(a.pods) == 0 || len(b.pods) == 0 || len(a.pods)+len(b.pods) > splitMaxPods {
 				continue
 			}
-			pool = append(append(pool[:0], a.reqs...), b.reqs...)
-			total := make(vec, len(a.used))
-			total.add(a.used)
+			both = append(append(both[:0], a.reqs...), b.reqs...)
+			total = append(total[:0], a.used...)
 			total.add(b.used)
 			before := a.price + b.price
-			for mask := 1; mask < 1<<(n-1); mask++ {
-				left, right = append(left[:0], total...), right[:0]
-				for range total {
-					right = append(right, 0)
-				}
-				for k := range n - 1 {
-					if mask&(1<<k) != 0 {
-						left.sub(pool[k])
-						right.add(pool[k])
-					}
-				}
-				if after := g.cheapest(left) + g.cheapest(right); improves(after, before) && before-after > bestGain {
-					bestI, bestJ, bestMask, bestGain = i, j, mask, before-after
-				}
+			if mask, after := g.bestDivision(both, total); improves(after, before) && before-after > bestGain {
+				bestI, bestJ, bestMask, bestGain = i, j, mask, before-after
 			}
 		}
 	}
@@ -413,20 +412,7 @@ func (g *repackGroup) repartition() bool {
 		return false
 	}
 	a, b := g.bins[bestI], g.bins[bestJ]
-	pods := append(append([]*corev1.Pod{}, a.pods...), b.pods...)
-	reqs := append(append([]vec{}, a.reqs...), b.reqs...)
-	a.pods, a.reqs, a.used = nil, nil, make(vec, len(a.used))
-	b.pods, b.reqs, b.used = nil, nil, make(vec, len(b.used))
-	for k := range pods {
-		dst := a
-		if k < len(pods)-1 && bestMask&(1<<k) != 0 {
-			dst = b
-		}
-		dst.pods = append(dst.pods, pods[k])
-		dst.reqs = append(dst.reqs, reqs[k])
-		dst.used.add(reqs[k])
-	}
-	a.price, b.price = g.cheapest(a.used), g.cheapest(b.used)
+	g.divide(a, b, append(slices.Clone(a.pods), b.pods...), append(slices.Clone(a.reqs), b.reqs...), bestMask)
 	return true
 }
 

@@ -138,6 +138,15 @@ func TestScenariosNodePools(t *testing.T) {
 	})
 }
 
+// minValuesPool is the scenario pool asking for at least n instance types per claim.
+func minValuesPool(n int) solver.NodePool {
+	p := scenarioPool()
+	r := requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.Exists)
+	r.MinValues = n
+	p.Requirements.Add(r)
+	return p
+}
+
 func TestScenariosInstanceSelection(t *testing.T) {
 	var cases []scenario
 	for i, cpu := range []string{"100m", "800m", "1500m", "2500m", "3500m", "5", "7"} {
@@ -172,34 +181,16 @@ func TestScenariosInstanceSelection(t *testing.T) {
 				}
 			}},
 		scenario{name: "minValues on instance types keeps that many candidates", in: solver.Input{Pods: pods(1, "p", "500m", "512Mi", nil),
-			NodePools: []solver.NodePool{func() solver.NodePool {
-				p := scenarioPool()
-				r := requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.Exists)
-				r.MinValues = 5
-				p.Requirements.Add(r)
-				return p
-			}()}}, check: func(t *testing.T, r *solver.Result) {
+			NodePools: []solver.NodePool{minValuesPool(5)}}, check: func(t *testing.T, r *solver.Result) {
 			wantAllPlaced(t, r)
 			if n := len(r.NodeClaims[0].InstanceTypes); n < 5 {
 				t.Fatalf("%d candidates, want at least minValues 5", n)
 			}
 		}},
 		scenario{name: "minValues that cannot hold is unschedulable", in: solver.Input{Pods: pods(1, "p", "6", "512Mi", nil),
-			NodePools: []solver.NodePool{func() solver.NodePool {
-				p := scenarioPool()
-				r := requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.Exists)
-				r.MinValues = 5
-				p.Requirements.Add(r)
-				return p
-			}()}}, check: wantUnschedulable(1, "minValues")},
+			NodePools: []solver.NodePool{minValuesPool(5)}}, check: wantUnschedulable(1, "minValues")},
 		scenario{name: "minValues best effort launches with the types there are", in: solver.Input{Pods: pods(1, "p", "6", "512Mi", nil),
-			NodePools: []solver.NodePool{func() solver.NodePool {
-				p := scenarioPool()
-				r := requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.Exists)
-				r.MinValues = 5
-				p.Requirements.Add(r)
-				return p
-			}()}}, opts: solver.Options{MinValuesBestEffort: true}, check: wantClaims(1)},
+			NodePools: []solver.NodePool{minValuesPool(5)}}, opts: solver.Options{MinValuesBestEffort: true}, check: wantClaims(1)},
 		scenario{name: "small pods share a machine", in: solver.Input{Pods: pods(6, "p", "250m", "256Mi", nil), NodePools: []solver.NodePool{scenarioPool()}}, check: wantClaims(1)},
 		scenario{name: "pods that cannot share a type get their own machines", in: solver.Input{Pods: pods(2, "p", "5", "256Mi", nil),
 			NodePools: []solver.NodePool{poolOf(workload.FakeInstanceTypes(8))}}, check: wantClaims(2)},

@@ -81,10 +81,11 @@ func Solve(in Input, opts Options) *Result {
 	if opts.MaxInstanceTypes <= 0 {
 		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
 	}
-	best, classes := solve(in, opts, balanceLast)
+	wellKnown := wellKnownLabels(in)
+	best, classes := solve(in, opts, balanceLast, wellKnown)
 	// With one class of pods there is one queue, and both ways pack alike.
 	if len(best.NodeClaims) <= secondPackingClaims && classes > 1 {
-		if r, _ := solve(in, opts, balanceOpen); better(r, best) {
+		if r, _ := solve(in, opts, balanceOpen, wellKnown); better(r, best) {
 			best = r
 		}
 	}
@@ -102,9 +103,9 @@ func better(a, b *Result) bool {
 }
 
 // solve packs once and returns the plan and how many classes the pods formed.
-func solve(in Input, opts Options, b balancing) (*Result, int) {
+func solve(in Input, opts Options, b balancing, wellKnown map[string]bool) (*Result, int) {
 	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b,
-		wellKnown: wellKnownLabels(in)}
+		wellKnown: wellKnown}
 	s.prepare()
 	s.run()
 	s.repack()

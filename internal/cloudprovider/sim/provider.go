@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -180,7 +179,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	}
 	var cands []candidate
 	for _, it := range its {
-		if it.Requirements.Intersects(reqs) != nil || !fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+		if it.Requirements.Intersects(reqs) != nil || !cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
 			continue
 		}
 		for _, o := range it.Offerings {
@@ -228,15 +227,6 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), nc.Name)}
 	}
 	return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no instance type of SimNodeClass %s satisfies NodeClaim %s", snc.Name, nc.Name)}
-}
-
-func fits(requests, alloc corev1.ResourceList) bool {
-	for name, q := range requests {
-		if a, ok := alloc[name]; !ok && !q.IsZero() || ok && q.Cmp(a) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *Provider) newInstance(id string, nc *karpv1.NodeClaim, snc *simv1alpha1.SimNodeClass, c candidate, never bool) *Instance {

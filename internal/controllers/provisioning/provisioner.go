@@ -21,6 +21,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -152,13 +153,9 @@ func (p *Provisioner) Start(ctx context.Context) error {
 // scheduler's queue, which on a busy cluster surfaces a thousand pods over a minute.
 func Provisionable(pod *corev1.Pod) bool {
 	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || len(pod.Spec.SchedulingGates) > 0 {
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || len(pod.Spec.SchedulingGates) > 0 ||
+		pods.OwnedByDaemonSet(pod) {
 		return false
-	}
-	for _, o := range pod.OwnerReferences {
-		if o.Kind == "DaemonSet" {
-			return false
-		}
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled {

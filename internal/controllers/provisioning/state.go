@@ -193,22 +193,11 @@ func candidates(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) []*cl
 	}
 	var out []*cloudprovider.InstanceType
 	for _, it := range types {
-		if it.Requirements.Intersects(reqs) == nil && holds(it.Allocatable(), nc.Spec.Resources.Requests) {
+		if it.Requirements.Intersects(reqs) == nil && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
 			out = append(out, it)
 		}
 	}
 	return out
-}
-
-// holds reports whether alloc covers every request: a type that cannot hold the claim's requests
-// is never launched for it, so it reserves nothing.
-func holds(alloc, requests corev1.ResourceList) bool {
-	for name, q := range requests {
-		if a, ok := alloc[name]; !ok || a.Cmp(q) < 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts

@@ -19,6 +19,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/periodic"
 )
 
@@ -136,18 +137,9 @@ func (c *Controller) vanished(ctx context.Context, nc *karpv1.NodeClaim, alive m
 		!meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeRegistered) {
 		return false
 	}
-	if node != nil && nodeReady(node) {
+	if node != nil && nodeclaims.NodeReady(node) {
 		return false
 	}
 	_, err := c.Cloud.Get(ctx, nc.Status.ProviderID)
 	return cloudprovider.IsNodeClaimNotFound(err)
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -124,7 +124,7 @@ func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool
 		c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionTrue, "Initialized", "")
 		return true, reconcile.Result{}, nil
 	}
-	if !nodeReady(node) {
+	if !nodeclaims.NodeReady(node) {
 		c.setCondition(nc, karpv1.ConditionTypeInitialized, metav1.ConditionUnknown, "NodeNotReady", "waiting for the node to be ready")
 		return false, reconcile.Result{}, nil
 	}
@@ -154,13 +154,4 @@ func (c *Controller) initialize(ctx context.Context, nc *karpv1.NodeClaim) (bool
 	log.FromContext(ctx).Info("initialized nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name,
 		"allocatable", describe(node.Status.Allocatable))
 	return true, reconcile.Result{}, nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

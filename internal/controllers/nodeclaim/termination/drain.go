@@ -20,15 +20,15 @@ import (
 
 // drain evicts the node's pods, one priority group at a time, and returns how many are left.
 func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (int, error) {
-	pods := &corev1.PodList{}
-	if err := c.Client.List(ctx, pods, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
+	onNode := &corev1.PodList{}
+	if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
 		return 0, fmt.Errorf("listing pods of node %s: %w", node.Name, err)
 	}
 	groups := make([][]*corev1.Pod, 4)
 	left := 0
 	now := c.Clock.Now()
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range onNode.Items {
+		p := &onNode.Items[i]
 		if !drainable(p, now) {
 			continue
 		}
@@ -37,7 +37,7 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 		if critical(p) {
 			g++
 		}
-		if daemon(p) {
+		if pods.OwnedByDaemonSet(p) {
 			g += 2
 		}
 		groups[g] = append(groups[g], p)
@@ -87,15 +87,6 @@ func drainable(p *corev1.Pod, now time.Time) bool {
 
 func critical(p *corev1.Pod) bool {
 	return p.Spec.PriorityClassName == "system-cluster-critical" || p.Spec.PriorityClassName == "system-node-critical"
-}
-
-func daemon(p *corev1.Pod) bool {
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" {
-			return true
-		}
-	}
-	return false
 }
 
 func podGrace(p *corev1.Pod) time.Duration {
