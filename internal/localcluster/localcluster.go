@@ -30,6 +30,11 @@ type Options struct {
 	AssetsDir string
 	// Log receives progress messages.
 	Log logr.Logger
+	// ControllerManagerQPS is the kube-controller-manager's rate of API requests per second
+	// (its --kube-api-qps; the burst is twice it). It bounds how fast a Deployment's pods are
+	// created: at Kubernetes' default of 20, a 1,000-pod ReplicaSet takes about 50 s to exist.
+	// Zero keeps Kubernetes' default.
+	ControllerManagerQPS int
 }
 
 // Cluster is a running local cluster.
@@ -89,22 +94,26 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 	for _, s := range stages {
 		kwokArgs = append(kwokArgs, "--config="+s)
 	}
+	kcmArgs := []string{kc,
+		"--authentication-kubeconfig=" + c.KubeconfigPath,
+		"--authorization-kubeconfig=" + c.KubeconfigPath,
+		"--authentication-skip-lookup=true",
+		"--leader-elect=false",
+		// No serving port: nothing reads the controller manager's health or metrics, and a
+		// port picked as free can be taken before the component binds it.
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		"--controllers=*,-serviceaccount-token,-nodeipam,-csrsigning,-csrapproving,-csrcleaner,-bootstrapsigner,-tokencleaner,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ephemeral-volume",
+		"--cluster-name=capstan-local",
+	}
+	if q := c.opts.ControllerManagerQPS; q > 0 {
+		kcmArgs = append(kcmArgs, fmt.Sprintf("--kube-api-qps=%d", q), fmt.Sprintf("--kube-api-burst=%d", 2*q))
+	}
 	components := []struct {
 		name string
 		args []string
 	}{
-		{"kube-controller-manager", []string{kc,
-			"--authentication-kubeconfig=" + c.KubeconfigPath,
-			"--authorization-kubeconfig=" + c.KubeconfigPath,
-			"--authentication-skip-lookup=true",
-			"--leader-elect=false",
-			// No serving port: nothing reads the controller manager's health or metrics, and a
-			// port picked as free can be taken before the component binds it.
-			"--secure-port=0",
-			"--use-service-account-credentials=false",
-			"--controllers=*,-serviceaccount-token,-nodeipam,-csrsigning,-csrapproving,-csrcleaner,-bootstrapsigner,-tokencleaner,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ephemeral-volume",
-			"--cluster-name=capstan-local",
-		}},
+		{"kube-controller-manager", kcmArgs},
 		{"kube-scheduler", []string{kc,
 			"--authentication-kubeconfig=" + c.KubeconfigPath,
 			"--authorization-kubeconfig=" + c.KubeconfigPath,

@@ -20,7 +20,7 @@ import (
 )
 
 // NodeFor returns the Node of the claim, or nil when none has registered: by the name the claim
-// recorded when there is one (one read), else by provider ID (a list).
+// recorded when there is one (one read), else by provider ID (an indexed list).
 func NodeFor(ctx context.Context, c client.Reader, nc *karpv1.NodeClaim) (*corev1.Node, error) {
 	providerID := nc.Status.ProviderID
 	if providerID == "" {
@@ -37,7 +37,7 @@ func NodeFor(ctx context.Context, c client.Reader, nc *karpv1.NodeClaim) (*corev
 		}
 	}
 	nodes := &corev1.NodeList{}
-	if err := c.List(ctx, nodes); err != nil {
+	if err := listByProviderID(ctx, c, nodes, providerID); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	for i := range nodes.Items {
@@ -97,7 +97,8 @@ func ClaimForNode(c client.Reader) func(context.Context, client.Object) []reconc
 			return nil
 		}
 		ncs := &karpv1.NodeClaimList{}
-		if err := c.List(ctx, ncs); err != nil {
+		if err := listByProviderID(ctx, c, ncs, node.Spec.ProviderID); err != nil {
+			log.FromContext(ctx).Error(err, "finding the nodeclaim of a node", "Node", node.Name)
 			return nil
 		}
 		for i := range ncs.Items {

@@ -145,6 +145,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}); err != nil {
 		return nil, fmt.Errorf("indexing pods by node: %w", err)
 	}
+	if err := nodeclaims.IndexProviderIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}

@@ -8,11 +8,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +43,16 @@ type Provider struct {
 	clock       clock.PassiveClock
 	catalog     []catalog.Entry
 	unavailable *cloudprovider.UnavailableOfferings
+
+	// built holds each SimNodeClass's instance types as of a generation (building them from
+	// the catalog on every call was a tenth of Capstan's CPU during a burst).
+	mu    sync.Mutex
+	built map[types.UID]builtTypes
+}
+
+type builtTypes struct {
+	generation int64
+	its        []*cloudprovider.InstanceType
 }
 
 var _ cloudprovider.CloudProvider = (*Provider)(nil)
@@ -88,6 +100,42 @@ func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference
 
 // InstanceTypes returns what a SimNodeClass offers, with offerings in its zones.
 func (p *Provider) InstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceType, error) {
+	p.mu.Lock()
+	b, ok := p.built[snc.UID]
+	p.mu.Unlock()
+	if !ok || b.generation != snc.Generation || snc.UID == "" {
+		its, err := p.build(snc)
+		if err != nil {
+			return nil, err
+		}
+		b = builtTypes{generation: snc.Generation, its: its}
+		if snc.UID != "" {
+			p.mu.Lock()
+			if p.built == nil {
+				p.built = map[types.UID]builtTypes{}
+			}
+			p.built[snc.UID] = b
+			p.mu.Unlock()
+		}
+	}
+	// Each caller gets its own types and offerings: availability changes from call to call.
+	out := make([]*cloudprovider.InstanceType, len(b.its))
+	for i, it := range b.its {
+		c := *it
+		c.Offerings = slices.Clone(it.Offerings)
+		for j := range c.Offerings {
+			o := &c.Offerings[j]
+			if p.unavailable != nil && p.unavailable.IsUnavailable(cloudprovider.OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
+				o.Available = false
+			}
+		}
+		out[i] = &c
+	}
+	return out, nil
+}
+
+// build computes a SimNodeClass's instance types from the catalog, with its price overrides.
+func (p *Provider) build(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceType, error) {
 	spec := snc.Spec
 	zones := spec.Zones
 	if len(zones) == 0 {
@@ -125,9 +173,6 @@ func (p *Provider) InstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovide
 						o.Price = v
 					}
 				}
-			}
-			if p.unavailable != nil && p.unavailable.IsUnavailable(cloudprovider.OfferingKey{InstanceType: it.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
-				o.Available = false
 			}
 		}
 	}

@@ -322,3 +322,68 @@ func TestNodeIsRegisteredWithItsStatusInOneCall(t *testing.T) {
 		t.Fatalf("registered node allocatable %v capacity %v, want the machine's %v", node.Status.Allocatable, node.Status.Capacity, got.Status.Allocatable)
 	}
 }
+
+// Instance types are built once per SimNodeClass generation: a spec change (a price override
+// here) is seen at once, offerings marked unavailable after the build are reported so, and what
+// one caller changes in its answer does not reach the next caller's.
+func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
+	snc := nodeClass(t, "rebuilt", func(s *simv1alpha1.SimNodeClass) { s.Spec.Zones = []string{"zone-a"} })
+	clk := clocktesting.NewFakeClock(time.Now())
+	cloud, err := NewCloud(clk, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unavailable := cloudprovider.NewUnavailableOfferings(clk, time.Minute)
+	p, err := NewProvider(env.Client, cloud, clk, unavailable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := func(its []*cloudprovider.InstanceType, name, ct string) (float64, bool) {
+		for _, it := range its {
+			for _, o := range it.Offerings {
+				if it.Name == name && o.CapacityType == ct {
+					return o.Price, o.Available
+				}
+			}
+		}
+		t.Fatalf("no %s %s offering", name, ct)
+		return 0, false
+	}
+	first, err := p.InstanceTypes(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := price(first, "m5.large", "on-demand")
+	// A caller scribbling on its answer.
+	for _, it := range first {
+		for i := range it.Offerings {
+			it.Offerings[i].Price, it.Offerings[i].Available = 0, false
+		}
+	}
+	again, err := p.InstanceTypes(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := price(again, "m5.large", "on-demand"); got != before || !ok {
+		t.Fatalf("second answer m5.large on-demand %v available %v; want %v available (the first caller's changes leaked)", got, ok, before)
+	}
+	unavailable.MarkUnavailable(cloudprovider.OfferingKey{InstanceType: "m5.large", Zone: "zone-a", CapacityType: "on-demand"})
+	its, err := p.InstanceTypes(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := price(its, "m5.large", "on-demand"); ok {
+		t.Fatal("m5.large on-demand still available after being marked unavailable")
+	}
+	snc.Spec.PriceOverrides = []simv1alpha1.PriceOverride{{OfferingSelector: simv1alpha1.OfferingSelector{InstanceType: "c5.large", CapacityType: "on-demand"}, Price: "0.01"}}
+	if err := env.Client.Update(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	its, err = p.InstanceTypes(snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := price(its, "c5.large", "on-demand"); got != 0.01 {
+		t.Fatalf("c5.large on-demand %v after the class's override to 0.01", got)
+	}
+}

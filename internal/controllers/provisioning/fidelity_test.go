@@ -1,6 +1,7 @@
 package provisioning
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +66,7 @@ func TestStartingNodeIsInFlightCapacity(t *testing.T) {
 	if err := env.Client.Create(t.Context(), node); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(t.Context(), node) })
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
 	node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1930m"), corev1.ResourceMemory: resource.MustParse("7Gi"),
 		corev1.ResourcePods: resource.MustParse("29")}
 	node.Status.Capacity = node.Status.Allocatable
@@ -105,6 +106,35 @@ func TestStartingNodeIsInFlightCapacity(t *testing.T) {
 	}
 	if len(third.Plan.Bindings) != 0 {
 		t.Fatalf("an initialized node's remaining taints were ignored: %d bindings", len(third.Plan.Bindings))
+	}
+	// The node turns Ready and its startup taint goes; the not-ready taint lingers until the
+	// node lifecycle controller removes it. That moment must not buy a second machine (the one
+	// the third pass bought is deleted, so that the pods have only the node to go to).
+	for _, nc := range third.Created {
+		if err := env.Client.Delete(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+	if err := env.Client.Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if err := env.Client.Status().Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	fourth, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode := 0
+	for _, b := range fourth.Plan.Bindings {
+		if b.Node == node.Name {
+			onNode++
+		}
+	}
+	if len(fourth.Created) != 0 || onNode != 4 {
+		t.Fatalf("a Ready node's stale not-ready taint hid its room: %d new claim(s), %d of 4 pods planned onto it", len(fourth.Created), onNode)
 	}
 }
 

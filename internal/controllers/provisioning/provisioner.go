@@ -166,7 +166,7 @@ func Provisionable(pod *corev1.Pod) bool {
 }
 
 // createWorkers bounds the NodeClaims created at once.
-const createWorkers = 8
+const createWorkers = 32
 
 // Result is what one pass did.
 type Result struct {

@@ -16,6 +16,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -134,11 +135,18 @@ var ephemeralTaintKeys = []string{
 // schedulingTaints are the node's taints as pods will see them once it is up. The unregistered
 // taint goes away at registration; until its NodeClaim is initialized, a node is the in-flight
 // capacity it is, so its startup taints and the ephemeral not-ready, unreachable and
-// uninitialized taints do not count — its pods are not planned onto a second machine.
+// uninitialized taints do not count — its pods are not planned onto a second machine. On a Ready
+// node the not-ready and unreachable taints are stale whatever its claim says: the node
+// lifecycle controller removes them a moment after the node turns Ready, and a pass that saw them
+// in that moment bought a machine for pods that had room.
 func schedulingTaints(n *corev1.Node, nc *karpv1.NodeClaim) []corev1.Taint {
 	starting := nc != nil && !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
+	ready := nodeclaims.NodeReady(n)
 	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool {
 		if t.Key == karpv1.UnregisteredTaintKey {
+			return true
+		}
+		if ready && (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable) {
 			return true
 		}
 		if !starting {

@@ -1,7 +1,11 @@
 package autoscaling
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +33,7 @@ func BenchmarkThousandPendingPods(b *testing.B) {
 						np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(limit)}
 					}
 				})
+				cpuBefore := capstanCPU(b)
 				start := time.Now()
 				d := deployment(b, name, name, 1000, "250m", "256Mi", nil)
 				eventually(b, "1,000 pods Running", 10*time.Minute, running(b, name, 1000))
@@ -53,8 +58,48 @@ func BenchmarkThousandPendingPods(b *testing.B) {
 				b.ReportMetric(running.Seconds(), "s-to-all-running")
 				b.ReportMetric(float64(len(ncs)), "nodeclaims")
 				b.ReportMetric(float64(mismatched), "nodes-not-their-machine")
+				b.ReportMetric((capstanCPU(b) - cpuBefore).Seconds(), "capstan-cpu-s")
+				b.ReportMetric(float64(capstanPeakRSS(b))/(1<<20), "capstan-peak-rss-MiB")
 				scale(b, d, 0)
 			}
 		})
 	}
+}
+
+// capstanCPU is the CPU time (user + system) the running capstan process has used so far.
+func capstanCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.capstan.Process.Pid))
+	if err != nil {
+		tb.Fatalf("reading capstan's CPU time: %v", err)
+	}
+	// Fields after the command (which is in parentheses and may hold spaces): utime and stime
+	// are the 12th and 13th of them, in clock ticks (100 per second on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("parsing /proc/<pid>/stat: %v %v", err1, err2)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// capstanPeakRSS is the capstan process's peak resident set size in bytes since it started.
+func capstanPeakRSS(tb testing.TB) int64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.capstan.Process.Pid))
+	if err != nil {
+		tb.Fatalf("reading capstan's memory: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				tb.Fatalf("parsing VmHWM %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmHWM in /proc/<pid>/status")
+	return 0
 }

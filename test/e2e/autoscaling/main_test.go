@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,7 +74,14 @@ func run(m *testing.M) (int, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("building capstan: %v\n%s", err, out)
 	}
-	s.cluster, err = localcluster.Start(context.Background(), localcluster.Options{Dir: filepath.Join(dir, "cluster"), AssetsDir: assets, Log: logr.Discard()})
+	opts := localcluster.Options{Dir: filepath.Join(dir, "cluster"), AssetsDir: assets, Log: logr.Discard()}
+	if q := os.Getenv("CAPSTAN_E2E_KCM_QPS"); q != "" {
+		// For benchmarks: how fast the controller manager may create a Deployment's pods.
+		if opts.ControllerManagerQPS, err = strconv.Atoi(q); err != nil {
+			return 0, fmt.Errorf("CAPSTAN_E2E_KCM_QPS=%q: %w", q, err)
+		}
+	}
+	s.cluster, err = localcluster.Start(context.Background(), opts)
 	if err != nil {
 		return 0, err
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -26,6 +27,11 @@ import (
 
 // pollInterval is how often a draining or terminating claim is looked at again.
 const pollInterval = time.Second
+
+// Workers is how many claims are terminated at once: draining is mostly waiting on evictions,
+// so a scale-down of many machines must not queue behind one. Each claim is still reconciled by
+// one worker at a time.
+const Workers = 64
 
 // Controller terminates deleted NodeClaims.
 type Controller struct {
@@ -49,6 +55,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		Named(c.Name()).
 		For(&karpv1.NodeClaim{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeclaims.ClaimForNode(c.Client))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		Complete(c)
 }
 

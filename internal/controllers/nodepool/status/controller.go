@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -80,7 +81,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := np.DeepCopy()
 	ncs := &karpv1.NodeClaimList{}
-	if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
+	// Read-only: the claims are the cache's own objects (no copy of each on every claim event).
+	if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodeclaims: %w", err)
 	}
 	if err := c.restamp(ctx, hash, ncs.Items); err != nil {
@@ -128,6 +130,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		set(karpv1.ConditionTypeReady, false, "ValidationFailed", strings.Join(problems, "; "))
 	default:
 		set(karpv1.ConditionTypeReady, true, "Ready", "")
+	}
+	if equality.Semantic.DeepEqual(stored.Status, np.Status) {
+		return reconcile.Result{}, nil
 	}
 	if err := c.Client.Status().Patch(ctx, np, client.MergeFrom(stored)); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodepool status: %w", err))
@@ -179,12 +184,13 @@ func validate(np *karpv1.NodePool) []string {
 // drifted one keeps its stamp and stays drifted.
 func (c *Controller) restamp(ctx context.Context, hash string, claims []karpv1.NodeClaim) error {
 	for i := range claims {
-		nc := &claims[i]
-		if nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey] == nodepools.HashVersion || !nc.DeletionTimestamp.IsZero() ||
+		if nc := &claims[i]; nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey] == nodepools.HashVersion || !nc.DeletionTimestamp.IsZero() ||
 			meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeDrifted) {
 			continue
 		}
-		orig := nc.DeepCopy()
+		// The claims are the cache's: patch a copy.
+		orig := claims[i].DeepCopy()
+		nc := orig.DeepCopy()
 		if nc.Annotations == nil {
 			nc.Annotations = map[string]string{}
 		}

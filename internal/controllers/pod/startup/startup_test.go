@@ -1,6 +1,7 @@
 package startup
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestPodStartupIsRecordedOnceWhenReady(t *testing.T) {
 	if err := env.Client.Create(t.Context(), pod); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(t.Context(), pod) })
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
 	c := &Controller{Client: env.Client, Clock: clocktesting.NewFakeClock(pod.CreationTimestamp.Add(-time.Minute)), Metrics: m}
 	reconcileOnce := func() {
 		if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pod)}); err != nil {
