@@ -112,14 +112,22 @@ func objective(t [][]float64, basis []int, cost []float64, cols int) float64 {
 	return z
 }
 
-// simplex minimises cost over the tableau with Bland's rule (no cycling). Columns whose cost is
-// +Inf never enter.
+// simplex minimises cost over the tableau. The entering column is the one of most negative
+// reduced cost (Dantzig's rule: few pivots over hundreds of types, where Bland's first-improving
+// rule took dozens); after a run of degenerate pivots it switches to Bland's rule, which cannot
+// cycle. Columns whose cost is +Inf never enter.
 func simplex(t [][]float64, basis []int, cost []float64, cols int) error {
 	k := len(t)
+	in := make([]bool, cols)
+	for _, j := range basis {
+		in[j] = true
+	}
+	degenerate := 0
 	for iter := 0; iter < 50*(cols+k); iter++ {
-		enter := -1
+		bland := degenerate > k
+		enter, most := -1, -eps
 		for j := range cols {
-			if math.IsInf(cost[j], 1) || inBasis(basis, j) {
+			if in[j] || math.IsInf(cost[j], 1) {
 				continue
 			}
 			// Reduced cost: c_j − c_B·B⁻¹A_j.
@@ -129,9 +137,11 @@ func simplex(t [][]float64, basis []int, cost []float64, cols int) error {
 					rc -= cost[bj] * t[r][j]
 				}
 			}
-			if rc < -eps {
-				enter = j
-				break
+			if rc < most {
+				enter, most = j, rc
+				if bland {
+					break
+				}
 			}
 		}
 		if enter < 0 {
@@ -149,18 +159,15 @@ func simplex(t [][]float64, basis []int, cost []float64, cols int) error {
 		if leave < 0 {
 			return errors.New("linear program is unbounded")
 		}
+		if best <= eps {
+			degenerate++
+		} else {
+			degenerate = 0
+		}
+		in[basis[leave]], in[enter] = false, true
 		pivot(t, basis, leave, enter, cols)
 	}
 	return errors.New("simplex did not converge")
-}
-
-func inBasis(basis []int, j int) bool {
-	for _, b := range basis {
-		if b == j {
-			return true
-		}
-	}
-	return false
 }
 
 func pivot(t [][]float64, basis []int, r, j, cols int) {

@@ -1,12 +1,16 @@
 // Package nodepools reads NodePools the way Capstan's controllers need them: their requirements
-// as a requirement set, and the hash of their template that marks NodeClaims for drift.
+// as a requirement set, the hash of their template that marks NodeClaims for drift, and the
+// per-node cost their annotation sets.
 package nodepools
 
 import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -107,4 +111,29 @@ func tgp(s karpv1.NodeClaimTemplateSpec) string {
 		return ""
 	}
 	return s.TerminationGracePeriod.Duration.String()
+}
+
+// NodeCostAnnotationKey, on a NodePool, is what each of its machines costs per hour beyond its
+// instance price (root volume, IP address, per-node licences and agents), in US dollars as a
+// decimal ("0.012"). The solver adds it to every machine's price, so that a pool whose nodes
+// carry such costs buys fewer, larger machines. Without it the operator's --node-cost applies.
+const NodeCostAnnotationKey = "capstan.dev/node-cost"
+
+// NodeCost is the pool's per-node cost: its NodeCostAnnotationKey annotation, else fallback. A
+// value that is not a finite, non-negative decimal is an error naming the annotation and value.
+func NodeCost(np *karpv1.NodePool, fallback float64) (float64, error) {
+	v, ok := np.Annotations[NodeCostAnnotationKey]
+	if !ok {
+		return fallback, nil
+	}
+	return ParseNodeCost(v)
+}
+
+// ParseNodeCost reads a per-node cost in US dollars per hour.
+func ParseNodeCost(v string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("annotation %s: %q is not a price in US dollars per hour (a non-negative decimal such as \"0.012\")", NodeCostAnnotationKey, v)
+	}
+	return f, nil
 }

@@ -1,6 +1,8 @@
 package nodepools
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +110,25 @@ func TestHashMeaningNotSpelling(t *testing.T) {
 				t.Fatalf("hash unchanged = %v, want %v", got, tc.same)
 			}
 		})
+	}
+}
+
+func TestNodeCost(t *testing.T) {
+	withCost := func(v string) *karpv1.NodePool {
+		return &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{NodeCostAnnotationKey: v}}}
+	}
+	if got, err := NodeCost(&karpv1.NodePool{}, 0.02); err != nil || got != 0.02 {
+		t.Fatalf("no annotation: %v, %v; want the fallback 0.02", got, err)
+	}
+	for v, want := range map[string]float64{"0.012": 0.012, "0": 0, " 1.5 ": 1.5} {
+		if got, err := NodeCost(withCost(v), 0.02); err != nil || got != want {
+			t.Errorf("annotation %q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"", "cheap", "-0.01", "NaN", "+Inf", "1e400"} {
+		_, err := NodeCost(withCost(v), 0)
+		if err == nil || !strings.Contains(err.Error(), NodeCostAnnotationKey) || !strings.Contains(err.Error(), fmt.Sprintf("%q", v)) {
+			t.Errorf("annotation %q: error %v; want one naming the annotation and the value", v, err)
+		}
 	}
 }

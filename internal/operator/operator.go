@@ -189,7 +189,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	launches := &nodeclaims.Launches{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
-		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest}}
+		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
+		NodeCost:      o.NodeCost}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}

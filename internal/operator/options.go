@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"capstan.dev/capstan/internal/nodepools"
 )
 
 // Options configure Capstan. Each setting is a flag and an environment variable with Karpenter's
@@ -38,14 +40,17 @@ type Options struct {
 	LeaderElectionName      string
 	LeaderElectionNamespace string
 	MemoryLimit             int64
-	LogLevel                string
-	LogOutputPaths          []string
-	LogErrorOutputPaths     []string
-	PreferencePolicy        string
-	MinValuesPolicy         string
-	FeatureGates            FeatureGates
-	SimStateFile            string
-	Kubeconfig              string
+	// NodeCost is what every machine costs per hour beyond its instance price, in US dollars,
+	// for NodePools without the capstan.dev/node-cost annotation.
+	NodeCost            float64
+	LogLevel            string
+	LogOutputPaths      []string
+	LogErrorOutputPaths []string
+	PreferencePolicy    string
+	MinValuesPolicy     string
+	FeatureGates        FeatureGates
+	SimStateFile        string
+	Kubeconfig          string
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
 	// BuildVersion and BuildCommit describe the binary, for karpenter_build_info.
@@ -175,6 +180,15 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	str(&r.outPaths, "log-output-paths", "LOG_OUTPUT_PATHS", "stdout", "comma-separated log destinations (stdout, stderr or files)")
 	str(&r.errPaths, "log-error-output-paths", "LOG_ERROR_OUTPUT_PATHS", "stderr", "comma-separated destinations of the logger's own errors")
 	str(&o.PreferencePolicy, "preference-policy", "PREFERENCE_POLICY", PreferencePolicyRespect, "Respect or Ignore pods' preferences (preferred affinity, ScheduleAnyway spreads) when planning")
+	envs["node-cost"] = "NODE_COST"
+	fs.Func("node-cost", "what every machine costs per hour beyond its instance price, in US dollars (root volume, IP, per-node licences); a NodePool's capstan.dev/node-cost annotation overrides it (default 0)", func(v string) error {
+		f, err := nodepools.ParseNodeCost(v)
+		if err != nil {
+			return errors.New("not a non-negative decimal price in US dollars per hour")
+		}
+		o.NodeCost = f
+		return nil
+	})
 	str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
 	str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
 	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")

@@ -21,6 +21,7 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 		"LOG_OUTPUT_PATHS": "stdout,/tmp/capstan.log", "LOG_ERROR_OUTPUT_PATHS": "stderr",
 		"FEATURE_GATES": "SpotToSpotConsolidation=true", "PREFERENCE_POLICY": "Ignore", "MIN_VALUES_POLICY": "BestEffort",
 		"BATCH_MAX_DURATION": "20s", "BATCH_IDLE_DURATION": "2s", "CLUSTER_NAME": "prod-east", "MEMORY_LIMIT": "1073741824",
+		"NODE_COST": "0.012",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,7 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 	if o.metricsAddress() != ":9090" || o.healthAddress() != ":9091" || !o.DisableLeaderElection || o.LeaderElectionName != "my-lease" ||
 		o.KubeClientQPS != 50 || o.KubeClientBurst != 80 || o.LogLevel != "error" || o.PreferencePolicy != PreferencePolicyIgnore ||
 		o.MinValuesPolicy != MinValuesPolicyBest || o.BatchMaxDuration != 20*time.Second || o.BatchIdleDuration != 2*time.Second ||
-		o.ClusterName != "prod-east" || o.MemoryLimit != 1<<30 {
+		o.ClusterName != "prod-east" || o.MemoryLimit != 1<<30 || o.NodeCost != 0.012 {
 		t.Fatalf("options %+v", o)
 	}
 	if strings.Join(o.LogOutputPaths, ",") != "stdout,/tmp/capstan.log" || strings.Join(o.LogErrorOutputPaths, ",") != "stderr" {
@@ -61,6 +62,8 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"duration", nil, map[string]string{"BATCH_IDLE_DURATION": "soon"}, []string{"BATCH_IDLE_DURATION", `"soon"`}},
 		{"idle above max", []string{"--batch-idle-duration=30s"}, nil, []string{"BATCH_MAX_DURATION", "at least the batch idle duration"}},
 		{"qps", nil, map[string]string{"KUBE_CLIENT_QPS": "0"}, []string{"KUBE_CLIENT_QPS", "positive"}},
+		{"node cost negative", nil, map[string]string{"NODE_COST": "-0.01"}, []string{"NODE_COST", `"-0.01"`, "non-negative"}},
+		{"node cost not a number", []string{"--node-cost=cheap"}, nil, []string{"node-cost", "cheap"}},
 		{"two at once", nil, map[string]string{"LOG_LEVEL": "warn", "CLOUD_PROVIDER": "gcp"}, []string{"LOG_LEVEL", "CLOUD_PROVIDER"}},
 		{"unknown flag", []string{"--teleport"}, nil, []string{"teleport"}},
 	} {

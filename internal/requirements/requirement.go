@@ -203,8 +203,44 @@ func (r *Requirement) Intersects(o *Requirement) bool {
 	if r.absentOK && o.absentOK {
 		return true
 	}
-	x := r.Intersect(o)
-	return !x.Empty()
+	// Intersect(o).Empty() without building the intersection (this runs per instance type for
+	// every claim a solve opens).
+	bounds := Requirement{greaterThan: max(r.greaterThan, o.greaterThan), lessThan: min(r.lessThan, o.lessThan)}
+	switch {
+	case !r.complement && !o.complement:
+		i, j := 0, 0
+		for i < len(r.values) && j < len(o.values) {
+			switch a, b := r.values[i], o.values[j]; {
+			case a == b:
+				if bounds.inBounds(a) {
+					return true
+				}
+				i++
+				j++
+			case a < b:
+				i++
+			default:
+				j++
+			}
+		}
+		return false
+	case !r.complement:
+		return anyAllowed(r.values, o.values, &bounds)
+	case !o.complement:
+		return anyAllowed(o.values, r.values, &bounds)
+	default:
+		return !bounds.bounded() || bounds.greaterThan < bounds.lessThan-1
+	}
+}
+
+// anyAllowed reports whether some value of in is not in out and within bounds (both sorted).
+func anyAllowed(in, out []string, bounds *Requirement) bool {
+	for _, v := range in {
+		if _, found := slices.BinarySearch(out, v); !found && bounds.inBounds(v) {
+			return true
+		}
+	}
+	return false
 }
 
 // String renders the requirement as a person reads it ("zone In [a b]", "gpu DoesNotExist").

@@ -1,6 +1,8 @@
 package requirements
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 )
 
@@ -65,6 +67,40 @@ func TestRequirementIntersects(t *testing.T) {
 		}
 		if got := tc.b.Intersects(&tc.a); got != tc.want {
 			t.Errorf("%s ∩ %s (reversed): got %v, want %v", tc.b.String(), tc.a.String(), got, tc.want)
+		}
+	}
+}
+
+// Intersects answers without building the intersection; it must agree with Intersect().Empty()
+// on every combination of operators, values and bounds.
+func TestIntersectsAgreesWithIntersect(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	values := []string{"1", "2", "3", "5", "8", "a", "b"}
+	random := func() Requirement {
+		ops := []Operator{In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte}
+		op := ops[r.IntN(len(ops))]
+		switch op {
+		case Exists, DoesNotExist:
+			return MustNew("k", op)
+		case Gt, Lt, Gte, Lte:
+			return MustNew("k", op, strconv.Itoa(r.IntN(10)))
+		}
+		var vs []string
+		for range 1 + r.IntN(4) {
+			vs = append(vs, values[r.IntN(len(values))])
+		}
+		return MustNew("k", op, vs...)
+	}
+	for range 5000 {
+		a, b := random(), random()
+		// Narrow further sometimes, so that bounds and value sets meet in one requirement.
+		if r.IntN(2) == 0 {
+			c := random()
+			a = a.Intersect(&c)
+		}
+		want := a.Intersect(&b)
+		if got := a.Intersects(&b); got != !want.Empty() {
+			t.Fatalf("%s ∩ %s: Intersects %v, but the intersection is %s", a.String(), b.String(), got, want.String())
 		}
 	}
 }

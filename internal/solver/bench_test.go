@@ -3,11 +3,16 @@ package solver_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 	"capstan.dev/capstan/internal/solver/workload"
@@ -167,5 +172,55 @@ func BenchmarkLimitedBurst(b *testing.B) {
 			b.ReportMetric(reserved, "cpu-reserved")
 			b.ReportMetric(launched, "cpu-launched")
 		})
+	}
+}
+
+// BenchmarkNodeCost shows the plan shape a per-node cost buys for the 1,000-pod burst (250m,
+// 256Mi, amd64, spot and on-demand) on the EC2 catalog and on the simulated cloud's default
+// catalog: `nodes`, `instance-$/h` (what the cloud bills) and `total-$/h` (plus the node cost
+// of every machine). 0.007 $/h is a 20 GiB gp3 root volume and a public IPv4 address; 0.03
+// adds a per-host monitoring agent.
+//
+//	go test -run XXX -bench NodeCost -benchtime 3x ./internal/solver/
+func BenchmarkNodeCost(b *testing.B) {
+	ec2, err := workload.EC2InstanceTypes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	simProvider, err := sim.NewProvider(nil, nil, clocktesting.NewFakeClock(time.Time{}), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	simDefault, err := simProvider.InstanceTypes(&simv1alpha1.SimNodeClass{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pods := make([]*corev1.Pod, 1000)
+	for i := range pods {
+		pods[i] = workload.Pod(fmt.Sprintf("inflate-%d", i), "250m", "256Mi", map[string]string{"app": "inflate"})
+	}
+	for _, catalog := range []struct {
+		name string
+		its  []*cloudprovider.InstanceType
+	}{{"ec2", ec2}, {"sim-default", simDefault}} {
+		for _, cost := range []float64{0, 0.007, 0.03} {
+			b.Run(fmt.Sprintf("catalog=%s/node-cost=%v", catalog.name, cost), func(b *testing.B) {
+				np := workload.UnlimitedPool("default", catalog.its)
+				np.Requirements.Add(requirements.Single(karpv1.ArchLabelKey, karpv1.ArchitectureAmd64))
+				np.NodeCost = cost
+				in := solver.Input{Pods: pods, NodePools: []solver.NodePool{np}}
+				var r *solver.Result
+				for b.Loop() {
+					r = solver.Solve(in, solver.Options{})
+				}
+				if len(r.Unschedulable) > 0 {
+					b.Fatalf("%d pods unschedulable", len(r.Unschedulable))
+				}
+				n := float64(len(r.NodeClaims))
+				b.ReportMetric(n, "nodes")
+				b.ReportMetric(r.Price()-cost*n, "instance-$/h")
+				b.ReportMetric(r.Price(), "total-$/h")
+			})
+		}
 	}
 }

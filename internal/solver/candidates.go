@@ -77,7 +77,7 @@ func minValuesShortfall(cands []*itInfo, reqs requirements.Requirements) string 
 		}
 		seen := map[string]bool{}
 		for _, info := range cands {
-			if v, ok := info.labels[r.Key]; ok && r.Allows(v) {
+			if v, ok := info.typeLabels()[r.Key]; ok && r.Allows(v) {
 				seen[v] = true
 			}
 		}

@@ -214,7 +214,7 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 		return f.reason
 	}
 	need := v.class.req
-	var cands []*itInfo
+	cands := make([]*itInfo, 0, len(f.types))
 	fitsResources, portsClash := false, false
 	for _, info := range f.types {
 		if !need.lessEq(info.alloc) {

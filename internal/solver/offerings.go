@@ -99,10 +99,11 @@ func (oi *offeringIndex) offers(info *itInfo, mask uint64, of *offeringReqs) boo
 	return ok
 }
 
-// price is the type's cheapest available offering in mask.
+// price is the type's cheapest available offering in mask, plus its pool's per-node cost.
 func (oi *offeringIndex) price(info *itInfo, mask uint64, of *offeringReqs) (float64, bool) {
 	if !oi.ok {
-		return of.cheapest(info.it)
+		p, ok := of.cheapest(info.it)
+		return p + info.nodeCost, ok
 	}
 	m := info.offMask & mask
 	if m == 0 {
@@ -114,5 +115,5 @@ func (oi *offeringIndex) price(info *itInfo, mask uint64, of *offeringReqs) (flo
 		best = math.Min(best, info.offPrice[b])
 		m &= m - 1
 	}
-	return best, true
+	return best + info.nodeCost, true
 }

@@ -18,10 +18,13 @@ type itInfo struct {
 	it       *cloudprovider.InstanceType
 	alloc    vec
 	capacity vec
-	// labels are the type's single-valued requirement keys, for minValues counting.
+	// labels are the type's single-valued requirement keys, for minValues counting; built on
+	// first use (most solves never count minValues), see typeLabels.
 	labels map[string]string
-	// minPrice is the cheapest available offering the pool allows.
+	// minPrice is the cheapest available offering the pool allows, plus the pool's NodeCost.
 	minPrice float64
+	// nodeCost is the pool's NodeCost, added to every offering's price.
+	nodeCost float64
 	// offMask has a bit per (zone, capacity type) the type is available in; offPrice holds the
 	// price of each, when the solver's offering index is small enough for masks.
 	offMask  uint64
@@ -33,6 +36,14 @@ type itInfo struct {
 	daemon vec
 	// daemonPorts are the host ports those DaemonSets hold.
 	daemonPorts []hostPort
+}
+
+// typeLabels returns the type's single-valued requirement keys and values, building them once.
+func (info *itInfo) typeLabels() map[string]string {
+	if info.labels == nil {
+		info.labels = info.it.Requirements.Labels()
+	}
+	return info.labels
 }
 
 // pool is a NodePool prepared for a solve.
@@ -135,8 +146,17 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		if !ok {
 			continue
 		}
-		info := &itInfo{it: it, alloc: s.ri.vec(it.Allocatable()), capacity: s.ri.vec(it.Capacity), minPrice: price,
-			labels: it.Requirements.Labels()}
+		// Allocatable is capacity less overhead, floored at zero (InstanceType.Allocatable,
+		// without building its resource list).
+		capacity := s.ri.vec(it.Capacity)
+		alloc := capacity.clone()
+		for n, q := range it.Overhead {
+			if _, has := it.Capacity[n]; has {
+				i := s.ri.pos[n] // registered with the capacity
+				alloc[i] = max(0, alloc[i]-q.MilliValue())
+			}
+		}
+		info := &itInfo{it: it, alloc: alloc, capacity: capacity, minPrice: price + np.NodeCost, nodeCost: np.NodeCost}
 		s.attachLimits(info.alloc, nil)
 		if i, ok := s.ri.pos[karpv1.ResourceNodes]; ok {
 			// Every machine is one node of a limit on nodes.

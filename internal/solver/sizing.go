@@ -79,10 +79,13 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 	if p.duals == nil {
 		return largest(cands)
 	}
-	short := slices.Clone(cands)
-	slices.SortStableFunc(short, func(a, b *itInfo) int { return cmpFloat(b.efficiency, a.efficiency) })
-	if len(short) > shortlist {
-		short = short[:shortlist]
+	short := mostEfficient(cands, shortlist)
+	// The relaxation prices resources as if they could be bought apart (pod slots from one type,
+	// memory from another), so its favourites can miss the type that holds the most of the
+	// claim's first pods per dollar; those are simulated too, when resources alone decide how
+	// many of them fit (no topology, pod affinity or host ports).
+	if first.plain() {
+		short = withBestForClass(short, cands, first, fillLeaders)
 	}
 	// The pods that will fill the claim: the first pod, then the next classes in order.
 	var upcoming []*class
@@ -122,6 +125,80 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 		}
 	}
 	return best
+}
+
+// mostEfficient returns the k most efficient of cands, most efficient first, ties in cands'
+// order: the first k of a stable sort by efficiency, without sorting all of them (a pool has
+// hundreds of types and every new claim asks).
+func mostEfficient(cands []*itInfo, k int) []*itInfo {
+	// Positions, not pointers: shifting them costs no GC write barriers.
+	top := make([]int32, 0, min(k, len(cands)))
+	for ci, c := range cands {
+		if len(top) == k && c.efficiency <= cands[top[k-1]].efficiency {
+			continue
+		}
+		// After the last kept entry at least as efficient (earlier ties stay ahead).
+		i := len(top)
+		for i > 0 && cands[top[i-1]].efficiency < c.efficiency {
+			i--
+		}
+		if len(top) < k {
+			top = append(top, 0)
+		}
+		copy(top[i+1:], top[i:len(top)-1])
+		top[i] = int32(ci)
+	}
+	short := make([]*itInfo, len(top))
+	for i, ci := range top {
+		short[i] = cands[ci]
+	}
+	return short
+}
+
+// plain reports whether only resources limit how many of the class's pods a machine holds.
+func (c *class) plain() bool {
+	return len(c.spreads) == 0 && len(c.affinity) == 0 && len(c.anti) == 0 && len(c.hostPorts) == 0
+}
+
+// fillLeaders is how many types holding the most of the first class's pods per dollar join the
+// shortlist.
+const fillLeaders = 4
+
+// withBestForClass adds to short the n candidates that hold the most pods of class c per dollar
+// (fewer when short has them already), in cands' order among equals.
+func withBestForClass(short, cands []*itInfo, c *class, n int) []*itInfo {
+	type ranked struct {
+		info   *itInfo
+		perUSD float64
+	}
+	var best []ranked
+	for _, info := range cands {
+		if info.minPrice <= 0 {
+			continue
+		}
+		k := fitCount(info.alloc, c.req, max(c.left, 1))
+		if k == 0 {
+			continue
+		}
+		r := ranked{info, float64(k) / info.minPrice}
+		i := len(best)
+		for i > 0 && best[i-1].perUSD < r.perUSD {
+			i--
+		}
+		if i >= n {
+			continue
+		}
+		best = slices.Insert(best, i, r)
+		if len(best) > n {
+			best = best[:n]
+		}
+	}
+	for _, r := range best {
+		if !slices.Contains(short, r.info) {
+			short = append(short, r.info)
+		}
+	}
+	return short
 }
 
 func (s *solver) value(p *pool, req vec, k int) float64 {

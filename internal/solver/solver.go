@@ -3,6 +3,7 @@ package solver
 import (
 	"slices"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -14,6 +15,8 @@ type solver struct {
 	in   Input
 	opts Options
 	ri   *resourceIndex
+	// facts are the pending pods' requests and signatures, shared by the packings of a Solve.
+	facts *podFacts
 
 	pools      []*pool
 	classes    []*class
@@ -82,15 +85,34 @@ func Solve(in Input, opts Options) *Result {
 		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
 	}
 	wellKnown := wellKnownLabels(in)
-	best, classes := solve(in, opts, balanceLast, wellKnown)
+	facts := podFactsOf(in)
+	// A small batch usually buys few machines, so it will get the second packing: it runs
+	// alongside the first, on another core, rather than after it. (The packings only read in.)
+	var second *Result
+	var wg sync.WaitGroup
+	if len(in.Pods) > 1 && len(in.Pods) <= concurrentPackingPods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			second, _ = solve(in, opts, balanceOpen, wellKnown, facts)
+		}()
+	}
+	best, classes := solve(in, opts, balanceLast, wellKnown, facts)
+	wg.Wait()
 	// With one class of pods there is one queue, and both ways pack alike.
 	if len(best.NodeClaims) <= secondPackingClaims && classes > 1 {
-		if r, _ := solve(in, opts, balanceOpen, wellKnown); better(r, best) {
-			best = r
+		if second == nil {
+			second, _ = solve(in, opts, balanceOpen, wellKnown, facts)
+		}
+		if better(second, best) {
+			best = second
 		}
 	}
 	return best
 }
+
+// concurrentPackingPods bounds the batches whose second packing starts with the first.
+const concurrentPackingPods = 512
 
 func better(a, b *Result) bool {
 	if len(a.Unschedulable) != len(b.Unschedulable) {
@@ -102,10 +124,27 @@ func better(a, b *Result) bool {
 	return len(a.NodeClaims) < len(b.NodeClaims)
 }
 
+// podFacts are what both packings read of each pending pod, computed once per Solve: its
+// requests (with its CSI attachments) and its class signature.
+type podFacts struct {
+	reqs []corev1.ResourceList
+	sigs []string
+}
+
+func podFactsOf(in Input) *podFacts {
+	s := &solver{in: in}
+	f := &podFacts{reqs: make([]corev1.ResourceList, len(in.Pods)), sigs: make([]string, len(in.Pods))}
+	for i, p := range in.Pods {
+		f.reqs[i] = s.withAttachments(p, podRequests(p))
+		f.sigs[i] = podSignature(p, f.reqs[i])
+	}
+	return f
+}
+
 // solve packs once and returns the plan and how many classes the pods formed.
-func solve(in Input, opts Options, b balancing, wellKnown map[string]bool) (*Result, int) {
+func solve(in Input, opts Options, b balancing, wellKnown map[string]bool, facts *podFacts) (*Result, int) {
 	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b,
-		wellKnown: wellKnown}
+		wellKnown: wellKnown, facts: facts}
 	s.prepare()
 	s.run()
 	s.repack()
@@ -120,9 +159,8 @@ type podItem struct {
 
 func (s *solver) prepare() {
 	s.registerAttachments()
-	reqs := make([]corev1.ResourceList, len(s.in.Pods))
-	for i, p := range s.in.Pods {
-		reqs[i] = s.withAttachments(p, podRequests(p))
+	reqs := s.facts.reqs
+	for i := range s.in.Pods {
 		s.ri.register(reqs[i])
 	}
 	for _, ds := range s.in.DaemonSetPods {
@@ -151,7 +189,7 @@ func (s *solver) prepare() {
 	// Classes.
 	bySig := map[string]*class{}
 	for i, p := range s.in.Pods {
-		sig := podSignature(p, reqs[i])
+		sig := s.facts.sigs[i]
 		c, ok := bySig[sig]
 		if !ok {
 			c = s.buildClass(len(s.classes), p, reqs[i])

@@ -49,6 +49,10 @@ type NodePool struct {
 	// Remaining is what is left of the pool's limits (capacity, not allocatable); nil means no
 	// limits. A resource absent from a non-nil Remaining is unlimited.
 	Remaining corev1.ResourceList
+	// NodeCost is added to the hourly price of every machine of the pool when plans are
+	// compared: what each node costs beyond its instance price (root volume, IP address,
+	// per-node licences and agents). It moves plans towards fewer, larger machines.
+	NodeCost float64
 }
 
 // ExistingNode is a node, or an in-flight NodeClaim that has no node yet.
@@ -104,7 +108,8 @@ type PlannedNodeClaim struct {
 	Requests corev1.ResourceList
 	// Pods are the pods planned onto it.
 	Pods []*corev1.Pod
-	// Price is the hourly price of the cheapest instance type and offering.
+	// Price is the hourly price of the cheapest instance type and offering, plus the pool's
+	// NodeCost.
 	Price float64
 }
 

@@ -2,13 +2,16 @@ package provisioning
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodepools"
 )
 
 func oneHostPerPod(app string) func(*corev1.Pod) {
@@ -156,5 +159,67 @@ func TestStaticNodePoolIsNotUsedForPendingPods(t *testing.T) {
 	}
 	if len(res.Plan.Unschedulable) != 3 {
 		t.Fatalf("want the three pods unschedulable with only a static pool, got %d", len(res.Plan.Unschedulable))
+	}
+}
+
+// A pool's capstan.dev/node-cost annotation is part of each planned machine's price, and the
+// provisioner's default applies to pools without it; a pool whose annotation is not a price is
+// skipped (its status says why), not planned at a wrong cost.
+func TestNodeCostAnnotationPricesThePlan(t *testing.T) {
+	annotated := pool("prov-cost", func(np *karpv1.NodePool) {
+		np.Annotations = map[string]string{nodepools.NodeCostAnnotationKey: "0.5"}
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}}
+	})
+	p, _ := setup(t, annotated)
+	p.NodeCost = 0.25
+	ns := namespace(t)
+	pendingPods(t, ns, "web", 1, "500m", nil)
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.NodeClaims) != 1 {
+		t.Fatalf("want one planned claim, got %d", len(res.Plan.NodeClaims))
+	}
+	planned := res.Plan.NodeClaims[0]
+	instance := math.Inf(1)
+	for _, o := range planned.InstanceTypes[0].Offerings {
+		if o.Available && o.CapacityType == karpv1.CapacityTypeOnDemand {
+			instance = math.Min(instance, o.Price)
+		}
+	}
+	if math.Abs(planned.Price-(instance+0.5)) > 1e-9 {
+		t.Fatalf("planned price %v, want the instance's %v plus the annotation's 0.5", planned.Price, instance)
+	}
+
+	orig := annotated.DeepCopy()
+	annotated.Annotations[nodepools.NodeCostAnnotationKey] = "-1"
+	if err := env.Client.Patch(t.Context(), annotated, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range res.Created {
+		if err := env.Client.Delete(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err = p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Created) != 0 || len(res.Plan.Unschedulable) != 1 {
+		t.Fatalf("a pool with node cost \"-1\" was planned from: %d claim(s), %d pod(s) unschedulable", len(res.Created), len(res.Plan.Unschedulable))
+	}
+	// Without the annotation, the provisioner's default.
+	orig = annotated.DeepCopy()
+	delete(annotated.Annotations, nodepools.NodeCostAnnotationKey)
+	if err := env.Client.Patch(t.Context(), annotated, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	res, err = p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.NodeClaims) != 1 || math.Abs(res.Plan.NodeClaims[0].Price-(instance+0.25)) > 1e-9 {
+		t.Fatalf("without the annotation: %d planned claim(s); want one priced %v (instance plus the default 0.25)", len(res.Plan.NodeClaims), instance+0.25)
 	}
 }

@@ -38,6 +38,9 @@ type Provisioner struct {
 	Metrics *metrics.Metrics
 	// SolverOptions are the preference and minValues policies.
 	SolverOptions solver.Options
+	// NodeCost is the per-node cost (US dollars per hour) of pools without the
+	// nodepools.NodeCostAnnotationKey annotation.
+	NodeCost float64
 
 	trigger chan struct{}
 	// created remembers the NodeClaims this provisioner created until the (cached) client lists

@@ -78,6 +78,11 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
 			continue
 		}
+		cost, err := nodepools.NodeCost(np, p.NodeCost)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: invalid per-node cost", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
 		its[np.Name] = types
 		st.byName[np.Name] = np
 		weight := int32(0)
@@ -87,7 +92,7 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		st.pools = append(st.pools, solver.NodePool{
 			Name: np.Name, Weight: weight, Requirements: reqs,
 			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
-			InstanceTypes: types, Remaining: remaining(np, ncs.Items, types),
+			InstanceTypes: types, Remaining: remaining(np, ncs.Items, types), NodeCost: cost,
 		})
 	}
 

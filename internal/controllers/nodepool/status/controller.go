@@ -175,6 +175,9 @@ func validate(np *karpv1.NodePool) []string {
 			out = append(out, fmt.Sprintf("spec.template.metadata.labels[%s]: %q: %s", k, labels[k], strings.Join(errs, ", ")))
 		}
 	}
+	if _, err := nodepools.NodeCost(np, 0); err != nil {
+		out = append(out, "metadata.annotations: "+err.Error())
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,25 @@ func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
 	}
 	if got = get(); !meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeReady) {
 		t.Fatalf("not Ready with a NodeClass and valid labels: %+v", got.Status.Conditions)
+	}
+	// A per-node cost that is not a price: validation fails, naming the annotation and value.
+	orig = got.DeepCopy()
+	got.Annotations[nodepools.NodeCostAnnotationKey] = "cheap"
+	if err := env.Client.Patch(t.Context(), got, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	got = get()
+	cond := meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeValidationSucceeded)
+	if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, nodepools.NodeCostAnnotationKey) || !strings.Contains(cond.Message, `"cheap"`) {
+		t.Fatalf("ValidationSucceeded with node cost \"cheap\": %+v", cond)
+	}
+	orig = got.DeepCopy()
+	got.Annotations[nodepools.NodeCostAnnotationKey] = "0.012"
+	if err := env.Client.Patch(t.Context(), got, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	if got = get(); !meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeReady) {
+		t.Fatalf("not Ready with a valid node cost: %+v", got.Status.Conditions)
 	}
 }
 
