@@ -3,6 +3,7 @@ package provisioning
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -221,5 +222,71 @@ func TestNodeCostAnnotationPricesThePlan(t *testing.T) {
 	}
 	if len(res.Plan.NodeClaims) != 1 || math.Abs(res.Plan.NodeClaims[0].Price-(instance+0.25)) > 1e-9 {
 		t.Fatalf("without the annotation: %d planned claim(s); want one priced %v (instance plus the default 0.25)", len(res.Plan.NodeClaims), instance+0.25)
+	}
+}
+
+// Pods planned onto in-flight claims are not planned again while those claims have no Node:
+// the next pass plans only the pods that came since, and a claim that goes away gives its pods
+// back to planning.
+func TestNominatedPodsAreNotPlannedAgain(t *testing.T) {
+	np := pool("prov-nominate", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}}
+	})
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "first", 6, "500m", nil)
+	first, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Created) == 0 {
+		t.Fatal("no claim for six pending pods")
+	}
+	// Nothing new: nothing to plan (the six wait for their claims).
+	again, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Plan != nil || len(again.Created) != 0 {
+		t.Fatalf("a pass with only nominated pods planned again: %+v", again)
+	}
+	// Two more pods: only they are planned (onto the claims' free room or a new claim).
+	pendingPods(t, ns, "second", 2, "500m", nil)
+	third, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := len(third.Plan.Bindings) + len(third.Plan.Unschedulable)
+	for _, nc := range third.Plan.NodeClaims {
+		planned += len(nc.Pods)
+	}
+	if planned != 2 {
+		t.Fatalf("the pass after two new pods planned %d pods, want 2", planned)
+	}
+	// The first claims go away (a failed launch): their pods are planned again.
+	for _, nc := range first.Created {
+		if err := env.Client.Delete(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fourth, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replanned := 0
+	for _, nc := range fourth.Plan.NodeClaims {
+		for _, pod := range nc.Pods {
+			if strings.HasPrefix(pod.Name, "first-") {
+				replanned++
+			}
+		}
+	}
+	for _, b := range fourth.Plan.Bindings {
+		if strings.HasPrefix(b.Pod.Name, "first-") {
+			replanned++
+		}
+	}
+	if replanned != 6 {
+		t.Fatalf("%d of the six pods of deleted claims planned again, want 6", replanned)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +47,8 @@ type Provisioner struct {
 	// created remembers the NodeClaims this provisioner created until the (cached) client lists
 	// them, so that a pass right after another does not plan the same pods twice.
 	created map[string]createdClaim
+	// nominated remembers the in-flight claim each pending pod was planned onto.
+	nominated nominations
 }
 
 type createdClaim struct {
@@ -207,12 +210,23 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	sort.Slice(pending, func(i, j int) bool {
 		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
 	})
-	logger.Info("found provisionable pod(s)", "Pods", podList(pending), "duration", "0s")
 
 	st, err := p.state(ctx, bound)
 	if err != nil {
 		return nil, err
 	}
+	if p.nominated == nil {
+		p.nominated = nominations{}
+	}
+	pending, waiting := p.nominated.split(pending, st.inFlight)
+	for claim, pods := range waiting {
+		en := &st.nodes[st.inFlight[claim]]
+		en.Pods = append(slices.Clip(en.Pods), pods...)
+	}
+	if len(pending) == 0 {
+		return &Result{}, nil
+	}
+	logger.Info("found provisionable pod(s)", "Pods", podList(pending), "duration", "0s")
 	if err := p.limitAttachments(ctx, vols, st.nodes); err != nil {
 		return nil, err
 	}
@@ -253,6 +267,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}()
 	}
 	wg.Wait()
+	p.nominated.nominate(plan, made)
 	for i, nc := range made {
 		if nc == nil {
 			continue

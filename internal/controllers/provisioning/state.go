@@ -27,10 +27,15 @@ type clusterState struct {
 	byName  map[string]*karpv1.NodePool
 	nodes   []solver.ExistingNode
 	daemons []*corev1.Pod
+	// inFlight indexes, by claim name, the nodes that are NodeClaims without a Node yet.
+	inFlight map[string]int
 }
 
+// inFlightPrefix starts the solver's name of an in-flight NodeClaim.
+const inFlightPrefix = "nodeclaim/"
+
 func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod) (*clusterState, error) {
-	st := &clusterState{byName: map[string]*karpv1.NodePool{}}
+	st := &clusterState{byName: map[string]*karpv1.NodePool{}, inFlight: map[string]int{}}
 	nps := &karpv1.NodePoolList{}
 	if err := p.Client.List(ctx, nps); err != nil {
 		return nil, fmt.Errorf("listing nodepools: %w", err)
@@ -125,6 +130,7 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 			continue
 		}
 		if en, ok := inFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.daemons); ok {
+			st.inFlight[nc.Name] = len(st.nodes)
 			st.nodes = append(st.nodes, en)
 		}
 	}
@@ -193,7 +199,7 @@ func inFlight(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType, daemons
 	if len(alloc) == 0 {
 		return solver.ExistingNode{}, false
 	}
-	en := solver.ExistingNode{Name: "nodeclaim/" + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
+	en := solver.ExistingNode{Name: inFlightPrefix + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
 	en.Pods = append(en.Pods, daemons...)
 	return en, true
 }

@@ -162,13 +162,14 @@ func TestTaintedPoolTakesOnlyItsWorkers(t *testing.T) {
 	}
 }
 
+// limits.cpu 100 holds at every moment of a 1,000-pod burst that needs 250 CPU, whichever
+// candidate each claim may still launch as.
 func TestLimitsHoldAtEveryMoment(t *testing.T) {
-	np := pool(t, "e2e-limits", nil, func(np *karpv1.NodePool) {
-		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+	pool(t, "e2e-limits", nil, func(np *karpv1.NodePool) {
+		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100")}
 	})
-	_ = np
-	deployment(t, "limited", "e2e-limits", 100, "1", "512Mi", nil)
-	limit := resource.MustParse("16")
+	deployment(t, "limited", "e2e-limits", 1000, "250m", "256Mi", nil)
+	limit := resource.MustParse("100")
 	check := func(ctx context.Context) int {
 		var total resource.Quantity
 		for _, nc := range claims(t, "e2e-limits") {
@@ -181,7 +182,7 @@ func TestLimitsHoldAtEveryMoment(t *testing.T) {
 			total.Add(largestCPU(nc))
 		}
 		if total.Cmp(limit) > 0 {
-			t.Fatalf("NodeClaims of the pool add up to %s CPU, limit 16", total.String())
+			t.Fatalf("NodeClaims of the pool add up to %s CPU, limit 100", total.String())
 		}
 		return len(claims(t, "e2e-limits"))
 	}

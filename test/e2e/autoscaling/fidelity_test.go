@@ -112,19 +112,19 @@ func TestTolerateAllDaemonSetDoesNotHoldTermination(t *testing.T) {
 	eventually(t, "the node and its claim gone", 2*time.Minute, gone([]string{node}, deleted))
 }
 
-// limits.nodes 3 holds under a 100-pod burst, at every moment.
+// limits.nodes 5 holds under a 1,000-pod burst, at every moment.
 func TestNodesLimitHoldsUnderABurst(t *testing.T) {
 	pool(t, "e2e-nodes", nil, func(np *karpv1.NodePool) {
-		np.Spec.Limits = corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("3")}
+		np.Spec.Limits = corev1.ResourceList{karpv1.ResourceNodes: resource.MustParse("5")}
 	})
-	deployment(t, "nodes", "e2e-nodes", 100, "1", "512Mi", nil)
+	deployment(t, "nodes", "e2e-nodes", 1000, "250m", "256Mi", nil)
 	most := 0
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		n := len(claims(t, "e2e-nodes"))
 		most = max(most, n)
-		if n > 3 {
-			t.Fatalf("%d NodeClaims under limits.nodes 3", n)
+		if n > 5 {
+			t.Fatalf("%d NodeClaims under limits.nodes 5", n)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
