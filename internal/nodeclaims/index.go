@@ -49,3 +49,17 @@ func listByProviderID(ctx context.Context, c client.Reader, list client.ObjectLi
 	}
 	return err
 }
+
+// ByProviderID returns the NodeClaim whose status.providerID is id, or nil when none has it.
+func ByProviderID(ctx context.Context, c client.Reader, id string) (*karpv1.NodeClaim, error) {
+	ncs := &karpv1.NodeClaimList{}
+	if err := listByProviderID(ctx, c, ncs, id); err != nil {
+		return nil, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	for i := range ncs.Items {
+		if ncs.Items[i].Status.ProviderID == id {
+			return &ncs.Items[i], nil
+		}
+	}
+	return nil, nil
+}

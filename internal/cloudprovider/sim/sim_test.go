@@ -1,9 +1,10 @@
 package sim
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -96,11 +97,8 @@ func TestCreateLaunchesTheCheapestOfferingOnceAndRegisters(t *testing.T) {
 	if n := len(restarted.Cloud().Instances()); n != 1 || restarted.Cloud().CreateCount(nc.Name) != 0 {
 		t.Fatalf("%d machines for one NodeClaim, %d launched after the restart; want the one from before", n, restarted.Cloud().CreateCount(nc.Name))
 	}
-	var saved struct {
-		Creates map[string]int `json:"creates"`
-	}
-	if b, err := os.ReadFile(statePath); err != nil || json.Unmarshal(b, &saved) != nil || saved.Creates[nc.Name] != 1 {
-		t.Fatalf("the state file counts %d launches for the claim, want 1 (%v)", saved.Creates[nc.Name], err)
+	if _, creates, err := ReadFileStore(statePath); err != nil || creates[nc.Name] != 1 {
+		t.Fatalf("the state file counts %d launches for the claim, want 1 (%v)", creates[nc.Name], err)
 	}
 
 	// Registration happens after launch + registration delay (1s + 2s by default).
@@ -385,5 +383,62 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 	}
 	if got, _ := price(its, "c5.large", "on-demand"); got != 0.01 {
 		t.Fatalf("c5.large on-demand %v after the class's override to 0.01", got)
+	}
+}
+
+// The file store's journal: each change is one appended line; a file of the earlier one-snapshot
+// format loads; a line cut short by a crash is ignored and the next write starts from a
+// snapshot; a long journal is compacted, and nothing is lost on the way.
+func TestFileStoreJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cloud.json")
+	old := `{"instances":{"i-1":{"id":"i-1","nodeClaim":"a"}},"creates":{"a":1}}`
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := &FileStore{Path: path}
+	got, err := f.Load()
+	if err != nil || len(got) != 1 || got[0].ID != "i-1" {
+		t.Fatalf("loading the earlier format: %v, %v", got, err)
+	}
+	if err := f.Put(&Instance{ID: "i-2", NodeClaim: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Put(&Instance{ID: "i-2", NodeClaim: "b", Zone: "zone-a"}); err != nil { // an update, not a launch
+		t.Fatal(err)
+	}
+	if err := f.Delete("i-1"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if lines := bytes.Count(b, []byte("\n")); lines != 3 {
+		t.Fatalf("%d lines after three changes to a one-line file; want 3 appended lines after it\n%s", lines, b)
+	}
+	// A crash in the middle of a write.
+	if err := os.WriteFile(path, append(b, []byte(`{"put":{"id":"i-3","nodeCl`)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	instances, creates, err := ReadFileStore(path)
+	if err != nil || len(instances) != 1 || instances["i-2"].Zone != "zone-a" || creates["a"] != 1 || creates["b"] != 1 {
+		t.Fatalf("after a cut line: %v %v %v; want i-2 (zone-a) with one launch each for a and b", instances, creates, err)
+	}
+	f = &FileStore{Path: path}
+	if _, err := f.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Put(&Instance{ID: "i-4", NodeClaim: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if err := f.Put(&Instance{ID: fmt.Sprintf("i-x%d", i%5), NodeClaim: fmt.Sprintf("x%d", i%5)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ = os.ReadFile(path)
+	if lines := bytes.Count(b, []byte("\n")); lines > 101 {
+		t.Fatalf("%d lines for 7 machines: the journal was not compacted", lines)
+	}
+	instances, creates, err = ReadFileStore(path)
+	if err != nil || len(instances) != 7 || creates["d"] != 1 || creates["x3"] != 1 || creates["a"] != 1 {
+		t.Fatalf("after compaction: %d machines, creates %v, %v; want 7 machines and every launch counted once", len(instances), creates, err)
 	}
 }

@@ -2,7 +2,6 @@ package autoscaling
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/localcluster"
 	"capstan.dev/capstan/internal/scheme"
 	"capstan.dev/capstan/internal/testenv"
@@ -149,23 +149,13 @@ func stopCapstan(sig syscall.Signal) {
 }
 
 // cloudState reads the simulated cloud's machines and launch counts from its state file.
-func cloudState(t testing.TB) (instances map[string]json.RawMessage, creates map[string]int) {
+func cloudState(t testing.TB) (instances map[string]*sim.Instance, creates map[string]int) {
 	t.Helper()
-	b, err := os.ReadFile(s.statePath)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
+	instances, creates, err := sim.ReadFileStore(s.statePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Instances map[string]json.RawMessage `json:"instances"`
-		Creates   map[string]int             `json:"creates"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Instances, st.Creates
+	return instances, creates
 }
 
 // poolLabel isolates tests: each pool labels its machines, each test's pods select them.

@@ -15,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -43,12 +45,15 @@ type Controller struct {
 // Name is the controller's name and log key.
 func (c *Controller) Name() string { return "nodeclaim.disruption" }
 
-// Register adds the controller to a manager; NodePool changes requeue their NodeClaims.
+// Register adds the controller to a manager; changes of a NodePool's spec or annotations (its
+// template hash) requeue its NodeClaims. Its status changes do not: they follow every claim's
+// launch and termination, and requeueing the whole pool each time made a burst quadratic.
 func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodeClaim{}).
 		Watches(&karpv1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			ncs := &karpv1.NodeClaimList{}
-			if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: o.GetName()}); err != nil {
+			// Only names are read: the cache's objects, not copies.
+			if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 				return nil
 			}
 			reqs := make([]reconcile.Request, 0, len(ncs.Items))
@@ -56,7 +61,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])})
 			}
 			return reqs
-		})).Complete(c)
+		}), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).Complete(c)
 }
 
 // Reconcile sets or clears Drifted and Consolidatable.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // Dedupe is the least time between two updates of a claim's lastPodEventTime: a burst of pods
@@ -67,25 +67,18 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if node.Spec.ProviderID == "" {
 		return reconcile.Result{}, nil
 	}
-	ncs := &karpv1.NodeClaimList{}
-	if err := c.Client.List(ctx, ncs); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing nodeclaims: %w", err)
+	nc, err := nodeclaims.ByProviderID(ctx, c.Client, node.Spec.ProviderID)
+	if err != nil || nc == nil {
+		return reconcile.Result{}, err
 	}
 	now := c.Clock.Now()
-	for i := range ncs.Items {
-		nc := &ncs.Items[i]
-		if nc.Status.ProviderID != node.Spec.ProviderID {
-			continue
-		}
-		if last := nc.Status.LastPodEventTime.Time; !last.IsZero() && now.Sub(last) < Dedupe {
-			return reconcile.Result{RequeueAfter: Dedupe - now.Sub(last)}, nil
-		}
-		stored := nc.DeepCopy()
-		nc.Status.LastPodEventTime = metav1.NewTime(now)
-		if err := c.Client.Status().Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching lastPodEventTime: %w", err))
-		}
-		return reconcile.Result{}, nil
+	if last := nc.Status.LastPodEventTime.Time; !last.IsZero() && now.Sub(last) < Dedupe {
+		return reconcile.Result{RequeueAfter: Dedupe - now.Sub(last)}, nil
+	}
+	stored := nc.DeepCopy()
+	nc.Status.LastPodEventTime = metav1.NewTime(now)
+	if err := c.Client.Status().Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching lastPodEventTime: %w", err))
 	}
 	return reconcile.Result{}, nil
 }
