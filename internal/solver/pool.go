@@ -96,9 +96,7 @@ func wellKnownLabels(in Input) map[string]bool {
 	}
 	for i := range in.NodePools {
 		for _, it := range in.NodePools[i].InstanceTypes {
-			for _, k := range it.Requirements.Keys() {
-				out[k] = true
-			}
+			it.Requirements.Each(func(r requirements.Requirement) { out[r.Key] = true })
 		}
 	}
 	return out
