@@ -2,8 +2,10 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,21 +43,34 @@ func (j *Joiner) Start(ctx context.Context) error {
 // NeedLeaderElection makes only the leader register machines.
 func (j *Joiner) NeedLeaderElection() bool { return true }
 
-// Sync creates the Nodes of every machine due to register.
+// registerWorkers bounds the Nodes created at once: a burst's machines come due together, and
+// one API call at a time registered a thousand of them over minutes.
+const registerWorkers = 16
+
+// Sync creates the Nodes of every machine due to register, several at once; one that fails does
+// not hold the others back (it is retried on the next Sync).
 func (j *Joiner) Sync(ctx context.Context) error {
 	due, err := j.Cloud.dueForRegistration()
 	if err != nil {
 		return err
 	}
-	for _, inst := range due {
-		if err := j.register(ctx, inst); err != nil {
-			return fmt.Errorf("registering %s: %w", inst.ID, err)
-		}
-		if err := j.Cloud.markRegistered(inst.ID); err != nil {
-			return err
-		}
+	errs := make([]error, len(due))
+	sem := make(chan struct{}, registerWorkers)
+	var wg sync.WaitGroup
+	for i, inst := range due {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := j.register(ctx, inst); err != nil {
+				errs[i] = fmt.Errorf("registering %s: %w", inst.ID, err)
+				return
+			}
+			errs[i] = j.Cloud.markRegistered(inst.ID)
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (j *Joiner) register(ctx context.Context, inst *Instance) error {
