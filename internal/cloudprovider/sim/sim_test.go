@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -441,4 +442,40 @@ func TestFileStoreJournal(t *testing.T) {
 	if err != nil || len(instances) != 7 || creates["d"] != 1 || creates["x3"] != 1 || creates["a"] != 1 {
 		t.Fatalf("after compaction: %d machines, creates %v, %v; want 7 machines and every launch counted once", len(instances), creates, err)
 	}
+}
+
+// A machine whose Node cannot be created does not keep the others of the same Sync from
+// registering; Sync reports it, and it is tried again on the next.
+func TestJoinerRegistersTheRestWhenOneFails(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	cloud, err := NewCloud(clk, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "Bad_Name" is no valid Node name: the API server refuses it. It is launched first, so it
+	// comes first in Sync's order.
+	var bad string
+	for _, claim := range []string{"Bad_Name", "joiner-good"} {
+		inst, err := cloud.launch(claim, func(id string) *Instance {
+			return &Instance{ID: id, NodeClaim: claim, Zone: "zone-a", Labels: map[string]string{},
+				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+				LaunchedAt: clk.Now(), RegisterAt: clk.Now()}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad == "" {
+			bad = inst.ID
+		}
+	}
+	j := &Joiner{Cloud: cloud, Client: env.Client}
+	err = j.Sync(t.Context())
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("Sync error %v; want the failed registration reported", err)
+	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "joiner-good"}, node); err != nil {
+		t.Fatalf("the good machine did not register after another failed: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
 }
