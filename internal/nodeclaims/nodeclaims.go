@@ -96,15 +96,13 @@ func ClaimForNode(c client.Reader) func(context.Context, client.Object) []reconc
 		if node.Spec.ProviderID == "" {
 			return nil
 		}
-		ncs := &karpv1.NodeClaimList{}
-		if err := listByProviderID(ctx, c, ncs, node.Spec.ProviderID); err != nil {
+		nc, err := ByProviderID(ctx, c, node.Spec.ProviderID)
+		if err != nil {
 			log.FromContext(ctx).Error(err, "finding the nodeclaim of a node", "Node", node.Name)
 			return nil
 		}
-		for i := range ncs.Items {
-			if ncs.Items[i].Status.ProviderID == node.Spec.ProviderID {
-				return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])}}
-			}
+		if nc != nil {
+			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(nc)}}
 		}
 		return nil
 	}

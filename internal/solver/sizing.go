@@ -131,15 +131,27 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 // order: the first k of a stable sort by efficiency, without sorting all of them (a pool has
 // hundreds of types and every new claim asks).
 func mostEfficient(cands []*itInfo, k int) []*itInfo {
+	top := topK(len(cands), k, func(i int) float64 { return cands[i].efficiency })
+	short := make([]*itInfo, len(top))
+	for i, ci := range top {
+		short[i] = cands[ci]
+	}
+	return short
+}
+
+// topK returns the positions of the k highest of n scores, highest first, equal scores in
+// position order: the first k of a stable sort, in O(n·k) at worst and O(n) when few displace.
+func topK(n, k int, score func(int) float64) []int32 {
 	// Positions, not pointers: shifting them costs no GC write barriers.
-	top := make([]int32, 0, min(k, len(cands)))
-	for ci, c := range cands {
-		if len(top) == k && c.efficiency <= cands[top[k-1]].efficiency {
+	top := make([]int32, 0, min(k, n))
+	for ci := range n {
+		sc := score(ci)
+		if len(top) == k && sc <= score(int(top[k-1])) {
 			continue
 		}
-		// After the last kept entry at least as efficient (earlier ties stay ahead).
+		// After the last kept entry at least as high (earlier ties stay ahead).
 		i := len(top)
-		for i > 0 && cands[top[i-1]].efficiency < c.efficiency {
+		for i > 0 && score(int(top[i-1])) < sc {
 			i--
 		}
 		if len(top) < k {
@@ -148,11 +160,7 @@ func mostEfficient(cands []*itInfo, k int) []*itInfo {
 		copy(top[i+1:], top[i:len(top)-1])
 		top[i] = int32(ci)
 	}
-	short := make([]*itInfo, len(top))
-	for i, ci := range top {
-		short[i] = cands[ci]
-	}
-	return short
+	return top
 }
 
 // plain reports whether only resources limit how many of the class's pods a machine holds.
@@ -167,35 +175,15 @@ const fillLeaders = 4
 // withBestForClass adds to short the n candidates that hold the most pods of class c per dollar
 // (fewer when short has them already), in cands' order among equals.
 func withBestForClass(short, cands []*itInfo, c *class, n int) []*itInfo {
-	type ranked struct {
-		info   *itInfo
-		perUSD float64
-	}
-	var best []ranked
-	for _, info := range cands {
-		if info.minPrice <= 0 {
-			continue
-		}
-		k := fitCount(info.alloc, c.req, max(c.left, 1))
-		if k == 0 {
-			continue
-		}
-		r := ranked{info, float64(k) / info.minPrice}
-		i := len(best)
-		for i > 0 && best[i-1].perUSD < r.perUSD {
-			i--
-		}
-		if i >= n {
-			continue
-		}
-		best = slices.Insert(best, i, r)
-		if len(best) > n {
-			best = best[:n]
+	perUSD := make([]float64, len(cands))
+	for i, info := range cands {
+		if info.minPrice > 0 {
+			perUSD[i] = float64(fitCount(info.alloc, c.req, max(c.left, 1))) / info.minPrice
 		}
 	}
-	for _, r := range best {
-		if !slices.Contains(short, r.info) {
-			short = append(short, r.info)
+	for _, i := range topK(len(cands), n, func(i int) float64 { return perUSD[i] }) {
+		if info := cands[i]; perUSD[i] > 0 && !slices.Contains(short, info) {
+			short = append(short, info)
 		}
 	}
 	return short
