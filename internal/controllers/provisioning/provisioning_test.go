@@ -16,6 +16,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -201,7 +202,7 @@ func TestLimitsAreNeverExceeded(t *testing.T) {
 	}
 	for _, nc := range claims {
 		largest := resource.Quantity{}
-		for _, it := range candidates(&nc, its) {
+		for _, it := range nodeclaims.Candidates(&nc, its) {
 			if c := it.Capacity[corev1.ResourceCPU]; c.Cmp(largest) > 0 {
 				largest = c
 			}

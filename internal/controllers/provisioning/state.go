@@ -181,42 +181,13 @@ func inFlight(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType, daemons
 	labels := reqs.Labels()
 	maps.Copy(labels, nc.Labels)
 	labels[corev1.LabelHostname] = nc.Name
-	alloc := nc.Status.Allocatable
-	if len(alloc) == 0 {
-		for _, it := range candidates(nc, types) {
-			a := it.Allocatable()
-			if alloc == nil {
-				alloc = a
-				continue
-			}
-			for k, q := range alloc {
-				if o, ok := a[k]; !ok || o.Cmp(q) < 0 {
-					alloc[k] = o
-				}
-			}
-		}
-	}
+	alloc := nodeclaims.ExpectedAllocatable(nc, types)
 	if len(alloc) == 0 {
 		return solver.ExistingNode{}, false
 	}
 	en := solver.ExistingNode{Name: inFlightPrefix + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
 	en.Pods = append(en.Pods, daemons...)
 	return en, true
-}
-
-// candidates are the pool's instance types the claim's requirements allow.
-func candidates(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) []*cloudprovider.InstanceType {
-	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
-	if err != nil {
-		return nil
-	}
-	var out []*cloudprovider.InstanceType
-	for _, it := range types {
-		if it.Requirements.Intersects(reqs) == nil && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
-			out = append(out, it)
-		}
-	}
-	return out
 }
 
 // remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts
@@ -234,7 +205,7 @@ func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudpro
 		used := maps.Clone(nc.Status.Capacity)
 		if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) || len(used) == 0 {
 			used = corev1.ResourceList{}
-			for _, it := range candidates(nc, types) {
+			for _, it := range nodeclaims.Candidates(nc, types) {
 				for k, q := range it.Capacity {
 					if cur, ok := used[k]; !ok || q.Cmp(cur) > 0 {
 						used[k] = q

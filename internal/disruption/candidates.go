@@ -1,0 +1,255 @@
+package disruption
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/pods"
+)
+
+// ReplacementAnnotationKey marks a NodeClaim launched by a disruption command to replace others;
+// its value is the method. A consolidation's replacement is not consolidated again within its
+// pool's consolidateAfter of its creation.
+const ReplacementAnnotationKey = "capstan.dev/disruption-replacement"
+
+// Candidate is a node a voluntary method may disrupt, with what disrupting it costs.
+type Candidate struct {
+	*Node
+	// Pool is the node's NodePool.
+	Pool *Pool
+	// Price is the machine's hourly price plus its pool's per-node cost; PriceKnown is false when
+	// the catalog no longer offers its type, zone and capacity type (then it is not consolidated).
+	Price      float64
+	PriceKnown bool
+	// CapacityType is the machine's capacity type (spot, on-demand, reserved).
+	CapacityType string
+	// Reschedulable are the pods that would move: not DaemonSet or mirror pods, not finished,
+	// not already terminating.
+	Reschedulable []*corev1.Pod
+	// DisruptionCost is 1 plus the eviction cost of each reschedulable pod (EvictionCost).
+	DisruptionCost float64
+	// blocked is why no voluntary method may disrupt the node ("" when none); noConsolidation is
+	// why consolidation may not (besides blocked).
+	blocked, noConsolidation string
+	// blockedKind is the event reason of blocked.
+	blockedKind string
+}
+
+// Name is the node's name.
+func (c *Candidate) Name() string { return c.Node.Name() }
+
+// Empty reports whether no pod would have to move.
+func (c *Candidate) Empty() bool { return len(c.Reschedulable) == 0 }
+
+// EvictionCost is what evicting the pod costs in disruption scores: 1, plus its
+// controller.kubernetes.io/pod-deletion-cost over 2^27, plus its priority over 2^25, never below
+// zero. An unreadable deletion cost counts as none (the ReplicaSet controller refuses it too).
+func EvictionCost(p *corev1.Pod) float64 {
+	cost := 1.0
+	if v, ok := p.Annotations[corev1.PodDeletionCost]; ok {
+		if c, err := strconv.ParseInt(v, 10, 32); err == nil {
+			cost += float64(c) / (1 << 27)
+		}
+	}
+	if p.Spec.Priority != nil {
+		cost += float64(*p.Spec.Priority) / (1 << 25)
+	}
+	return math.Max(0, cost)
+}
+
+// reschedulable reports whether the pod would have to move off a disrupted node.
+func reschedulable(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+		p.DeletionTimestamp.IsZero() && !pods.OwnedByDaemonSet(p)
+}
+
+// pdbIndex finds the PodDisruptionBudgets covering a pod.
+type pdbIndex struct {
+	byNamespace map[string][]pdbSelector
+}
+
+type pdbSelector struct {
+	pdb *policyv1.PodDisruptionBudget
+	sel labels.Selector
+}
+
+func newPDBIndex(pdbs []*policyv1.PodDisruptionBudget) *pdbIndex {
+	idx := &pdbIndex{byNamespace: map[string][]pdbSelector{}}
+	for _, pdb := range pdbs {
+		if pdb.Spec.Selector == nil {
+			continue // selects nothing
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			continue // the API server would refuse to evict through it too; nothing to honour
+		}
+		idx.byNamespace[pdb.Namespace] = append(idx.byNamespace[pdb.Namespace], pdbSelector{pdb: pdb, sel: sel})
+	}
+	return idx
+}
+
+// blocks says why the PDBs covering the pod forbid evicting it now, or "".
+func (idx *pdbIndex) blocks(p *corev1.Pod) string {
+	var covering []*policyv1.PodDisruptionBudget
+	for _, s := range idx.byNamespace[p.Namespace] {
+		if s.sel.Matches(labels.Set(p.Labels)) {
+			covering = append(covering, s.pdb)
+		}
+	}
+	if len(covering) > 1 {
+		// The Eviction API refuses pods with more than one budget.
+		return fmt.Sprintf("pod %s/%s is covered by %d PodDisruptionBudgets (%s/%s, %s/%s); the Eviction API refuses it",
+			p.Namespace, p.Name, len(covering), covering[0].Namespace, covering[0].Name, covering[1].Namespace, covering[1].Name)
+	}
+	if len(covering) == 1 && covering[0].Status.DisruptionsAllowed <= 0 {
+		return fmt.Sprintf("pdb %s/%s allows no disruption", covering[0].Namespace, covering[0].Name)
+	}
+	return ""
+}
+
+// Event reasons of explanations.
+const (
+	// EventDisruptionBlocked: a rule forbids disrupting the node now (do-not-disrupt, a PDB, a
+	// budget).
+	EventDisruptionBlocked = "DisruptionBlocked"
+	// EventUnconsolidatable: consolidation found no cheaper arrangement without the node.
+	EventUnconsolidatable = "Unconsolidatable"
+)
+
+// candidates builds the candidates of every managed, initialized node that is not being
+// disrupted, with their blockers; disrupting counts, per pool, the nodes that already are.
+func (d *decider) candidates() {
+	pdbs := newPDBIndex(d.snap.PDBs)
+	moved := newMovedPods(d.snap.Evictions, d.snap.Now, d.opts.EvictionMemory)
+	for _, n := range d.snap.Nodes {
+		pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
+		if pool == nil || !counted(n) {
+			continue
+		}
+		d.poolNodes[pool.NodePool.Name]++
+		if disrupting(n) {
+			d.disrupting[pool.NodePool.Name]++
+			d.inProgress = append(d.inProgress, n)
+			continue
+		}
+		c := &Candidate{Node: n, Pool: pool, DisruptionCost: 1}
+		c.Price, c.CapacityType, c.PriceKnown = nodePrice(n, pool)
+		for _, p := range n.Pods {
+			if reschedulable(p) {
+				c.Reschedulable = append(c.Reschedulable, p)
+				c.DisruptionCost += EvictionCost(p)
+			}
+		}
+		d.block(c, pdbs, moved)
+		d.all = append(d.all, c)
+	}
+}
+
+// counted reports whether the node counts towards its pool's size for budgets: initialized
+// (a replacement still starting does not inflate a percentage) and its instance not yet gone.
+func counted(n *Node) bool {
+	return n.Node != nil && meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) &&
+		!meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInstanceTerminating)
+}
+
+// disrupting reports whether the node is already being disrupted or is unhealthy: being deleted,
+// tainted by a disruption command, or not Ready. Such nodes use up their pool's budgets.
+func disrupting(n *Node) bool {
+	if !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() {
+		return true
+	}
+	if slices.ContainsFunc(n.Node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+		return true
+	}
+	for _, c := range n.Node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status != corev1.ConditionTrue
+		}
+	}
+	return true
+}
+
+// block records what keeps the candidate from voluntary disruption and from consolidation.
+func (d *decider) block(c *Candidate, pdbs *pdbIndex, moved *movedPods) {
+	now := d.snap.Now
+	if v := c.Node.Node.Annotations[karpv1.DoNotDisruptAnnotationKey]; v == "true" {
+		c.blocked, c.blockedKind = fmt.Sprintf("node %s has %s", c.Name(), karpv1.DoNotDisruptAnnotationKey), EventDisruptionBlocked
+		return
+	}
+	for _, p := range c.Reschedulable {
+		if pods.DoNotDisrupt(p, now) {
+			c.blocked, c.blockedKind = fmt.Sprintf("pod %s/%s has %s", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey), EventDisruptionBlocked
+			return
+		}
+		if why := pdbs.blocks(p); why != "" {
+			c.blocked, c.blockedKind = why, EventDisruptionBlocked
+			return
+		}
+	}
+	np := c.Pool.NodePool
+	switch {
+	case np.Spec.Disruption.ConsolidateAfter.Duration == nil:
+		c.noConsolidation = fmt.Sprintf("NodePool %s has consolidateAfter: Never", np.Name)
+	case !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable):
+		c.noConsolidation = fmt.Sprintf("not consolidatable yet: a pod arrived or left less than consolidateAfter (%s) ago", np.Spec.Disruption.ConsolidateAfter.String())
+	case c.NodeClaim.Annotations[ReplacementAnnotationKey] != "" &&
+		now.Sub(c.NodeClaim.CreationTimestamp.Time) < *np.Spec.Disruption.ConsolidateAfter.Duration:
+		c.noConsolidation = fmt.Sprintf("launched by a disruption %s ago, less than consolidateAfter (%s)",
+			now.Sub(c.NodeClaim.CreationTimestamp.Time).Round(1e9), np.Spec.Disruption.ConsolidateAfter.String())
+	}
+	if c.noConsolidation != "" || c.Empty() {
+		return
+	}
+	if np.Spec.Disruption.ConsolidationPolicy == karpv1.ConsolidationPolicyWhenEmpty {
+		c.noConsolidation = fmt.Sprintf("NodePool %s consolidates only empty nodes (WhenEmpty)", np.Name)
+		return
+	}
+	for _, p := range c.Reschedulable {
+		if metav1.GetControllerOf(p) == nil {
+			c.noConsolidation = fmt.Sprintf("pod %s/%s has no controller that would recreate it", p.Namespace, p.Name)
+			return
+		}
+		if at, ok := moved.moved(p); ok {
+			c.noConsolidation = fmt.Sprintf("pod %s/%s was moved by a consolidation %s ago (churn guard: %s)",
+				p.Namespace, p.Name, now.Sub(at).Round(1e9), d.opts.EvictionMemory)
+			return
+		}
+	}
+	if !c.PriceKnown {
+		c.noConsolidation = fmt.Sprintf("the price of %s is unknown: its instance type, zone or capacity type is no longer offered", c.Name())
+	}
+}
+
+// nodePrice is the price of the machine's offering plus the pool's per-node cost.
+func nodePrice(n *Node, pool *Pool) (price float64, capacityType string, known bool) {
+	lbl := func(k string) string {
+		if v, ok := n.Node.Labels[k]; ok {
+			return v
+		}
+		return n.NodeClaim.Labels[k]
+	}
+	name, zone, ct := lbl(karpv1.InstanceTypeLabelKey), lbl(karpv1.ZoneLabelKey), lbl(karpv1.CapacityTypeLabelKey)
+	for _, it := range pool.Solver.InstanceTypes {
+		if it.Name != name {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if o.Zone == zone && o.CapacityType == ct {
+				return o.Price + pool.Solver.NodeCost, ct, true
+			}
+		}
+	}
+	return 0, ct, false
+}

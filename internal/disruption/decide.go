@@ -1,0 +1,374 @@
+package disruption
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Method is a way of disrupting nodes; methods are tried in the order of Methods.
+type Method string
+
+// Methods, in the order a decision tries them: the first that yields a command acts.
+const (
+	// MethodEmptiness deletes consolidatable nodes that no reschedulable pod uses.
+	MethodEmptiness Method = "Emptiness"
+	// MethodDrift replaces nodes whose NodeClaim is Drifted.
+	MethodDrift Method = "Drift"
+	// MethodMultiNode deletes several nodes, launching at most one cheaper replacement.
+	MethodMultiNode Method = "MultiNodeConsolidation"
+	// MethodSingleNode deletes one node, or replaces it with one cheaper machine.
+	MethodSingleNode Method = "SingleNodeConsolidation"
+)
+
+// Methods is the order in which a decision tries the methods.
+var Methods = []Method{MethodEmptiness, MethodDrift, MethodMultiNode, MethodSingleNode}
+
+// Command is what a decision asks the controller to do: launch the replacements, wait until
+// they are ready, then delete the candidates' NodeClaims.
+type Command struct {
+	// Method made the command; Reason is its disruption reason (budgets are per reason).
+	Method Method
+	Reason karpv1.DisruptionReason
+	// Candidates are the nodes to disrupt.
+	Candidates []*Candidate
+	// Replacements are the machines to launch first; their pods are the ones they will take.
+	Replacements []*solver.PlannedNodeClaim
+	// PriceBefore is the candidates' hourly price, PriceAfter the replacements' (cheapest
+	// offering each), both with the pools' per-node costs.
+	PriceBefore, PriceAfter float64
+	// Scores are the Balanced scores of the command, per Balanced pool it disrupts.
+	Scores map[string]Score
+}
+
+// Savings is what the command saves per hour.
+func (c *Command) Savings() float64 { return c.PriceBefore - c.PriceAfter }
+
+// Pods are the pods the command evicts.
+func (c *Command) Pods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, cand := range c.Candidates {
+		out = append(out, cand.Reschedulable...)
+	}
+	return out
+}
+
+// Explanation says why a node was not disrupted.
+type Explanation struct {
+	// Node is the node.
+	Node *Node
+	// Event is the event reason (EventDisruptionBlocked, EventUnconsolidatable), or "" for a
+	// state a user sees elsewhere (not consolidatable yet), which the controller does not emit.
+	Event string
+	// Message names the blocker.
+	Message string
+}
+
+// Decision is the result of one round.
+type Decision struct {
+	// Command is nil when nothing is to be done.
+	Command *Command
+	// Explanations cover the candidates that were looked at and not disrupted, one each.
+	Explanations []Explanation
+	// Eligible counts, per reason, the nodes a method could act on before budgets and
+	// simulations.
+	Eligible map[karpv1.DisruptionReason]int
+	// Allowances are, per NodePool and reason, the disruptions budgets allow now.
+	Allowances map[string]map[karpv1.DisruptionReason]Allowance
+	// Solves counts the solver runs the decision made.
+	Solves int
+}
+
+type decider struct {
+	snap  *Snapshot
+	opts  Options
+	pools map[string]*Pool
+	// poolNodes counts each pool's nodes for budgets, disrupting those already being disrupted.
+	poolNodes, disrupting map[string]int
+	// poolCost and poolDisruption are each pool's hourly cost and disruption cost, for Balanced.
+	poolCost, poolDisruption map[string]float64
+	// inProgress are nodes being disrupted; their pods move in every simulation.
+	inProgress []*Node
+	all        []*Candidate
+	explained  map[*Candidate]bool
+	sim        *simulation
+	out        *Decision
+}
+
+// Decide runs one round: it tries the methods in order and returns the first command found (or
+// none), with an explanation for each candidate it did not disrupt.
+func Decide(snap *Snapshot, opts Options) *Decision {
+	d := &decider{
+		snap: snap, opts: opts.withDefaults(), pools: map[string]*Pool{},
+		poolNodes: map[string]int{}, disrupting: map[string]int{},
+		poolCost: map[string]float64{}, poolDisruption: map[string]float64{},
+		explained: map[*Candidate]bool{},
+		out:       &Decision{Eligible: map[karpv1.DisruptionReason]int{}, Allowances: map[string]map[karpv1.DisruptionReason]Allowance{}},
+	}
+	for i := range snap.NodePools {
+		p := &snap.NodePools[i]
+		d.pools[p.NodePool.Name] = p
+	}
+	d.candidates()
+	d.totals()
+	for _, p := range snap.NodePools {
+		name := p.NodePool.Name
+		d.out.Allowances[name] = map[karpv1.DisruptionReason]Allowance{}
+		for _, r := range []karpv1.DisruptionReason{karpv1.DisruptionReasonEmpty, karpv1.DisruptionReasonDrifted, karpv1.DisruptionReasonUnderutilized} {
+			d.out.Allowances[name][r] = allowance(p.NodePool, r, snap.Now, d.poolNodes[name], d.disrupting[name])
+		}
+	}
+	d.sim = newSimulation(d)
+	for _, c := range d.all {
+		if c.blocked != "" {
+			d.explain(c, c.blockedKind, c.blocked)
+		}
+	}
+	for _, m := range Methods {
+		var cmd *Command
+		switch m {
+		case MethodEmptiness:
+			cmd = d.emptiness()
+		case MethodDrift:
+			cmd = d.drift()
+		case MethodMultiNode:
+			cmd = d.multiNode()
+		case MethodSingleNode:
+			cmd = d.singleNode()
+		}
+		if cmd != nil {
+			d.out.Command = cmd
+			break
+		}
+	}
+	d.out.Solves = d.sim.solves
+	return d.out
+}
+
+// explain records why the candidate is not disrupted, once: the first reason found stands.
+func (d *decider) explain(c *Candidate, event, msg string) {
+	if d.explained[c] {
+		return
+	}
+	d.explained[c] = true
+	d.out.Explanations = append(d.out.Explanations, Explanation{Node: c.Node, Event: event, Message: msg})
+}
+
+// totals sums each pool's hourly cost and disruption cost over its counted nodes.
+func (d *decider) totals() {
+	for _, c := range d.all {
+		d.poolCost[c.Pool.NodePool.Name] += c.Price
+		d.poolDisruption[c.Pool.NodePool.Name] += c.DisruptionCost
+	}
+	for _, n := range d.inProgress {
+		pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
+		price, _, _ := nodePrice(n, pool)
+		d.poolCost[pool.NodePool.Name] += price
+		cost := 1.0
+		for _, p := range n.Pods {
+			if reschedulable(p) {
+				cost += EvictionCost(p)
+			}
+		}
+		d.poolDisruption[pool.NodePool.Name] += cost
+	}
+}
+
+// budget tells whether one more node of the pool may be disrupted for the reason, given the
+// pool's nodes already chosen; when not, it explains on the candidate.
+func (d *decider) budget(c *Candidate, reason karpv1.DisruptionReason, chosen map[string]int) bool {
+	name := c.Pool.NodePool.Name
+	a := d.out.Allowances[name][reason]
+	if chosen[name] < a.Allowed {
+		return true
+	}
+	d.explain(c, EventDisruptionBlocked, a.describe(c.Pool.NodePool, reason, d.disrupting[name]+chosen[name]))
+	return false
+}
+
+// withinBudgets reports whether every pool of the set may disrupt that many nodes.
+func (d *decider) withinBudgets(set []*Candidate, reason karpv1.DisruptionReason) bool {
+	n := map[string]int{}
+	for _, c := range set {
+		n[c.Pool.NodePool.Name]++
+	}
+	for name, k := range n {
+		if k > d.out.Allowances[name][reason].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// consolidatable reports whether consolidation may look at the candidate, explaining when not.
+func (d *decider) consolidatable(c *Candidate) bool {
+	if c.blocked != "" {
+		return false
+	}
+	if c.noConsolidation != "" {
+		event := EventUnconsolidatable
+		if !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
+			event = ""
+		}
+		d.explain(c, event, c.noConsolidation)
+		return false
+	}
+	return true
+}
+
+// emptiness deletes, in one command, every consolidatable node without reschedulable pods that
+// its pool's Empty budget allows.
+func (d *decider) emptiness() *Command {
+	chosen := map[string]int{}
+	cmd := &Command{Method: MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty}
+	for _, c := range d.all {
+		if !c.Empty() || c.blocked != "" {
+			continue
+		}
+		if !d.consolidatable(c) {
+			continue
+		}
+		d.out.Eligible[karpv1.DisruptionReasonEmpty]++
+		if !d.budget(c, karpv1.DisruptionReasonEmpty, chosen) {
+			continue
+		}
+		chosen[c.Pool.NodePool.Name]++
+		cmd.Candidates = append(cmd.Candidates, c)
+		cmd.PriceBefore += c.Price
+	}
+	if len(cmd.Candidates) == 0 {
+		return nil
+	}
+	return cmd
+}
+
+// drift replaces drifted nodes: all empty ones the Drifted budgets allow at once, else the
+// longest-drifted node whose pods fit on the other nodes plus any replacements.
+func (d *decider) drift() *Command {
+	var drifted []*Candidate
+	for _, c := range d.all {
+		if c.blocked == "" && meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted) {
+			drifted = append(drifted, c)
+		}
+	}
+	d.out.Eligible[karpv1.DisruptionReasonDrifted] = len(drifted)
+	slices.SortStableFunc(drifted, func(a, b *Candidate) int {
+		ta := meta.FindStatusCondition(a.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
+		tb := meta.FindStatusCondition(b.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
+		return cmp.Or(ta.Compare(tb), cmp.Compare(a.Name(), b.Name()))
+	})
+	chosen := map[string]int{}
+	empty := &Command{Method: MethodDrift, Reason: karpv1.DisruptionReasonDrifted}
+	for _, c := range drifted {
+		if c.Empty() && d.budget(c, karpv1.DisruptionReasonDrifted, chosen) {
+			chosen[c.Pool.NodePool.Name]++
+			empty.Candidates = append(empty.Candidates, c)
+			empty.PriceBefore += c.Price
+		}
+	}
+	if len(empty.Candidates) > 0 {
+		return empty
+	}
+	for _, c := range drifted {
+		if !d.budget(c, karpv1.DisruptionReasonDrifted, chosen) {
+			continue
+		}
+		res := d.sim.run([]*Candidate{c})
+		if res.failed != "" {
+			d.explain(c, EventDisruptionBlocked, "drifted, but "+res.failed)
+			continue
+		}
+		cmd := &Command{Method: MethodDrift, Reason: karpv1.DisruptionReasonDrifted, Candidates: []*Candidate{c},
+			Replacements: res.replacements, PriceBefore: c.Price}
+		for _, r := range res.replacements {
+			cmd.PriceAfter += r.Price
+		}
+		return cmd
+	}
+	return nil
+}
+
+// consolidationCandidates are the nodes consolidation may act on, best first: those saving the
+// most money per unit of disruption.
+func (d *decider) consolidationCandidates() []*Candidate {
+	var out []*Candidate
+	for _, c := range d.all {
+		if c.Empty() || !d.consolidatable(c) {
+			continue
+		}
+		out = append(out, c)
+	}
+	slices.SortStableFunc(out, func(a, b *Candidate) int {
+		return cmp.Or(cmp.Compare(b.Price/b.DisruptionCost, a.Price/a.DisruptionCost), cmp.Compare(a.Name(), b.Name()))
+	})
+	return out
+}
+
+// outOfTime reports whether the search has used its time.
+func (d *decider) outOfTime(limit time.Duration) bool {
+	return d.opts.Elapsed != nil && d.opts.Elapsed() > limit
+}
+
+// singleNode deletes or replaces the first candidate, in consolidation order, that a cheaper
+// arrangement can do without.
+func (d *decider) singleNode() *Command {
+	cands := d.consolidationCandidates()
+	d.out.Eligible[karpv1.DisruptionReasonUnderutilized] = len(cands)
+	tried := 0
+	for _, c := range cands {
+		if !d.budget(c, karpv1.DisruptionReasonUnderutilized, nil) {
+			continue
+		}
+		if why := d.balancedBound(c); why != "" {
+			d.explain(c, EventUnconsolidatable, why)
+			continue
+		}
+		if tried == d.opts.SingleNodeSolves || d.outOfTime(d.opts.MultiNodeTimeout) {
+			break
+		}
+		tried++
+		cmd, why := d.consolidate(MethodSingleNode, []*Candidate{c})
+		if cmd != nil {
+			return cmd
+		}
+		d.explain(c, EventUnconsolidatable, why)
+	}
+	return nil
+}
+
+// consolidate evaluates disrupting the set: it returns the command, or why there is none.
+func (d *decider) consolidate(m Method, set []*Candidate) (*Command, string) {
+	res := d.sim.run(set)
+	if res.failed != "" {
+		return nil, res.failed
+	}
+	cmd := &Command{Method: m, Reason: karpv1.DisruptionReasonUnderutilized, Candidates: set}
+	for _, c := range set {
+		cmd.PriceBefore += c.Price
+	}
+	switch len(res.replacements) {
+	case 0:
+	case 1:
+		r, why := d.cheaper(set, cmd.PriceBefore, res.replacements[0], m == MethodSingleNode)
+		if r == nil {
+			return nil, why
+		}
+		cmd.Replacements, cmd.PriceAfter = []*solver.PlannedNodeClaim{r}, r.Price
+	default:
+		return nil, fmt.Sprintf("its pods would need %d new machines, and consolidation launches at most one", len(res.replacements))
+	}
+	if why := d.balanced(cmd); why != "" {
+		return nil, why
+	}
+	return cmd, ""
+}
+
+// fmtPrice formats an hourly price.
+func fmtPrice(p float64) string { return fmt.Sprintf("$%.4f/h", p) }

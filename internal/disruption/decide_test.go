@@ -1,0 +1,396 @@
+package disruption_test
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+)
+
+func TestEmptyNodesGoInOneCommand(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "busy", "l", karpv1.CapacityTypeOnDemand, pods("web", 7, "1")...)
+	c.node("default", "empty-1", "m", karpv1.CapacityTypeOnDemand)
+	c.node("default", "empty-2", "s", karpv1.CapacityTypeOnDemand)
+	d := c.decide(disruption.Options{})
+	if d.Command == nil || d.Command.Method != disruption.MethodEmptiness {
+		t.Fatalf("command = %+v, want emptiness", d.Command)
+	}
+	if got := names(d.Command); !slices.Equal(got, []string{"empty-1", "empty-2"}) {
+		t.Errorf("candidates = %v, want the two empty nodes", got)
+	}
+	if len(d.Command.Replacements) != 0 || math.Abs(d.Command.PriceBefore-0.15) > 1e-9 {
+		t.Errorf("replacements %d, price before %v; want none and 0.15", len(d.Command.Replacements), d.Command.PriceBefore)
+	}
+}
+
+func TestDaemonSetAndFinishedPodsDoNotKeepANodeBusy(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	ds := pod("agent", "agent", "100m")
+	ds.OwnerReferences[0].Kind = "DaemonSet"
+	done := pod("job", "job", "1")
+	n := c.node("default", "n", "m", karpv1.CapacityTypeOnDemand, ds, done)
+	done.Status.Phase = corev1.PodSucceeded
+	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{n.Name()}) {
+		t.Fatalf("command = %v, want the node with only a DaemonSet pod and a finished pod deleted", names(d.Command))
+	}
+}
+
+func TestEmptyNodeWaitsForConsolidatable(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	n := c.node("default", "fresh", "m", karpv1.CapacityTypeOnDemand)
+	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none before consolidateAfter", names(d.Command))
+	}
+	if ev, msg := explanation(d, "fresh"); ev != "" || !strings.Contains(msg, "not consolidatable yet") {
+		t.Errorf("explanation = %q %q, want a quiet 'not consolidatable yet'", ev, msg)
+	}
+}
+
+func TestBlockers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(c *cluster, n *disruption.Node)
+		want  string
+	}{
+		{"pod do-not-disrupt", func(c *cluster, n *disruption.Node) {
+			n.Pods[0].Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+		}, "pod default/web-0 has karpenter.sh/do-not-disrupt"},
+		{"node do-not-disrupt", func(c *cluster, n *disruption.Node) {
+			n.Node.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+		}, "node big has karpenter.sh/do-not-disrupt"},
+		{"pdb at zero", func(c *cluster, n *disruption.Node) { c.pdb("web", 0) }, "pdb default/web allows no disruption"},
+		{"two pdbs", func(c *cluster, n *disruption.Node) {
+			c.pdb("web", 1)
+			c.pdb("web", 1)
+			c.snap.PDBs[1].Name = "web-too"
+		}, "covered by 2 PodDisruptionBudgets"},
+		{"no controller", func(c *cluster, n *disruption.Node) { n.Pods[0].OwnerReferences = nil }, "pod default/web-0 has no controller"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.pool("default", nil)
+			// One pod on a large machine: a small one would do.
+			n := c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("web-0", "web", "1"))
+			tc.setup(c, n)
+			d := c.decide(disruption.Options{})
+			if d.Command != nil {
+				t.Fatalf("command = %v %v, want none", d.Command.Method, names(d.Command))
+			}
+			if _, msg := explanation(d, "big"); !strings.Contains(msg, tc.want) {
+				t.Errorf("explanation = %q, want it to name %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+func TestPDBWithRoomDoesNotBlock(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("web-0", "web", "1"))
+	c.pdb("web", 1)
+	if d := c.decide(disruption.Options{}); d.Command == nil {
+		t.Fatal("no command; a PDB that allows a disruption must not block")
+	}
+}
+
+func TestReplaceWithCheaperMachine(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "500m"), pod("b", "web", "500m"))
+	d := c.decide(disruption.Options{})
+	cmd := d.Command
+	if cmd == nil || cmd.Method != disruption.MethodSingleNode || len(cmd.Replacements) != 1 {
+		t.Fatalf("command = %+v, want a single-node replacement", cmd)
+	}
+	r := cmd.Replacements[0]
+	if r.InstanceTypes[0].Name != "s" || cmd.PriceAfter >= cmd.PriceBefore {
+		t.Errorf("replacement %s at %v for %v; want s, cheaper", r.InstanceTypes[0].Name, cmd.PriceAfter, cmd.PriceBefore)
+	}
+	for _, it := range r.InstanceTypes {
+		for _, o := range it.Offerings {
+			if ct, _ := r.Requirements.Get(karpv1.CapacityTypeLabelKey); ct.Allows(o.CapacityType) && o.Price >= cmd.PriceBefore {
+				t.Errorf("replacement may launch %s %s at %v, not cheaper than %v", it.Name, o.CapacityType, o.Price, cmd.PriceBefore)
+			}
+		}
+	}
+}
+
+func TestNotCheaperIsExplained(t *testing.T) {
+	c := newCluster(t)
+	// On-demand only: otherwise the same type on spot would be cheaper.
+	c.pool("default", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	})
+	c.node("default", "small", "s", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none", names(d.Command))
+	}
+	ev, msg := explanation(d, "small")
+	if ev != disruption.EventUnconsolidatable || !strings.Contains(msg, "is not cheaper than $0.0500/h") {
+		t.Errorf("explanation = %s %q", ev, msg)
+	}
+}
+
+func TestSpotIsReplacedOnlyBySpotWithTheGate(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "spot", "l", karpv1.CapacityTypeSpot, pod("a", "web", "1"))
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none without SpotToSpotConsolidation", names(d.Command))
+	}
+	if _, msg := explanation(d, "spot"); !strings.Contains(msg, "SpotToSpotConsolidation is disabled") {
+		t.Errorf("explanation = %q", msg)
+	}
+	// With the gate, fewer than 15 cheaper spot types (the fixture has 2) is still no.
+	d = c.decide(disruption.Options{SpotToSpotConsolidation: true})
+	if _, msg := explanation(d, "spot"); d.Command != nil || !strings.Contains(msg, "needs 15 spot types") {
+		t.Errorf("command %v, explanation %q; want none for want of 15 cheaper spot types", names(d.Command), msg)
+	}
+}
+
+func TestSpotToSpotWithEnoughTypes(t *testing.T) {
+	c := newCluster(t)
+	// 20 more spot shapes, all cheaper than the node's.
+	for i := range 20 {
+		s := shape{name: "tiny-" + string(rune('a'+i)), cpu: 2, gib: 4, od: 0.05 + float64(i)/1000, spotP: 0.01 + float64(i)/1000}
+		shapes = append(shapes, s)
+	}
+	defer func() { shapes = shapes[:4] }()
+	c.its = catalog()
+	c.pool("default", nil)
+	c.node("default", "spot", "l", karpv1.CapacityTypeSpot, pod("a", "web", "1"))
+	d := c.decide(disruption.Options{SpotToSpotConsolidation: true})
+	if d.Command == nil || len(d.Command.Replacements) != 1 {
+		t.Fatalf("command = %+v, want a spot replacement", d.Command)
+	}
+	r := d.Command.Replacements[0]
+	ct, _ := r.Requirements.Get(karpv1.CapacityTypeLabelKey)
+	if ct.Allows(karpv1.CapacityTypeOnDemand) || !ct.Allows(karpv1.CapacityTypeSpot) {
+		t.Errorf("replacement capacity types %s, want spot only", ct.String())
+	}
+	if len(r.InstanceTypes) != disruption.MinSpotToSpotTypes {
+		t.Errorf("replacement has %d types, want the %d cheapest", len(r.InstanceTypes), disruption.MinSpotToSpotTypes)
+	}
+}
+
+func TestMultiNodeFindsCombinationBeyondThePrefix(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	// Three large machines with one small pod each. b's pod needs a label only b has, so b
+	// cannot go; a's and c's pods both fit in b's room.
+	c.node("default", "a", "l", karpv1.CapacityTypeOnDemand, pod("pa", "x", "500m"))
+	b := c.node("default", "b", "l", karpv1.CapacityTypeOnDemand, pod("pb", "y", "500m"))
+	b.Node.Labels = map[string]string{"special": "true"}
+	for k, v := range c.snap.Nodes[0].Node.Labels {
+		if _, ok := b.Node.Labels[k]; !ok && k != corev1.LabelHostname {
+			b.Node.Labels[k] = v
+		}
+	}
+	b.Node.Labels[corev1.LabelHostname] = "b"
+	b.Pods[0].Spec.NodeSelector = map[string]string{"special": "true"}
+	c.node("default", "c", "l", karpv1.CapacityTypeOnDemand, pod("pc", "z", "500m"))
+	d := c.decide(disruption.Options{})
+	cmd := d.Command
+	if cmd == nil || cmd.Method != disruption.MethodMultiNode {
+		t.Fatalf("command = %+v, want multi-node", cmd)
+	}
+	if got := names(cmd); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("candidates = %v, want [a c] (a prefix search stops at [a b])", got)
+	}
+	if len(cmd.Replacements) != 0 {
+		t.Errorf("replacements = %v, want none", cmd.Replacements)
+	}
+	// One node at a time saves less: the first round deletes a alone.
+	single := 0.20
+	if cmd.Savings() <= single {
+		t.Errorf("savings %v, want more than single-node's %v", cmd.Savings(), single)
+	}
+}
+
+func TestBalancedRejectsSmallSavingsAndExplains(t *testing.T) {
+	build := func(policy karpv1.ConsolidationPolicy) *cluster {
+		c := newCluster(t)
+		c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidationPolicy = policy })
+		// A busy pool of four full xl machines, and one m whose 30 tiny pods would fit an s:
+		// even deleting the m outright saves $0.10/h of $1.70/h (5.9%) for 31 of 99 disruption
+		// units (31.3%).
+		for _, n := range []string{"x1", "x2", "x3", "x4"} {
+			c.node("default", n, "xl", karpv1.CapacityTypeOnDemand, pods(n, 16, "1")...)
+		}
+		c.node("default", "m", "m", karpv1.CapacityTypeOnDemand, pods("tiny", 30, "50m")...)
+		return c
+	}
+	d := build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized).decide(disruption.Options{})
+	if !slices.Equal(names(d.Command), []string{"m"}) {
+		t.Fatalf("WhenEmptyOrUnderutilized: command = %v, want m replaced", names(d.Command))
+	}
+	d = build(karpv1.ConsolidationPolicyBalanced).decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("Balanced: command = %v, want none", names(d.Command))
+	}
+	ev, msg := explanation(d, "m")
+	if ev != disruption.EventUnconsolidatable || msg != "Balanced: even deleting it outright would be saving 5.9% of the pool for 31.3% of its disruption (score 0.19 < 0.50)" {
+		t.Errorf("explanation = %s %q", ev, msg)
+	}
+}
+
+func TestBalancedTakesLargeSavings(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced })
+	c.node("default", "x1", "xl", karpv1.CapacityTypeOnDemand, pods("full", 16, "1")...)
+	// An xl with one small pod: replacing it by an s saves $0.35 of $0.80 (44%) for 2 of 19
+	// disruption units (11%): score 4.2.
+	c.node("default", "x2", "xl", karpv1.CapacityTypeOnDemand, pod("lonely", "l", "1"))
+	d := c.decide(disruption.Options{})
+	if !slices.Equal(names(d.Command), []string{"x2"}) {
+		t.Fatalf("command = %v, want x2 replaced", names(d.Command))
+	}
+	if s := d.Command.Scores["default"]; !s.Approved() || s.Value() < 4 {
+		t.Errorf("score = %v, want about 4.2", s)
+	}
+}
+
+func TestDriftReplacesEvenWhenNotCheaper(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	n := c.node("default", "old", "s", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
+	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+	n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
+	d := c.decide(disruption.Options{})
+	cmd := d.Command
+	if cmd == nil || cmd.Method != disruption.MethodDrift || cmd.Reason != karpv1.DisruptionReasonDrifted || len(cmd.Replacements) != 1 {
+		t.Fatalf("command = %+v, want drift with one replacement", cmd)
+	}
+}
+
+func TestDriftRespectsPDB(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	n := c.node("default", "old", "s", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
+	n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
+	c.pdb("web", 0)
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none", names(d.Command))
+	}
+	if ev, msg := explanation(d, "old"); ev != disruption.EventDisruptionBlocked || msg != "pdb default/web allows no disruption" {
+		t.Errorf("explanation = %s %q", ev, msg)
+	}
+}
+
+func TestLimitsBoundReplacements(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.snap.NodePools[0].Solver.Remaining = corev1.ResourceList{corev1.ResourceCPU: *resourceQ("1")}
+	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %+v, want none: a 2-CPU replacement exceeds the 1 CPU left", d.Command)
+	}
+	if _, msg := explanation(d, "big"); !strings.Contains(msg, "would not fit elsewhere") {
+		t.Errorf("explanation = %q", msg)
+	}
+}
+
+func TestPendingPodsKeepTheirRoom(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	// Two m machines with 1 CPU used each: either could take the other's pod, but a pending
+	// 3-CPU pod needs the room on one of them.
+	c.node("default", "m1", "m", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
+	c.node("default", "m2", "m", karpv1.CapacityTypeOnDemand, pod("b", "web", "1"))
+	p := pod("pending", "batch", "3")
+	p.Spec.NodeName = ""
+	c.snap.Pending = []*corev1.Pod{p}
+	d := c.decide(disruption.Options{})
+	if d.Command != nil && len(d.Command.Replacements) == 0 {
+		t.Fatalf("command = %v deletes a node without a replacement; the pending pod needs its room", names(d.Command))
+	}
+	// Without the pending pod, both go for one cheaper machine.
+	c.snap.Pending = nil
+	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"m1", "m2"}) {
+		t.Fatalf("command = %v, want m1 and m2 consolidated", names(d.Command))
+	}
+}
+
+func TestChurnGuard(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	moved := pod("web-new", "web", "1")
+	moved.CreationTimestamp = metav1.NewTime(t0.Add(-20 * time.Minute))
+	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, moved)
+	c.snap.Evictions = []disruption.Eviction{{Namespace: "default", Name: "web-old", Owner: "rs-web", At: t0.Add(-20*time.Minute - 5*time.Second)}}
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none: its pod was moved by a consolidation 20 minutes ago", names(d.Command))
+	}
+	if _, msg := explanation(d, "big"); !strings.Contains(msg, "was moved by a consolidation") {
+		t.Errorf("explanation = %q", msg)
+	}
+	// An hour later it may move again.
+	c.snap.Now = t0.Add(41 * time.Minute)
+	if d := c.decide(disruption.Options{}); d.Command == nil {
+		t.Error("no command after the churn guard's hour")
+	}
+}
+
+func TestReplacementIsNotConsolidatedWithinConsolidateAfter(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(30 * time.Minute) })
+	n := c.node("default", "new", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
+	n.NodeClaim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(disruption.MethodSingleNode)}
+	n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-10 * time.Minute))
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none", names(d.Command))
+	}
+	if _, msg := explanation(d, "new"); !strings.Contains(msg, "launched by a disruption 10m0s ago") {
+		t.Errorf("explanation = %q", msg)
+	}
+}
+
+func TestWhenEmptyLeavesBusyNodes(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) {
+		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
+	})
+	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command = %v, want none under WhenEmpty", names(d.Command))
+	}
+	if _, msg := explanation(d, "big"); !strings.Contains(msg, "WhenEmpty") {
+		t.Errorf("explanation = %q", msg)
+	}
+}
+
+func TestDecisionIsDeterministic(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	for i := range 12 {
+		c.node("default", "n"+string(rune('a'+i)), "l", karpv1.CapacityTypeOnDemand, pods("app"+string(rune('a'+i)), 1+i%3, "1")...)
+	}
+	first := names(c.decide(disruption.Options{}).Command)
+	for range 3 {
+		if got := names(c.decide(disruption.Options{}).Command); !slices.Equal(got, first) {
+			t.Fatalf("decision changed: %v then %v", first, got)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package disruption
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// simulation asks the solver where pods would go without some nodes.
+type simulation struct {
+	d *decider
+	// nodes are the snapshot's nodes that stay, as the solver sees them; index maps a node to
+	// its position. Nodes being disrupted are not among them: their pods move.
+	nodes []solver.ExistingNode
+	index map[*Node]int
+	// moving are the pods of nodes being disrupted; pending the pods waiting for a node.
+	moving, pending []*corev1.Pod
+	solves          int
+}
+
+func newSimulation(d *decider) *simulation {
+	s := &simulation{d: d, index: map[*Node]int{}, pending: d.snap.Pending}
+	leaving := map[*Node]bool{}
+	for _, n := range d.inProgress {
+		if n.Node == nil || !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() || tainted(n.Node) {
+			leaving[n] = true
+		}
+	}
+	s.nodes = append(s.nodes, d.snap.OtherNodes...)
+	for _, n := range d.snap.Nodes {
+		if leaving[n] || !n.NodeClaim.DeletionTimestamp.IsZero() || n.Node != nil && (!n.Node.DeletionTimestamp.IsZero() || tainted(n.Node)) {
+			for _, p := range n.Pods {
+				if reschedulable(p) {
+					s.moving = append(s.moving, p)
+				}
+			}
+			continue
+		}
+		en, ok := d.existing(n)
+		if !ok {
+			continue
+		}
+		s.index[n] = len(s.nodes)
+		s.nodes = append(s.nodes, en)
+	}
+	return s
+}
+
+func tainted(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
+}
+
+// existing is the node as the solver sees it; an in-flight claim is the machine it will be.
+func (d *decider) existing(n *Node) (solver.ExistingNode, bool) {
+	if n.Node != nil {
+		taints := slices.DeleteFunc(slices.Clone(n.Node.Spec.Taints), func(t corev1.Taint) bool {
+			return t.Key == karpv1.UnregisteredTaintKey
+		})
+		if !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
+			// A starting node is the capacity it will be once up.
+			taints = slices.DeleteFunc(taints, func(t corev1.Taint) bool {
+				return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable ||
+					slices.ContainsFunc(n.NodeClaim.Spec.StartupTaints, func(st corev1.Taint) bool { return st.MatchTaint(&t) })
+			})
+		}
+		return solver.ExistingNode{Name: n.Node.Name, Labels: n.Node.Labels, Taints: taints, Allocatable: n.Node.Status.Allocatable,
+			Pods: n.Pods, Unschedulable: n.Node.Spec.Unschedulable}, true
+	}
+	pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
+	if pool == nil {
+		return solver.ExistingNode{}, false
+	}
+	alloc := nodeclaims.ExpectedAllocatable(n.NodeClaim, pool.Solver.InstanceTypes)
+	if len(alloc) == 0 {
+		return solver.ExistingNode{}, false
+	}
+	reqs, err := nodepools.FromAPI(n.NodeClaim.Spec.Requirements)
+	if err != nil {
+		return solver.ExistingNode{}, false
+	}
+	labels := reqs.Labels()
+	for k, v := range n.NodeClaim.Labels {
+		labels[k] = v
+	}
+	labels[corev1.LabelHostname] = n.NodeClaim.Name
+	pods := append(slices.Clip(n.Pods), d.snap.DaemonSetPods...)
+	return solver.ExistingNode{Name: "nodeclaim/" + n.NodeClaim.Name, Labels: labels, Taints: n.NodeClaim.Spec.Taints, Allocatable: alloc, Pods: pods}, true
+}
+
+// simResult is where the pods of a set of nodes would go.
+type simResult struct {
+	// failed says why the set cannot go ("" when it can).
+	failed string
+	// replacements are the new machines the pods of the set (or of nodes already being
+	// disrupted) need; machines only pending pods need are the provisioner's business.
+	replacements []*solver.PlannedNodeClaim
+}
+
+// run simulates removing the set: its pods, and those of nodes already being disrupted, must all
+// fit on the remaining nodes plus new machines; pending pods are placed too, so that room they
+// need is not promised twice, but need not fit.
+func (s *simulation) run(set []*Candidate) simResult {
+	s.solves++
+	out := make(map[int]bool, len(set))
+	required := map[*corev1.Pod]bool{}
+	pods := make([]*corev1.Pod, 0, len(s.moving)+len(s.pending))
+	for _, c := range set {
+		if i, ok := s.index[c.Node]; ok {
+			out[i] = true
+		}
+		for _, p := range c.Reschedulable {
+			required[p] = true
+			pods = append(pods, p)
+		}
+	}
+	for _, p := range s.moving {
+		required[p] = true
+		pods = append(pods, p)
+	}
+	pods = append(pods, s.pending...)
+	nodes := make([]solver.ExistingNode, 0, len(s.nodes))
+	for i := range s.nodes {
+		if !out[i] {
+			nodes = append(nodes, s.nodes[i])
+		}
+	}
+	in := solver.Input{Pods: pods, Nodes: nodes, DaemonSetPods: s.d.snap.DaemonSetPods, NamespaceLabels: s.d.snap.NamespaceLabels,
+		WellKnownLabels: s.d.snap.WellKnownLabels}
+	for i := range s.d.snap.NodePools {
+		in.NodePools = append(in.NodePools, s.d.snap.NodePools[i].Solver)
+	}
+	plan := solver.Solve(in, s.d.opts.Solver)
+	for _, u := range plan.Unschedulable {
+		if required[u.Pod] {
+			return simResult{failed: fmt.Sprintf("pod %s/%s would not fit elsewhere: %s", u.Pod.Namespace, u.Pod.Name, u.Reason)}
+		}
+	}
+	var res simResult
+	for _, nc := range plan.NodeClaims {
+		if slices.ContainsFunc(nc.Pods, func(p *corev1.Pod) bool { return required[p] }) {
+			res.replacements = append(res.replacements, nc)
+		}
+	}
+	return res
+}

@@ -1,0 +1,128 @@
+package disruption
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Snapshot is the cluster as one decision sees it. The decision only reads it.
+type Snapshot struct {
+	// Now is the time of the decision.
+	Now time.Time
+	// NodePools are the pools Capstan manages, with their catalogs and remaining limits.
+	NodePools []Pool
+	// Nodes are the pools' NodeClaims, with their Nodes once registered.
+	Nodes []*Node
+	// Pending are the pods waiting for a node: consolidation must not take the room they need.
+	Pending []*corev1.Pod
+	// PDBs are the PodDisruptionBudgets, with their status.
+	PDBs []*policyv1.PodDisruptionBudget
+	// DaemonSetPods are one pod per DaemonSet (its template), charged to new machines.
+	DaemonSetPods []*corev1.Pod
+	// NamespaceLabels are namespaces' labels, for pod-affinity namespace selectors.
+	NamespaceLabels map[string]map[string]string
+	// WellKnownLabels are the cloud provider's label keys (solver.Input.WellKnownLabels).
+	WellKnownLabels []string
+	// OtherNodes are nodes no pool manages (static nodes, other autoscalers'): pods may move
+	// there, and they count for topology, but they are never candidates.
+	OtherNodes []solver.ExistingNode
+	// Evictions are the pods consolidation evicted recently, for the churn guard.
+	Evictions []Eviction
+}
+
+// Pool is a NodePool and what the solver needs of it.
+type Pool struct {
+	// NodePool is the API object (disruption policy, budgets, template).
+	NodePool *karpv1.NodePool
+	// Solver is the pool in the solver's terms: requirements, taints, instance types with
+	// offerings and prices, what is left of the limits, the per-node cost.
+	Solver solver.NodePool
+}
+
+// Node is one machine: its NodeClaim, its Node once registered, and the pods on it.
+type Node struct {
+	// NodeClaim is the claim; every managed machine has one.
+	NodeClaim *karpv1.NodeClaim
+	// Node is nil until the machine registers.
+	Node *corev1.Node
+	// Pods are the pods bound to the node that have not finished (DaemonSet and mirror pods
+	// included; the decision sorts them out).
+	Pods []*corev1.Pod
+}
+
+// Name is the node's name, or the claim's while it has no node.
+func (n *Node) Name() string {
+	if n.Node != nil {
+		return n.Node.Name
+	}
+	return n.NodeClaim.Name
+}
+
+// Eviction is a pod consolidation evicted, and when.
+type Eviction struct {
+	// Namespace and Name identify the evicted pod; a StatefulSet's pod comes back with them.
+	Namespace, Name string
+	// Owner is the UID of the pod's controller; the pod that replaces a ReplicaSet's pod is the
+	// one its controller created right after.
+	Owner types.UID
+	// At is when the pod was evicted.
+	At time.Time
+}
+
+// Options tune a decision. The zero value is Karpenter's defaults.
+type Options struct {
+	// SpotToSpotConsolidation lets consolidation replace a spot machine with a cheaper spot
+	// machine (Karpenter's feature gate of that name, default off).
+	SpotToSpotConsolidation bool
+	// MultiNodeTimeout bounds the time of the search for a multi-node consolidation (default 1
+	// minute), as Elapsed measures it; MultiNodeSolves bounds its simulations (default 200).
+	MultiNodeTimeout time.Duration
+	MultiNodeSolves  int
+	// SingleNodeSolves bounds the candidates single-node consolidation simulates (default 100).
+	SingleNodeSolves int
+	// EvictionMemory is how long a pod consolidation evicted protects the pod that replaced it
+	// from another consolidation (default one hour).
+	EvictionMemory time.Duration
+	// Solver are the solver's options (preferences, minValues policy).
+	Solver solver.Options
+	// Elapsed reports the time spent so far in the decision; the controller passes a real
+	// clock's. Nil means no time bound: only the solve counts bound the search, and the same
+	// snapshot always gives the same decision (tests, benchmarks, replays).
+	Elapsed func() time.Duration
+}
+
+// Defaults for Options.
+const (
+	DefaultMultiNodeTimeout = time.Minute
+	DefaultMultiNodeSolves  = 200
+	DefaultSingleNodeSolves = 100
+	DefaultEvictionMemory   = time.Hour
+	// MaxMultiNodeCandidates bounds the candidates one multi-node command disrupts (Karpenter's
+	// bound).
+	MaxMultiNodeCandidates = 100
+	// MinSpotToSpotTypes is how many cheaper spot types must remain for a spot machine to be
+	// replaced by spot: fewer would chase the cheapest, most interrupted pools.
+	MinSpotToSpotTypes = 15
+)
+
+func (o Options) withDefaults() Options {
+	if o.MultiNodeTimeout == 0 {
+		o.MultiNodeTimeout = DefaultMultiNodeTimeout
+	}
+	if o.MultiNodeSolves <= 0 {
+		o.MultiNodeSolves = DefaultMultiNodeSolves
+	}
+	if o.SingleNodeSolves <= 0 {
+		o.SingleNodeSolves = DefaultSingleNodeSolves
+	}
+	if o.EvictionMemory == 0 {
+		o.EvictionMemory = DefaultEvictionMemory
+	}
+	return o
+}

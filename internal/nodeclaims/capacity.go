@@ -1,0 +1,47 @@
+package nodeclaims
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodepools"
+)
+
+// Candidates are the pool's instance types the claim may launch as: those its requirements allow
+// that hold its requests.
+func Candidates(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) []*cloudprovider.InstanceType {
+	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
+	if err != nil {
+		return nil
+	}
+	var out []*cloudprovider.InstanceType
+	for _, it := range types {
+		if it.Requirements.Intersects(reqs) == nil && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// ExpectedAllocatable is what the claim's machine will offer pods: its allocatable once launched,
+// before that the least of its candidates' (nil when it has none).
+func ExpectedAllocatable(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) corev1.ResourceList {
+	if len(nc.Status.Allocatable) > 0 {
+		return nc.Status.Allocatable
+	}
+	var alloc corev1.ResourceList
+	for _, it := range Candidates(nc, types) {
+		a := it.Allocatable()
+		if alloc == nil {
+			alloc = a
+			continue
+		}
+		for k, q := range alloc {
+			if o, ok := a[k]; !ok || o.Cmp(q) < 0 {
+				alloc[k] = o
+			}
+		}
+	}
+	return alloc
+}
