@@ -105,6 +105,84 @@ type decider struct {
 // Decide runs one round: it tries the methods in order and returns the first command found (or
 // none), with an explanation for each candidate it did not disrupt.
 func Decide(snap *Snapshot, opts Options) *Decision {
+	d := newDecider(snap, opts)
+	for _, m := range Methods {
+		var cmd *Command
+		switch m {
+		case MethodEmptiness:
+			cmd = d.emptiness()
+		case MethodDrift:
+			cmd = d.drift()
+		case MethodMultiNode:
+			cmd = d.multiNode()
+		case MethodSingleNode:
+			cmd = d.singleNode()
+		}
+		if cmd != nil {
+			d.out.Command = cmd
+			break
+		}
+	}
+	d.out.Solves = d.sim.solves
+	return d.out
+}
+
+// Validate re-checks a command against a newer snapshot, as the controller does after its
+// validation period: the same nodes, by name, must still be candidates for the same method, within
+// budgets, and their pods must still fit (a consolidation still cheaper, and still approved by
+// Balanced). It returns the command as it stands now, or why it no longer holds.
+func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
+	d := newDecider(snap, opts)
+	byName := map[string]*Candidate{}
+	for _, c := range d.all {
+		byName[c.Name()] = c
+	}
+	set := make([]*Candidate, 0, len(cmd.Candidates))
+	for _, old := range cmd.Candidates {
+		c := byName[old.Name()]
+		switch {
+		case c == nil:
+			return nil, fmt.Sprintf("node %s is no longer a candidate (gone, being disrupted, or not Ready)", old.Name())
+		case c.blocked != "":
+			return nil, c.blocked
+		case cmd.Method == MethodDrift && !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted):
+			return nil, fmt.Sprintf("node %s is no longer drifted", c.Name())
+		case cmd.Method != MethodDrift && c.noConsolidation != "":
+			return nil, c.noConsolidation
+		case cmd.Method == MethodEmptiness && !c.Empty():
+			return nil, fmt.Sprintf("node %s is no longer empty", c.Name())
+		}
+		set = append(set, c)
+	}
+	if !d.withinBudgets(set, cmd.Reason) {
+		return nil, fmt.Sprintf("budgets no longer allow disrupting %d node(s) for %s", len(set), cmd.Reason)
+	}
+	switch cmd.Method {
+	case MethodEmptiness:
+		out := &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set}
+		for _, c := range set {
+			out.PriceBefore += c.Price
+		}
+		return out, ""
+	case MethodDrift:
+		if set[0].Empty() {
+			return &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set, PriceBefore: set[0].Price}, ""
+		}
+		res := d.sim.run(set)
+		if res.failed != "" {
+			return nil, res.failed
+		}
+		out := &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set, Replacements: res.replacements, PriceBefore: set[0].Price}
+		for _, r := range res.replacements {
+			out.PriceAfter += r.Price
+		}
+		return out, ""
+	default:
+		return d.consolidate(cmd.Method, set)
+	}
+}
+
+func newDecider(snap *Snapshot, opts Options) *decider {
 	d := &decider{
 		snap: snap, opts: opts.withDefaults(), pools: map[string]*Pool{},
 		poolNodes: map[string]int{}, disrupting: map[string]int{},
@@ -131,25 +209,7 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 			d.explain(c, c.blockedKind, c.blocked)
 		}
 	}
-	for _, m := range Methods {
-		var cmd *Command
-		switch m {
-		case MethodEmptiness:
-			cmd = d.emptiness()
-		case MethodDrift:
-			cmd = d.drift()
-		case MethodMultiNode:
-			cmd = d.multiNode()
-		case MethodSingleNode:
-			cmd = d.singleNode()
-		}
-		if cmd != nil {
-			d.out.Command = cmd
-			break
-		}
-	}
-	d.out.Solves = d.sim.solves
-	return d.out
+	return d
 }
 
 // explain records why the candidate is not disrupted, once: the first reason found stands.

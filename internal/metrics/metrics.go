@@ -55,6 +55,12 @@ type Metrics struct {
 	NodePoolUsage         *prometheus.GaugeVec
 	NodePoolLimit         *prometheus.GaugeVec
 	NodePoolCost          *prometheus.GaugeVec
+	// Voluntary disruption (the disruption controller).
+	DisruptionDecisions *prometheus.CounterVec
+	DisruptionEligible  *prometheus.GaugeVec
+	AllowedDisruptions  *prometheus.GaugeVec
+	PodsDisrupted       *prometheus.CounterVec
+	DisruptionSavings   *prometheus.CounterVec
 }
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
@@ -92,10 +98,22 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			NodePool, ResourceType),
 		NodePoolLimit: gauge("karpenter_nodepools_limit", "A NodePool's limits, by resource.", NodePool, ResourceType),
 		NodePoolCost:  gauge("capstan_nodepool_cost_dollars_per_hour", "Hourly price of a NodePool's launched machines.", NodePool),
+		DisruptionDecisions: counter("karpenter_voluntary_disruption_decisions_total",
+			"Voluntary disruption commands carried out, by decision (delete, replace), reason (empty, drifted, underutilized) and consolidation type (empty, single, multi; empty for drift).",
+			"decision", Reason, "consolidation_type"),
+		DisruptionEligible: gauge("karpenter_voluntary_disruption_eligible_nodes",
+			"Nodes a voluntary disruption method could act on in the last round, before budgets and simulation, by reason.", Reason),
+		AllowedDisruptions: gauge("karpenter_nodepools_allowed_disruptions",
+			"Nodes a NodePool's budgets allow to be disrupted now, by reason.", NodePool, Reason),
+		PodsDisrupted: counter("karpenter_pods_disrupted_total",
+			"Pods on nodes deleted by voluntary disruption (they are evicted by the drain), by NodePool and reason.", NodePool, Reason),
+		DisruptionSavings: counter("capstan_disruption_savings_dollars_per_hour",
+			"Hourly price saved by voluntary disruption commands, summed over the commands carried out, by NodePool and reason.", NodePool, Reason),
 	}
 	for _, c := range []prometheus.Collector{m.NodeClaimsCreated, m.NodeClaimsLaunched, m.NodeClaimsRegistered, m.NodeClaimsInitialized,
 		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
-		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost} {
+		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
+		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -216,5 +234,39 @@ func (m *Metrics) PoolDeleted(pool string) {
 	}
 	for _, v := range []*prometheus.GaugeVec{m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost} {
 		v.DeletePartialMatch(prometheus.Labels{NodePool: pool})
+	}
+}
+
+// DisruptionRound records what a disruption round saw: per reason the eligible nodes, per pool
+// and reason the disruptions its budgets allow (reasons lower-case, as Karpenter's).
+func (m *Metrics) DisruptionRound(eligible map[string]int, allowed map[string]map[string]int) {
+	if m == nil {
+		return
+	}
+	for r, n := range eligible {
+		m.DisruptionEligible.WithLabelValues(strings.ToLower(r)).Set(float64(n))
+	}
+	for pool, byReason := range allowed {
+		for r, n := range byReason {
+			m.AllowedDisruptions.WithLabelValues(pool, strings.ToLower(r)).Set(float64(n))
+		}
+	}
+}
+
+// DisruptionCommand counts a disruption command carried out: its decision (delete or replace),
+// reason and consolidation type, the pods on its candidates, and the hourly saving, per pool.
+func (m *Metrics) DisruptionCommand(decision, reason, consolidationType string, podsByPool map[string]int, savingsByPool map[string]float64) {
+	if m == nil {
+		return
+	}
+	reason = strings.ToLower(reason)
+	m.DisruptionDecisions.WithLabelValues(decision, reason, consolidationType).Inc()
+	for pool, n := range podsByPool {
+		m.PodsDisrupted.WithLabelValues(pool, reason).Add(float64(n))
+	}
+	for pool, v := range savingsByPool {
+		if v > 0 {
+			m.DisruptionSavings.WithLabelValues(pool, reason).Add(v)
+		}
 	}
 }

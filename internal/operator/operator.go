@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime/debug"
+	"time"
 
 	"github.com/go-logr/logr"
 	uberzap "go.uber.org/zap"
@@ -25,6 +26,7 @@ import (
 
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	disruptionctl "capstan.dev/capstan/internal/controllers/disruption"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/disruption"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/expiration"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/garbagecollection"
@@ -34,6 +36,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/pod/startup"
 	"capstan.dev/capstan/internal/controllers/provisioning"
+	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/scheme"
@@ -91,6 +94,8 @@ type Operator struct {
 	Manager     manager.Manager
 	Cloud       cloudprovider.CloudProvider
 	Provisioner *provisioning.Provisioner
+	// Disruption is the voluntary disruption controller.
+	Disruption *disruptionctl.Controller
 	// SimCloud is the simulated cloud when CloudProvider is sim.
 	SimCloud *sim.Cloud
 }
@@ -208,6 +213,23 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			return nil, err
 		}
 	}
+	dis := &disruptionctl.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
+		Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Options: disruptionctl.Options{
+			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
+			NodeCost: o.NodeCost,
+			Decision: disruptioncore.Options{
+				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
+				EvictionMemory: churnMemory(o.ConsolidationChurnMemory),
+				Solver:         solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
+			},
+		}}
+	if o.DisruptionValidationPeriod == 0 {
+		dis.Options.ValidationPeriod = -1
+	}
+	op.Disruption = dis
+	if err := mgr.Add(dis); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m}); err != nil {
 		return nil, err
 	}
@@ -218,4 +240,13 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 // so everything Capstan prints is one JSON stream.
 func RedirectKlog(l logr.Logger) {
 	klog.SetLoggerWithOptions(l.WithName("klog"), klog.ContextualLogger(true))
+}
+
+// churnMemory is the decision core's eviction memory for the setting: zero turns the guard off
+// (the core reads zero as its default, so it gets a nanosecond).
+func churnMemory(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
 }

@@ -51,6 +51,12 @@ type Options struct {
 	FeatureGates        FeatureGates
 	SimStateFile        string
 	Kubeconfig          string
+	// Disruption settings (Capstan's own; Karpenter hard-codes its equivalents).
+	DisruptionPollPeriod          time.Duration
+	DisruptionValidationPeriod    time.Duration
+	DisruptionReplacementTimeout  time.Duration
+	MultiNodeConsolidationTimeout time.Duration
+	ConsolidationChurnMemory      time.Duration
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
 	// BuildVersion and BuildCommit describe the binary, for karpenter_build_info.
@@ -120,13 +126,16 @@ func parseFeatureGates(s string) (FeatureGates, error) {
 	return out, nil
 }
 
+// implementedGates are the gates off by default whose features Capstan has.
+var implementedGates = map[string]bool{"SpotToSpotConsolidation": true}
+
 // EnabledWithoutEffect lists the feature gates turned on beyond Karpenter's defaults whose
 // features Capstan does not have yet: they are accepted (a deployment written for Karpenter
 // starts), and said so at start-up.
 func (g FeatureGates) EnabledWithoutEffect() []string {
 	var out []string
 	for name, on := range g {
-		if on && !featureGateDefaults[name] {
+		if on && !featureGateDefaults[name] && !implementedGates[name] {
 			out = append(out, name)
 		}
 	}
@@ -191,6 +200,11 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	})
 	str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
 	str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
+	dur(&o.DisruptionPollPeriod, "disruption-poll-period", "DISRUPTION_POLL_PERIOD", 10*time.Second, "time between disruption rounds when nothing is in flight")
+	dur(&o.DisruptionValidationPeriod, "disruption-validation-period", "DISRUPTION_VALIDATION_PERIOD", 15*time.Second, "how long a disruption decision waits before it is checked again against the cluster and carried out")
+	dur(&o.DisruptionReplacementTimeout, "disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", 10*time.Minute, "how long a disruption waits for its replacements to initialize before it rolls back")
+	dur(&o.MultiNodeConsolidationTimeout, "multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", time.Minute, "bound on the time one round spends searching for a multi-node (and single-node) consolidation")
+	dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
 	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
 	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
@@ -273,6 +287,25 @@ func (o Options) Validate() error {
 	}
 	if o.HealthProbePort < 0 || o.HealthProbePort > 65535 {
 		bad("health-probe-port", "HEALTH_PROBE_PORT", o.HealthProbePort, "must be a port number")
+	}
+	for _, d := range []struct {
+		flag, env string
+		v         time.Duration
+		zeroOK    bool
+	}{
+		{"disruption-poll-period", "DISRUPTION_POLL_PERIOD", o.DisruptionPollPeriod, false},
+		{"disruption-validation-period", "DISRUPTION_VALIDATION_PERIOD", o.DisruptionValidationPeriod, true},
+		{"disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", o.DisruptionReplacementTimeout, false},
+		{"multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", o.MultiNodeConsolidationTimeout, false},
+		{"consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", o.ConsolidationChurnMemory, true},
+	} {
+		if d.v < 0 || d.v == 0 && !d.zeroOK {
+			want := "must be positive"
+			if d.zeroOK {
+				want = "must not be negative"
+			}
+			bad(d.flag, d.env, d.v, want)
+		}
 	}
 	if o.KubeClientQPS <= 0 {
 		bad("kube-client-qps", "KUBE_CLIENT_QPS", o.KubeClientQPS, "must be positive")

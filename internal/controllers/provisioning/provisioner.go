@@ -254,7 +254,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	var wg sync.WaitGroup
 	for i, planned := range plan.NodeClaims {
 		np := st.byName[planned.NodePool]
-		nc := newNodeClaim(np, planned)
+		nc := NewNodeClaim(np, planned)
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -338,8 +338,9 @@ func describe(rl corev1.ResourceList) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-// newNodeClaim builds the NodeClaim of a planned machine.
-func newNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1.NodeClaim {
+// NewNodeClaim is the NodeClaim of a planned machine from the pool: the pool's template, the
+// plan's requirements and requests, a generated name.
+func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1.NodeClaim {
 	t := np.Spec.Template
 	labels := map[string]string{karpv1.NodePoolLabelKey: np.Name}
 	for k, v := range t.ObjectMeta.Labels {

@@ -53,52 +53,14 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 	if err := p.Client.List(ctx, dss); err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
-	for i := range dss.Items {
-		ds := &dss.Items[i]
-		st.daemons = append(st.daemons, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: ds.Name, Labels: ds.Spec.Template.Labels},
-			Spec: ds.Spec.Template.Spec})
-	}
+	st.daemons = DaemonSetPods(dss.Items)
 
+	pools := SolverPools(ctx, p.Cloud, p.NodeCost, nps.Items, ncs.Items)
 	its := map[string][]*cloudprovider.InstanceType{}
-	for i := range nps.Items {
-		np := &nps.Items[i]
-		if !np.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if !cloudprovider.Manages(p.Cloud, np.Spec.Template.Spec.NodeClassRef) {
-			continue
-		}
-		if np.Spec.Replicas != nil {
-			// A static pool keeps its replica count whatever is pending; pending pods never buy
-			// machines from it (Karpenter's rule for spec.replicas).
-			continue
-		}
-		types, err := p.Cloud.GetInstanceTypes(ctx, np)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		reqs, err := nodepools.Requirements(np)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		cost, err := nodepools.NodeCost(np, p.NodeCost)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: invalid per-node cost", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		its[np.Name] = types
-		st.byName[np.Name] = np
-		weight := int32(0)
-		if np.Spec.Weight != nil {
-			weight = *np.Spec.Weight
-		}
-		st.pools = append(st.pools, solver.NodePool{
-			Name: np.Name, Weight: weight, Requirements: reqs,
-			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
-			InstanceTypes: types, Remaining: remaining(np, ncs.Items, types), NodeCost: cost,
-		})
+	for _, pool := range pools {
+		st.byName[pool.NodePool.Name] = pool.NodePool
+		st.pools = append(st.pools, pool.Solver)
+		its[pool.NodePool.Name] = pool.Solver.InstanceTypes
 	}
 
 	claimByProvider := map[string]*karpv1.NodeClaim{}
@@ -135,6 +97,70 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		}
 	}
 	return st, nil
+}
+
+// DaemonSetPods are one pod per DaemonSet, its template, as the solver charges them to machines.
+func DaemonSetPods(dss []appsv1.DaemonSet) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(dss))
+	for i := range dss {
+		ds := &dss[i]
+		out = append(out, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: ds.Name, Labels: ds.Spec.Template.Labels},
+			Spec: ds.Spec.Template.Spec})
+	}
+	return out
+}
+
+// Pool is a NodePool new machines may come from, and the same pool in the solver's terms.
+type Pool struct {
+	NodePool *karpv1.NodePool
+	Solver   solver.NodePool
+}
+
+// SolverPools are the NodePools new machines may come from — managed by the cloud provider, not
+// being deleted, not static, with instance types, valid requirements and per-node cost (nodeCost
+// unless annotated) — each with what is left of its limits after the claims. Pools left out are
+// logged with why.
+func SolverPools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, nps []karpv1.NodePool, claims []karpv1.NodeClaim) []Pool {
+	var out []Pool
+	for i := range nps {
+		np := &nps[i]
+		if !np.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if !cloudprovider.Manages(cloud, np.Spec.Template.Spec.NodeClassRef) {
+			continue
+		}
+		if np.Spec.Replicas != nil {
+			// A static pool keeps its replica count whatever is pending; pending pods never buy
+			// machines from it (Karpenter's rule for spec.replicas).
+			continue
+		}
+		types, err := cloud.GetInstanceTypes(ctx, np)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		reqs, err := nodepools.Requirements(np)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		cost, err := nodepools.NodeCost(np, nodeCost)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: invalid per-node cost", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		weight := int32(0)
+		if np.Spec.Weight != nil {
+			weight = *np.Spec.Weight
+		}
+		out = append(out, Pool{NodePool: np, Solver: solver.NodePool{
+			Name: np.Name, Weight: weight, Requirements: reqs,
+			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
+			InstanceTypes: types, Remaining: remaining(np, claims, types), NodeCost: cost,
+		}})
+	}
+	return out
 }
 
 // ephemeralTaintKeys are taints a starting node carries until its kubelet and network are up.

@@ -1,0 +1,316 @@
+package disruption
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/controllers/provisioning"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/pods"
+)
+
+// CommandAnnotationKey is on the NodeClaims a disruption command is disrupting, with the
+// command's state (commandState as JSON), until they are deleted or the command rolls back.
+const CommandAnnotationKey = "capstan.dev/disruption-command"
+
+// commandState is a command in flight, as recorded on its candidates.
+type commandState struct {
+	ID     string                  `json:"id"`
+	Method disruption.Method       `json:"method"`
+	Reason karpv1.DisruptionReason `json:"reason"`
+	// Replacements are the names of the NodeClaims launched first.
+	Replacements []string  `json:"replacements,omitempty"`
+	Started      time.Time `json:"started"`
+	// PriceBefore and PriceAfter are the hourly prices of candidates and replacements.
+	PriceBefore float64 `json:"priceBefore"`
+	PriceAfter  float64 `json:"priceAfter"`
+	// Savings are the hourly saving attributed to each pool (by its candidates' share of the
+	// price before).
+	Savings map[string]float64 `json:"savings,omitempty"`
+	// candidates are the claims' names (not stored: the annotated claims are the candidates).
+	candidates []string
+}
+
+func (s *commandState) consolidationType() string {
+	switch s.Method {
+	case disruption.MethodEmptiness:
+		return "empty"
+	case disruption.MethodSingleNode:
+		return "single"
+	case disruption.MethodMultiNode:
+		return "multi"
+	}
+	return ""
+}
+
+func (s *commandState) decision() string {
+	if len(s.Replacements) > 0 {
+		return "replace"
+	}
+	return "delete"
+}
+
+func candidateNames(cmd *disruption.Command) []string {
+	out := make([]string, 0, len(cmd.Candidates))
+	for _, c := range cmd.Candidates {
+		out = append(out, c.NodeClaim.Name)
+	}
+	return out
+}
+
+// execute starts a command: it records the command on the candidates, taints their nodes,
+// creates the replacements and, when there are none, deletes the candidates at once.
+func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption.Snapshot, cmd *disruption.Command) (time.Duration, error) {
+	st := &commandState{ID: rand.String(8), Method: cmd.Method, Reason: cmd.Reason, Started: c.Clock.Now().UTC().Truncate(time.Second),
+		PriceBefore: cmd.PriceBefore, PriceAfter: cmd.PriceAfter, candidates: candidateNames(cmd), Savings: map[string]float64{}}
+	for _, cand := range cmd.Candidates {
+		if cmd.PriceBefore > 0 {
+			st.Savings[cand.Pool.NodePool.Name] += cmd.Savings() * cand.Price / cmd.PriceBefore
+		}
+	}
+	pools := map[string]*karpv1.NodePool{}
+	for _, p := range snap.NodePools {
+		pools[p.NodePool.Name] = p.NodePool
+	}
+	claims := make([]*karpv1.NodeClaim, 0, len(cmd.Replacements))
+	for _, r := range cmd.Replacements {
+		np := pools[r.NodePool]
+		if np == nil {
+			return opts.PollPeriod, fmt.Errorf("replacement from NodePool %s, which is not in the snapshot", r.NodePool)
+		}
+		nc := provisioning.NewNodeClaim(np, r)
+		nc.GenerateName = ""
+		nc.Name = fmt.Sprintf("%s-%s-%d", np.Name, st.ID, len(claims))
+		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)
+		claims = append(claims, nc)
+		st.Replacements = append(st.Replacements, nc.Name)
+	}
+	logger := log.FromContext(ctx).WithValues("command", st.ID, "method", st.Method, "reason", st.Reason)
+	// The command is recorded before anything else, so that a restart finds it.
+	value, err := json.Marshal(st)
+	if err != nil {
+		return 0, err
+	}
+	for _, cand := range cmd.Candidates {
+		if err := c.annotate(ctx, cand.NodeClaim, string(value)); err != nil {
+			c.rollback(ctx, st, fmt.Sprintf("recording the command on %s failed: %v", cand.NodeClaim.Name, err))
+			return opts.PollPeriod, nil
+		}
+	}
+	c.active = st
+	for _, cand := range cmd.Candidates {
+		if err := c.taint(ctx, cand.NodeClaim.Status.NodeName, true); err != nil {
+			c.rollback(ctx, st, fmt.Sprintf("tainting node %s failed: %v", cand.NodeClaim.Status.NodeName, err))
+			return opts.FailureBackoff, nil
+		}
+	}
+	for _, nc := range claims {
+		if err := c.Client.Create(ctx, nc); err != nil && !apierrors.IsAlreadyExists(err) {
+			c.rollback(ctx, st, fmt.Sprintf("creating replacement %s failed: %v", nc.Name, err))
+			return opts.FailureBackoff, nil
+		}
+	}
+	logger.Info("disrupting node(s)", "nodeclaims", st.candidates, "replacements", st.Replacements,
+		"price-before", fmt.Sprintf("%.4f", st.PriceBefore), "price-after", fmt.Sprintf("%.4f", st.PriceAfter), "pods", len(cmd.Pods()))
+	for _, cand := range cmd.Candidates {
+		c.Recorder.Eventf(cand.NodeClaim, nil, corev1.EventTypeNormal, "DisruptionLaunching", "Disrupt", "%s", describe(st, cmd))
+	}
+	if len(claims) == 0 {
+		return c.finish(ctx, opts, st)
+	}
+	return 2 * time.Second, nil
+}
+
+// describe is a command as events tell it.
+func describe(st *commandState, cmd *disruption.Command) string {
+	s := fmt.Sprintf("Disrupting %s: %s/%s", strings.Join(st.candidates, ", "), st.Reason, st.decision())
+	if len(st.Replacements) > 0 {
+		var types []string
+		for _, r := range cmd.Replacements {
+			types = append(types, r.InstanceTypes[0].Name)
+		}
+		s += fmt.Sprintf(", replacing with %s (%s)", strings.Join(st.Replacements, ", "), strings.Join(types, ", "))
+	}
+	return s + fmt.Sprintf(", $%.4f/h → $%.4f/h, %d pod(s) evicted", st.PriceBefore, st.PriceAfter, len(cmd.Pods()))
+}
+
+// advance carries the command in flight one step: it deletes the candidates once every
+// replacement is initialized, rolls it back when a replacement is gone or the timeout passed, and
+// otherwise waits. It also un-taints nodes no command owns. It reports whether a command is in
+// flight.
+func (c *Controller) advance(ctx context.Context, opts Options) (bool, time.Duration, error) {
+	ncs := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, ncs); err != nil {
+		return false, 0, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	commands := map[string]*commandState{}
+	if c.active != nil {
+		commands[c.active.ID] = c.active
+	}
+	for i := range ncs.Items {
+		nc := &ncs.Items[i]
+		v, ok := nc.Annotations[CommandAnnotationKey]
+		if !ok || !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		st := &commandState{}
+		if err := json.Unmarshal([]byte(v), st); err != nil || st.ID == "" {
+			// Not ours to understand: drop it, and the node's taint with it.
+			log.FromContext(ctx).Info("removing an unreadable disruption command annotation", "NodeClaim", klog.KObj(nc), "value", v)
+			if err := c.annotate(ctx, nc, ""); err != nil {
+				return false, 0, err
+			}
+			continue
+		}
+		if known, ok := commands[st.ID]; ok {
+			st = known
+		} else {
+			commands[st.ID] = st
+		}
+		if !slices.Contains(st.candidates, nc.Name) {
+			st.candidates = append(st.candidates, nc.Name)
+		}
+	}
+	if err := c.untaintStray(ctx, ncs.Items, commands); err != nil {
+		return false, 0, err
+	}
+	if len(commands) == 0 {
+		c.active = nil
+		return false, 0, nil
+	}
+	wait := opts.PollPeriod
+	for _, st := range commands {
+		w, err := c.step(ctx, opts, st)
+		if err != nil {
+			return true, 0, err
+		}
+		wait = min(wait, w)
+	}
+	return true, wait, nil
+}
+
+// step advances one command.
+func (c *Controller) step(ctx context.Context, opts Options, st *commandState) (time.Duration, error) {
+	ready := true
+	for _, name := range st.Replacements {
+		nc := &karpv1.NodeClaim{}
+		err := c.APIReader.Get(ctx, client.ObjectKey{Name: name}, nc)
+		switch {
+		case apierrors.IsNotFound(err):
+			c.rollback(ctx, st, fmt.Sprintf("replacement %s is gone", name))
+			return opts.FailureBackoff, nil
+		case err != nil:
+			return 0, fmt.Errorf("reading replacement %s: %w", name, err)
+		case !nc.DeletionTimestamp.IsZero():
+			c.rollback(ctx, st, fmt.Sprintf("replacement %s is being deleted", name))
+			return opts.FailureBackoff, nil
+		}
+		if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized) {
+			ready = false
+		}
+	}
+	if ready {
+		return c.finish(ctx, opts, st)
+	}
+	if c.Clock.Since(st.Started) > opts.ReplacementTimeout {
+		c.rollback(ctx, st, fmt.Sprintf("replacements %s did not initialize within %s", strings.Join(st.Replacements, ", "), opts.ReplacementTimeout))
+		return opts.FailureBackoff, nil
+	}
+	// Candidates tainted before a restart stay tainted; a restart between recording and tainting
+	// taints now.
+	for _, name := range st.candidates {
+		nc := &karpv1.NodeClaim{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
+			continue
+		}
+		if err := c.taint(ctx, nc.Status.NodeName, true); err != nil {
+			return 0, err
+		}
+	}
+	return 2 * time.Second, nil
+}
+
+// finish deletes the command's candidates: the termination controller drains them.
+func (c *Controller) finish(ctx context.Context, opts Options, st *commandState) (time.Duration, error) {
+	var errs []error
+	pods := map[string]int{}
+	for _, name := range st.candidates {
+		nc := &karpv1.NodeClaim{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
+			errs = append(errs, client.IgnoreNotFound(err))
+			continue
+		}
+		pool := nc.Labels[karpv1.NodePoolLabelKey]
+		if node, err := nodeclaims.NodeFor(ctx, c.Client, nc); err == nil && node != nil {
+			onNode := &corev1.PodList{}
+			if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err == nil {
+				for i := range onNode.Items {
+					p := &onNode.Items[i]
+					if movable(p) {
+						pods[pool]++
+						if st.Reason == karpv1.DisruptionReasonUnderutilized {
+							c.remember(p)
+						}
+					}
+				}
+			}
+		}
+		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting nodeclaim %s: %w", name, err))
+			continue
+		}
+		c.Metrics.Disrupted(nc, strings.ToLower(string(st.Reason)))
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "DisruptionTerminating", "Disrupt", "Disrupting NodeClaim: %s/%s", st.Reason, st.decision())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	c.Metrics.DisruptionCommand(st.decision(), string(st.Reason), st.consolidationType(), pods, st.Savings)
+	log.FromContext(ctx).Info("deleted disrupted nodeclaim(s)", "command", st.ID, "nodeclaims", st.candidates)
+	if c.active != nil && c.active.ID == st.ID {
+		c.active = nil
+	}
+	return opts.PollPeriod, nil
+}
+
+// movable reports whether the pod will be evicted by the drain: not a DaemonSet or mirror pod, not
+// finished or already terminating.
+func movable(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.DeletionTimestamp.IsZero() &&
+		!pods.OwnedByDaemonSet(p)
+}
+
+// remember records a pod consolidation is about to evict, for the churn guard; records older
+// than the guard's memory are dropped.
+func (c *Controller) remember(p *corev1.Pod) {
+	now := c.Clock.Now()
+	memory := c.Options.Decision.EvictionMemory
+	if memory <= 0 {
+		memory = disruption.DefaultEvictionMemory
+	}
+	c.evictions = slices.DeleteFunc(c.evictions, func(e disruption.Eviction) bool { return now.Sub(e.At) >= memory })
+	e := disruption.Eviction{Namespace: p.Namespace, Name: p.Name, At: now}
+	if o := metav1.GetControllerOf(p); o != nil {
+		e.Owner = o.UID
+	}
+	c.evictions = append(c.evictions, e)
+}

@@ -1,0 +1,208 @@
+package disruption
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+)
+
+func TestEmptyNodeIsDeletedAfterTheValidationPeriod(t *testing.T) {
+	f := newFixture(t, "empty", nil)
+	f.node("empty-busy", "m5.2xlarge", "1", "1", "1", "1", "1", "1")
+	f.node("empty-idle", "m5.large")
+	f.ctrl.Options.ValidationPeriod = 15 * time.Second
+	if wait := f.round(f.ctrl); wait != 15*time.Second {
+		t.Fatalf("first round waits %s, want the validation period", wait)
+	}
+	if nc := f.claim("empty-idle"); nc == nil || !nc.DeletionTimestamp.IsZero() || f.tainted("empty-idle") {
+		t.Fatal("the empty node was touched before the validation period")
+	}
+	f.clk.Step(15 * time.Second)
+	f.round(f.ctrl)
+	if nc := f.claim("empty-idle"); nc != nil {
+		t.Fatalf("the empty node's claim is still there (deleting: %v)", !nc.DeletionTimestamp.IsZero())
+	}
+	if f.claim("empty-busy") == nil {
+		t.Fatal("the busy node was deleted")
+	}
+	if got := f.events(); !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, "DisruptionTerminating") }) {
+		t.Errorf("events %v, want DisruptionTerminating", got)
+	}
+}
+
+func TestValidationAbandonsACommandThatNoLongerHolds(t *testing.T) {
+	f := newFixture(t, "validate", nil)
+	f.node("validate-busy", "m5.2xlarge", "1", "1", "1", "1", "1", "1")
+	f.node("validate-idle", "m5.large")
+	f.ctrl.Options.ValidationPeriod = 15 * time.Second
+	f.round(f.ctrl)
+	// A pod arrives during the validation period.
+	f.pod("late", "validate-idle", "500m")
+	f.clk.Step(15 * time.Second)
+	f.round(f.ctrl)
+	if nc := f.claim("validate-idle"); nc == nil || !nc.DeletionTimestamp.IsZero() {
+		t.Fatal("the node that got a pod during validation was deleted")
+	}
+}
+
+func TestReplaceLaunchesFirstAndSurvivesARestart(t *testing.T) {
+	f := newFixture(t, "replace", nil)
+	// A 2xlarge with one small pod: an m5.large holds it for a quarter of the price.
+	f.node("replace-big", "m5.2xlarge", "500m")
+	f.round(f.ctrl)
+	repl := f.replacements()
+	if len(repl) != 1 {
+		t.Fatalf("%d replacements, want 1", len(repl))
+	}
+	big := f.claim("replace-big")
+	st := commandOf(t, big)
+	if st == nil || st.Method != disruption.MethodSingleNode || !slices.Equal(st.Replacements, []string{repl[0].Name}) {
+		t.Fatalf("command annotation %+v, want single-node naming %s", st, repl[0].Name)
+	}
+	if !f.tainted("replace-big") || !big.DeletionTimestamp.IsZero() {
+		t.Fatal("the candidate must be tainted and not deleted while its replacement starts")
+	}
+	if repl[0].Annotations[disruption.ReplacementAnnotationKey] != string(disruption.MethodSingleNode) || len(repl[0].Finalizers) == 0 {
+		t.Fatalf("replacement %s: annotations %v, finalizers %v; want the replacement mark and the termination finalizer",
+			repl[0].Name, repl[0].Annotations, repl[0].Finalizers)
+	}
+
+	// Capstan restarts: a new controller knows nothing in memory.
+	restarted := f.controller()
+	f.round(restarted)
+	if got := len(f.replacements()); got != 1 {
+		t.Fatalf("%d replacements after the restart, want still 1", got)
+	}
+	if nc := f.claim("replace-big"); nc == nil || !nc.DeletionTimestamp.IsZero() {
+		t.Fatal("the candidate was deleted before its replacement initialized")
+	}
+	f.initialize(&repl[0])
+	f.round(restarted)
+	if nc := f.claim("replace-big"); nc != nil && nc.DeletionTimestamp.IsZero() {
+		t.Fatal("the candidate was not deleted once its replacement initialized")
+	}
+	if got := len(f.replacements()); got != 1 {
+		t.Fatalf("%d replacements at the end, want 1", got)
+	}
+}
+
+func TestRestartBeforeTheReplacementWasCreatedRollsBack(t *testing.T) {
+	f := newFixture(t, "torn", nil)
+	nc, _ := f.node("torn-big", "m5.2xlarge", "500m")
+	// A command recorded and tainted, then the process died before creating its replacement.
+	st := &commandState{ID: "abc12345", Method: disruption.MethodSingleNode, Reason: karpv1.DisruptionReasonUnderutilized,
+		Replacements: []string{"torn-abc12345-0"}, Started: f.clk.Now()}
+	v, _ := json.Marshal(st)
+	orig := nc.DeepCopy()
+	nc.Annotations = map[string]string{CommandAnnotationKey: string(v)}
+	if err := env.Client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ctrl.taint(t.Context(), "torn-big", true); err != nil {
+		t.Fatal(err)
+	}
+	f.round(f.controller())
+	after := f.claim("torn-big")
+	if after == nil || !after.DeletionTimestamp.IsZero() {
+		t.Fatal("the candidate was deleted without its replacement")
+	}
+	if f.tainted("torn-big") || commandOf(t, after) != nil {
+		t.Fatal("the rolled-back candidate is still tainted or annotated")
+	}
+	if got := f.replacements(); len(got) != 0 {
+		t.Fatalf("replacements %v were launched by the rollback", got)
+	}
+	if got := f.events(); !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, "DisruptionFailed") && strings.Contains(e, "is gone") }) {
+		t.Errorf("events %v, want DisruptionFailed saying the replacement is gone", got)
+	}
+}
+
+func TestReplacementTimeoutRollsBack(t *testing.T) {
+	f := newFixture(t, "timeout", nil)
+	f.node("timeout-big", "m5.2xlarge", "500m")
+	f.round(f.ctrl)
+	if len(f.replacements()) != 1 {
+		t.Fatal("no replacement")
+	}
+	f.clk.Step(DefaultReplacementTimeout + time.Second)
+	f.round(f.ctrl)
+	if f.tainted("timeout-big") || commandOf(t, f.claim("timeout-big")) != nil {
+		t.Fatal("the candidate is still tainted or annotated after the timeout")
+	}
+	for _, r := range f.replacements() {
+		if r.DeletionTimestamp.IsZero() {
+			t.Fatalf("replacement %s was not deleted", r.Name)
+		}
+	}
+	// No new command during the backoff.
+	f.round(f.ctrl)
+	if got := f.replacements(); len(got) > 0 && got[len(got)-1].DeletionTimestamp.IsZero() {
+		t.Fatal("a new replacement was launched during the backoff")
+	}
+}
+
+func TestStrayTaintIsRemoved(t *testing.T) {
+	f := newFixture(t, "stray", nil)
+	f.node("stray-n", "m5.2xlarge", "1", "1", "1", "1", "1", "1", "1")
+	if err := f.ctrl.taint(t.Context(), "stray-n", true); err != nil {
+		t.Fatal(err)
+	}
+	f.round(f.ctrl)
+	if f.tainted("stray-n") {
+		t.Fatal("a disrupted taint without a command is still there")
+	}
+}
+
+func TestBlockedNodeIsExplainedOnce(t *testing.T) {
+	f := newFixture(t, "pdb", nil)
+	f.node("pdb-big", "m5.2xlarge", "500m")
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	if err := env.Client.Create(t.Context(), pdb); err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager here: the status says what it would.
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0, ObservedGeneration: pdb.Generation}
+	if err := env.Client.Status().Update(t.Context(), pdb); err != nil {
+		t.Fatal(err)
+	}
+	f.round(f.ctrl)
+	f.round(f.ctrl)
+	var blocked []string
+	for _, e := range f.events() {
+		if strings.Contains(e, "DisruptionBlocked") {
+			blocked = append(blocked, e)
+		}
+	}
+	// One on the NodeClaim, one on the Node, once.
+	if len(blocked) != 2 || !strings.Contains(blocked[0], "pdb pdb/web allows no disruption") {
+		t.Fatalf("DisruptionBlocked events %v, want two naming the PDB", blocked)
+	}
+	if len(f.replacements()) != 0 {
+		t.Fatal("a node blocked by its PDB was disrupted")
+	}
+}
+
+func TestDoNotDisruptNodeAnnotation(t *testing.T) {
+	f := newFixture(t, "dnd", nil)
+	_, node := f.node("dnd-big", "m5.2xlarge", "500m")
+	orig := node.DeepCopy()
+	node.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+	if err := env.Client.Patch(t.Context(), node, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	f.round(f.ctrl)
+	if len(f.replacements()) != 0 || f.tainted("dnd-big") {
+		t.Fatal("a do-not-disrupt node was disrupted")
+	}
+}

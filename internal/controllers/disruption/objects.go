@@ -1,0 +1,188 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+)
+
+// annotate sets (or, with value "", removes) the command annotation of a claim, failing when the
+// claim changed since it was read or is being deleted.
+func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value string) error {
+	if !nc.DeletionTimestamp.IsZero() && value != "" {
+		return fmt.Errorf("nodeclaim %s is being deleted", nc.Name)
+	}
+	orig := nc.DeepCopy()
+	if value == "" {
+		if _, ok := nc.Annotations[CommandAnnotationKey]; !ok {
+			return nil
+		}
+		delete(nc.Annotations, CommandAnnotationKey)
+	} else {
+		if nc.Annotations == nil {
+			nc.Annotations = map[string]string{}
+		}
+		nc.Annotations[CommandAnnotationKey] = value
+	}
+	if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching nodeclaim %s: %w", nc.Name, err)
+	}
+	return nil
+}
+
+// taint adds (or removes) karpenter.sh/disrupted:NoSchedule on the node; a node that is gone
+// needs nothing.
+func (c *Controller) taint(ctx context.Context, name string, on bool) error {
+	if name == "" {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		node := &corev1.Node{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		has := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
+		if has == on {
+			return nil
+		}
+		orig := node.DeepCopy()
+		if on {
+			node.Spec.Taints = append(node.Spec.Taints, karpv1.DisruptedNoScheduleTaint)
+		} else {
+			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
+		}
+		err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("patching taints of node %s: %w", name, client.IgnoreNotFound(err))
+		}
+		return nil
+	}
+}
+
+// rollback undoes a command that cannot finish: its replacements are deleted, its candidates
+// un-tainted and their annotation removed, with an event on each saying why. Errors are logged;
+// the next round finds what is left and rolls it back again.
+func (c *Controller) rollback(ctx context.Context, st *commandState, why string) {
+	logger := log.FromContext(ctx).WithValues("command", st.ID, "method", st.Method)
+	logger.Info("rolling back disruption command", "reason", why, "nodeclaims", st.candidates, "replacements", st.Replacements)
+	for _, name := range st.Replacements {
+		nc := &karpv1.NodeClaim{}
+		nc.Name = name
+		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {
+			logger.Error(err, "deleting replacement", "NodeClaim", name)
+		}
+	}
+	for _, name := range st.candidates {
+		nc := &karpv1.NodeClaim{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
+			continue
+		}
+		// Un-taint first: a restart in between finds the annotation and rolls back again.
+		if err := c.taint(ctx, nc.Status.NodeName, false); err != nil {
+			logger.Error(err, "un-tainting node", "NodeClaim", klog.KObj(nc))
+			continue
+		}
+		if err := c.annotate(ctx, nc, ""); err != nil {
+			logger.Error(err, "removing the command annotation", "NodeClaim", klog.KObj(nc))
+			continue
+		}
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionFailed", "Disrupt", "Disruption %s/%s rolled back: %s", st.Reason, st.Method, why)
+	}
+	if c.active != nil && c.active.ID == st.ID {
+		c.active = nil
+	}
+	c.backoffUntil = c.Clock.Now().Add(c.Options.withDefaults().FailureBackoff)
+}
+
+// untaintStray removes the disrupted taint from nodes whose claim is neither being deleted nor
+// part of a command: a command rolled back or lost before it was recorded.
+func (c *Controller) untaintStray(ctx context.Context, ncs []karpv1.NodeClaim, commands map[string]*commandState) error {
+	inCommand := map[string]bool{}
+	for _, st := range commands {
+		for _, n := range st.candidates {
+			inCommand[n] = true
+		}
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.Client.List(ctx, nodes); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	byProvider := map[string]*karpv1.NodeClaim{}
+	for i := range ncs {
+		if id := ncs[i].Status.ProviderID; id != "" {
+			byProvider[id] = &ncs[i]
+		}
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+			continue
+		}
+		nc := byProvider[n.Spec.ProviderID]
+		if nc == nil || !nc.DeletionTimestamp.IsZero() || !n.DeletionTimestamp.IsZero() || inCommand[nc.Name] {
+			continue
+		}
+		if _, ok := nc.Annotations[CommandAnnotationKey]; ok {
+			continue
+		}
+		log.FromContext(ctx).Info("removing a disruption taint no command owns", "Node", klog.KObj(n), "NodeClaim", klog.KObj(nc))
+		if err := c.taint(ctx, n.Name, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// report emits the decision's explanations as events (once per node and message), and its
+// metrics.
+func (c *Controller) report(ctx context.Context, snap *disruption.Snapshot, dec *disruption.Decision) {
+	if c.told == nil {
+		c.told = map[string]string{}
+	}
+	exists := map[string]bool{}
+	for _, n := range snap.Nodes {
+		exists[n.NodeClaim.Name] = true
+	}
+	for _, e := range dec.Explanations {
+		name := e.Node.NodeClaim.Name
+		if e.Event == "" || c.told[name] == e.Message {
+			continue
+		}
+		c.told[name] = e.Message
+		c.Recorder.Eventf(e.Node.NodeClaim, nil, corev1.EventTypeNormal, e.Event, "Disrupt", "%s", e.Message)
+		if e.Node.Node != nil {
+			c.Recorder.Eventf(e.Node.Node, nil, corev1.EventTypeNormal, e.Event, "Disrupt", "%s", e.Message)
+		}
+		log.FromContext(ctx).V(1).Info("not disrupting node", "NodeClaim", klog.KObj(e.Node.NodeClaim), "event", e.Event, "reason", e.Message)
+	}
+	for name := range c.told {
+		if !exists[name] {
+			delete(c.told, name)
+		}
+	}
+	eligible := map[string]int{}
+	for r, n := range dec.Eligible {
+		eligible[string(r)] = n
+	}
+	allowed := map[string]map[string]int{}
+	for pool, byReason := range dec.Allowances {
+		allowed[pool] = map[string]int{}
+		for r, a := range byReason {
+			allowed[pool][strings.ToLower(string(r))] = a.Allowed
+		}
+	}
+	c.Metrics.DisruptionRound(eligible, allowed)
+}
