@@ -41,6 +41,10 @@ type Command struct {
 	Candidates []*Candidate
 	// Replacements are the machines to launch first; their pods are the ones they will take.
 	Replacements []*solver.PlannedNodeClaim
+	// Bindings are where the simulation put the other moving pods: existing nodes (an in-flight
+	// NodeClaim's name is prefixed "nodeclaim/"). The controller does not bind them (the
+	// scheduler does); replays and the explain tools read them.
+	Bindings []solver.Binding
 	// PriceBefore is the candidates' hourly price, PriceAfter the replacements' (cheapest
 	// offering each), both with the pools' per-node costs.
 	PriceBefore, PriceAfter float64
@@ -172,7 +176,7 @@ func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 		if res.failed != "" {
 			return nil, res.failed
 		}
-		out := &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set, Replacements: res.replacements, PriceBefore: set[0].Price}
+		out := &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set, Replacements: res.replacements, Bindings: res.bindings, PriceBefore: set[0].Price}
 		for _, r := range res.replacements {
 			out.PriceAfter += r.Price
 		}
@@ -346,7 +350,7 @@ func (d *decider) drift() *Command {
 			continue
 		}
 		cmd := &Command{Method: MethodDrift, Reason: karpv1.DisruptionReasonDrifted, Candidates: []*Candidate{c},
-			Replacements: res.replacements, PriceBefore: c.Price}
+			Replacements: res.replacements, Bindings: res.bindings, PriceBefore: c.Price}
 		for _, r := range res.replacements {
 			cmd.PriceAfter += r.Price
 		}
@@ -409,7 +413,7 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, string) {
 	if res.failed != "" {
 		return nil, res.failed
 	}
-	cmd := &Command{Method: m, Reason: karpv1.DisruptionReasonUnderutilized, Candidates: set}
+	cmd := &Command{Method: m, Reason: karpv1.DisruptionReasonUnderutilized, Candidates: set, Bindings: res.bindings}
 	for _, c := range set {
 		cmd.PriceBefore += c.Price
 	}

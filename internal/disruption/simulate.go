@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -22,11 +24,27 @@ type simulation struct {
 	index map[*Node]int
 	// moving are the pods of nodes being disrupted; pending the pods waiting for a node.
 	moving, pending []*corev1.Pod
-	solves          int
+	// wellKnown and pools are the solver's input that every simulation shares.
+	wellKnown []string
+	pools     []solver.NodePool
+	solves    int
 }
 
 func newSimulation(d *decider) *simulation {
-	s := &simulation{d: d, index: map[*Node]int{}, pending: d.snap.Pending}
+	s := &simulation{d: d, index: map[*Node]int{}, pending: d.snap.Pending, wellKnown: d.snap.WellKnownLabels}
+	if s.wellKnown == nil {
+		// What the solver would compute on every solve: the keys some instance type defines.
+		keys := map[string]bool{}
+		for i := range d.snap.NodePools {
+			for _, it := range d.snap.NodePools[i].Solver.InstanceTypes {
+				it.Requirements.Each(func(r requirements.Requirement) { keys[r.Key] = true })
+			}
+		}
+		s.wellKnown = slices.Sorted(maps.Keys(keys))
+	}
+	for i := range d.snap.NodePools {
+		s.pools = append(s.pools, d.snap.NodePools[i].Solver)
+	}
 	leaving := map[*Node]bool{}
 	for _, n := range d.inProgress {
 		if n.Node == nil || !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() || tainted(n.Node) {
@@ -71,7 +89,7 @@ func (d *decider) existing(n *Node) (solver.ExistingNode, bool) {
 			})
 		}
 		return solver.ExistingNode{Name: n.Node.Name, Labels: n.Node.Labels, Taints: taints, Allocatable: n.Node.Status.Allocatable,
-			Pods: n.Pods, Unschedulable: n.Node.Spec.Unschedulable}, true
+			Pods: n.Pods, Requested: solver.Requests(n.Pods), Unschedulable: n.Node.Spec.Unschedulable}, true
 	}
 	pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
 	if pool == nil {
@@ -91,7 +109,8 @@ func (d *decider) existing(n *Node) (solver.ExistingNode, bool) {
 	}
 	labels[corev1.LabelHostname] = n.NodeClaim.Name
 	pods := append(slices.Clip(n.Pods), d.snap.DaemonSetPods...)
-	return solver.ExistingNode{Name: "nodeclaim/" + n.NodeClaim.Name, Labels: labels, Taints: n.NodeClaim.Spec.Taints, Allocatable: alloc, Pods: pods}, true
+	return solver.ExistingNode{Name: "nodeclaim/" + n.NodeClaim.Name, Labels: labels, Taints: n.NodeClaim.Spec.Taints, Allocatable: alloc,
+		Pods: pods, Requested: solver.Requests(pods)}, true
 }
 
 // simResult is where the pods of a set of nodes would go.
@@ -101,6 +120,8 @@ type simResult struct {
 	// replacements are the new machines the pods of the set (or of nodes already being
 	// disrupted) need; machines only pending pods need are the provisioner's business.
 	replacements []*solver.PlannedNodeClaim
+	// bindings are where the required pods go on existing nodes.
+	bindings []solver.Binding
 }
 
 // run simulates removing the set: its pods, and those of nodes already being disrupted, must all
@@ -131,11 +152,8 @@ func (s *simulation) run(set []*Candidate) simResult {
 			nodes = append(nodes, s.nodes[i])
 		}
 	}
-	in := solver.Input{Pods: pods, Nodes: nodes, DaemonSetPods: s.d.snap.DaemonSetPods, NamespaceLabels: s.d.snap.NamespaceLabels,
-		WellKnownLabels: s.d.snap.WellKnownLabels}
-	for i := range s.d.snap.NodePools {
-		in.NodePools = append(in.NodePools, s.d.snap.NodePools[i].Solver)
-	}
+	in := solver.Input{Pods: pods, Nodes: nodes, NodePools: s.pools, DaemonSetPods: s.d.snap.DaemonSetPods,
+		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}
 	plan := solver.Solve(in, s.d.opts.Solver)
 	for _, u := range plan.Unschedulable {
 		if required[u.Pod] {
@@ -143,6 +161,11 @@ func (s *simulation) run(set []*Candidate) simResult {
 		}
 	}
 	var res simResult
+	for _, b := range plan.Bindings {
+		if required[b.Pod] {
+			res.bindings = append(res.bindings, b)
+		}
+	}
 	for _, nc := range plan.NodeClaims {
 		if slices.ContainsFunc(nc.Pods, func(p *corev1.Pod) bool { return required[p] }) {
 			res.replacements = append(res.replacements, nc)

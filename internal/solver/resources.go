@@ -91,6 +91,20 @@ func podRequests(p *corev1.Pod) corev1.ResourceList {
 	return rl
 }
 
+// Requests sums the pods' requests as the solver counts them on an existing node (each pod's
+// kube-scheduler requests plus one pod), for ExistingNode.Requested.
+func Requests(pods []*corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, p := range pods {
+		for n, q := range podRequests(p) {
+			cur := out[n]
+			cur.Add(q)
+			out[n] = cur
+		}
+	}
+	return out
+}
+
 func (v vec) add(o vec) {
 	for i := range v {
 		v[i] += o[i]

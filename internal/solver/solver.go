@@ -247,8 +247,14 @@ func (s *solver) prepare() {
 		t := &target{id: len(s.targets), existing: n, labels: n.Labels, alloc: s.ri.vec(n.Allocatable), used: make(vec, s.ri.len())}
 		s.attachLimits(t.alloc, n.VolumeLimits)
 		s.targets = append(s.targets, t)
+		summed := n.Requested != nil && s.in.Attachments == nil
+		if summed {
+			t.used.add(s.ri.vec(n.Requested))
+		}
 		for _, p := range n.Pods {
-			t.used.add(s.ri.vec(s.withAttachments(p, podRequests(p))))
+			if !summed {
+				t.used.add(s.ri.vec(s.withAttachments(p, podRequests(p))))
+			}
 			t.ports = append(t.ports, podHostPorts(p)...)
 			for _, g := range s.groups {
 				if g.matches(p.Namespace, p.Labels, s.in.NamespaceLabels) {

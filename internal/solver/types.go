@@ -67,6 +67,10 @@ type ExistingNode struct {
 	Allocatable corev1.ResourceList
 	// Pods are the pods bound or nominated to the node.
 	Pods []*corev1.Pod
+	// Requested, when set, is Requests(Pods), computed once by a caller that solves many times
+	// over the same nodes (the disruption core); the solver then does not sum the pods again.
+	// It is ignored when the input has Attachments.
+	Requested corev1.ResourceList
 	// Unschedulable nodes (cordoned or being deleted) take no pods but count for topology.
 	Unschedulable bool
 	// VolumeLimits are the most CSI volumes of each driver the node can attach (its CSINode's

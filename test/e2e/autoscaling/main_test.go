@@ -129,7 +129,9 @@ func startCapstan() error {
 	_ = l.Close()
 	cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--disable-leader-election",
 		"--metrics-bind-address="+s.metricsAddr, "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
-		"--batch-idle-duration=1s", "--batch-max-duration=10s")
+		"--batch-idle-duration=1s", "--batch-max-duration=10s",
+		// Disruption rounds as in production, only with a shorter wait before acting.
+		"--disruption-validation-period=2s", "--disruption-poll-period=2s")
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,122 @@
+package replay
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+)
+
+// disrupt runs a disruption round as the controller does: finish the command in flight once its
+// replacements are ready; else carry out a decision whose validation period passed; else decide.
+func (c *Cluster) disrupt() {
+	if e := c.executing; e != nil {
+		for _, r := range e.replacements {
+			if r.node.Node == nil {
+				return
+			}
+		}
+		c.finish(e)
+		c.executing = nil
+		return
+	}
+	snap := c.Snapshot()
+	if c.decided != nil {
+		if c.now.Sub(c.decidedAt) < c.cfg.ValidationPeriod {
+			return
+		}
+		cmd, _ := disruption.Validate(snap, c.cfg.Disruption, c.decided)
+		c.decided = nil
+		if cmd != nil {
+			c.execute(cmd)
+		}
+		return
+	}
+	if dec := disruption.Decide(snap, c.cfg.Disruption); dec.Command != nil {
+		c.decided, c.decidedAt = dec.Command, c.now
+	}
+}
+
+// Snapshot is the cluster as the decision core sees it now.
+func (c *Cluster) Snapshot() *disruption.Snapshot {
+	snap := &disruption.Snapshot{Now: c.now, NodePools: []disruption.Pool{c.pool}, Pending: slices.Clone(c.pending),
+		Evictions: c.evictions}
+	after := c.pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration
+	for _, m := range c.machines {
+		nc := m.node.NodeClaim
+		meta.RemoveStatusCondition(&nc.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+		if m.node.Node != nil && after != nil && !c.now.Before(m.lastPodEvent.Add(*after)) {
+			nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
+				Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(c.now)})
+		}
+		n := &disruption.Node{NodeClaim: nc, Node: m.node.Node, Pods: m.node.Pods}
+		if m.node.Node == nil {
+			n.Pods = m.nominated
+		}
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	return snap
+}
+
+func (c *Cluster) machine(name string) *machine {
+	for _, m := range c.machines {
+		if m.node.NodeClaim.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// execute taints the candidates and launches the replacements; without replacements the
+// candidates go at once.
+func (c *Cluster) execute(cmd *disruption.Command) {
+	e := &execution{cmd: cmd}
+	for _, cand := range cmd.Candidates {
+		m := c.machine(cand.NodeClaim.Name)
+		m.leaving = true
+		m.node.Node.Spec.Taints = append(m.node.Node.Spec.Taints, karpv1.DisruptedNoScheduleTaint)
+	}
+	for _, r := range cmd.Replacements {
+		e.replacements = append(e.replacements, c.launch(r, cmd.Method))
+	}
+	if len(e.replacements) == 0 {
+		c.finish(e)
+		return
+	}
+	c.executing = e
+}
+
+// finish deletes the candidates: their pods are evicted and their controllers recreate them,
+// pending.
+func (c *Cluster) finish(e *execution) {
+	c.report.Commands[e.cmd.Method]++
+	for _, cand := range e.cmd.Candidates {
+		m := c.machine(cand.NodeClaim.Name)
+		for _, p := range m.node.Pods {
+			c.report.Evictions++
+			if e.cmd.Reason == karpv1.DisruptionReasonUnderutilized {
+				c.evictions = append(c.evictions, disruption.Eviction{Namespace: p.Namespace, Name: p.Name,
+					Owner: metav1.GetControllerOf(p).UID, At: c.now})
+			}
+			dep := c.deps[p.Labels["app"]]
+			c.seq++
+			fresh := newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
+			c.pending = append(c.pending, fresh)
+			pods := c.byDep[dep.Name]
+			if i := slices.Index(pods, p); i >= 0 {
+				pods[i] = fresh
+			}
+		}
+		c.machines = slices.DeleteFunc(c.machines, func(x *machine) bool { return x == m })
+	}
+	// Forget evictions the churn guard no longer needs.
+	memory := c.cfg.Disruption.EvictionMemory
+	if memory == 0 {
+		memory = disruption.DefaultEvictionMemory
+	}
+	c.evictions = slices.DeleteFunc(c.evictions, func(ev disruption.Eviction) bool { return c.now.Sub(ev.At) >= memory })
+}

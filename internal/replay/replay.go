@@ -1,0 +1,403 @@
+package replay
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Deployment is a trace's workload: identical pods whose count follows Replicas.
+type Deployment struct {
+	Name string
+	// CPU and Memory are each pod's requests ("500m", "1Gi").
+	CPU, Memory string
+	// Replicas is the desired count at an offset from the trace's start.
+	Replicas func(at time.Duration) int
+}
+
+// Config is the cluster a trace plays on.
+type Config struct {
+	// NodePool is the one pool (its disruption policy, budgets and consolidateAfter apply).
+	NodePool *karpv1.NodePool
+	// InstanceTypes is its catalog.
+	InstanceTypes []*cloudprovider.InstanceType
+	// Step is the simulated time between steps (default 10s); disruption rounds run every step.
+	Step time.Duration
+	// LaunchDelay is how long a new machine takes to be ready (default 30s).
+	LaunchDelay time.Duration
+	// ValidationPeriod is the wait before a decision is re-checked and carried out (default 15s).
+	ValidationPeriod time.Duration
+	// Disruption are the decision core's options; DisableDisruption turns rounds off.
+	Disruption        disruption.Options
+	DisableDisruption bool
+	// Start is the simulated time of the first step.
+	Start time.Time
+}
+
+// Report is what a replay measured.
+type Report struct {
+	// CostHours is the summed hourly price of the machines over the trace, in dollars.
+	CostHours float64
+	// Evictions counts pods evicted by disruption commands.
+	Evictions int
+	// PendingPodSeconds sums, over steps, pending pods times the step.
+	PendingPodSeconds float64
+	// Commands counts the commands carried out, per method.
+	Commands map[disruption.Method]int
+	// Launched counts machines launched; PeakNodes is the most at once.
+	Launched, PeakNodes int
+}
+
+// machine is a node in the replay.
+type machine struct {
+	node    *disruption.Node
+	price   float64
+	readyAt time.Time
+	// lastPodEvent is when a pod last arrived or left.
+	lastPodEvent time.Time
+	// nominated pods wait for the machine to be ready.
+	nominated []*corev1.Pod
+	leaving   bool
+}
+
+// Cluster is the replayed cluster's state.
+type Cluster struct {
+	cfg      Config
+	pool     disruption.Pool
+	now      time.Time
+	machines []*machine
+	pending  []*corev1.Pod
+	byDep    map[string][]*corev1.Pod
+	deps     map[string]Deployment
+	seq      int
+	report   Report
+	// inflight is the command being carried out and when it was decided.
+	decided   *disruption.Command
+	decidedAt time.Time
+	executing *execution
+	evictions []disruption.Eviction
+}
+
+type execution struct {
+	cmd          *disruption.Command
+	replacements []*machine
+}
+
+// New makes an empty cluster.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Step == 0 {
+		cfg.Step = 10 * time.Second
+	}
+	if cfg.LaunchDelay == 0 {
+		cfg.LaunchDelay = 30 * time.Second
+	}
+	if cfg.ValidationPeriod == 0 {
+		cfg.ValidationPeriod = 15 * time.Second
+	}
+	if cfg.Start.IsZero() {
+		cfg.Start = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+	}
+	reqs, err := nodepools.Requirements(cfg.NodePool)
+	if err != nil {
+		return nil, fmt.Errorf("reading the NodePool's requirements: %w", err)
+	}
+	c := &Cluster{cfg: cfg, now: cfg.Start, byDep: map[string][]*corev1.Pod{}, deps: map[string]Deployment{},
+		report: Report{Commands: map[disruption.Method]int{}}}
+	c.pool = disruption.Pool{NodePool: cfg.NodePool, Solver: solver.NodePool{Name: cfg.NodePool.Name, Requirements: reqs,
+		InstanceTypes: cfg.InstanceTypes, Taints: cfg.NodePool.Spec.Template.Spec.Taints}}
+	return c, nil
+}
+
+// Run plays the deployments for d and returns the report.
+func (c *Cluster) Run(deps []Deployment, d time.Duration) Report {
+	for _, dep := range deps {
+		c.deps[dep.Name] = dep
+	}
+	end := c.now.Add(d)
+	for c.now.Before(end) {
+		at := c.now.Sub(c.cfg.Start)
+		for _, dep := range deps {
+			c.scaleTo(dep, dep.Replicas(at))
+		}
+		c.Step()
+	}
+	return c.report
+}
+
+// Step advances the cluster by one step: machines come up, pending pods are placed, a disruption
+// round runs, and the step's cost and waiting are counted.
+func (c *Cluster) Step() {
+	c.bringUp()
+	c.schedule()
+	if !c.cfg.DisableDisruption {
+		c.disrupt()
+	}
+	hours := c.cfg.Step.Hours()
+	for _, m := range c.machines {
+		c.report.CostHours += m.price * hours
+	}
+	c.report.PendingPodSeconds += float64(len(c.pending)+c.nominatedCount()) * c.cfg.Step.Seconds()
+	c.report.PeakNodes = max(c.report.PeakNodes, len(c.machines))
+	c.now = c.now.Add(c.cfg.Step)
+}
+
+// Report is what the replay measured so far.
+func (c *Cluster) Report() Report { return c.report }
+
+// Nodes is the number of machines.
+func (c *Cluster) Nodes() int { return len(c.machines) }
+
+// Price is the cluster's hourly price now.
+func (c *Cluster) Price() float64 {
+	p := 0.0
+	for _, m := range c.machines {
+		p += m.price
+	}
+	return p
+}
+
+func (c *Cluster) nominatedCount() int {
+	n := 0
+	for _, m := range c.machines {
+		n += len(m.nominated)
+	}
+	return n
+}
+
+// scaleTo creates or deletes the deployment's pods. Scale-down removes pending pods first, then
+// pods on the machines holding most of the deployment, newest first (the ReplicaSet's ranking).
+func (c *Cluster) scaleTo(dep Deployment, n int) {
+	pods := c.byDep[dep.Name]
+	for len(pods) < n {
+		c.seq++
+		p := newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
+		pods = append(pods, p)
+		c.pending = append(c.pending, p)
+	}
+	if len(pods) > n {
+		perNode := map[string]int{}
+		for _, p := range pods {
+			perNode[p.Spec.NodeName]++
+		}
+		sort.SliceStable(pods, func(i, j int) bool {
+			a, b := pods[i], pods[j]
+			if (a.Spec.NodeName == "") != (b.Spec.NodeName == "") {
+				return a.Spec.NodeName == ""
+			}
+			if perNode[a.Spec.NodeName] != perNode[b.Spec.NodeName] {
+				return perNode[a.Spec.NodeName] > perNode[b.Spec.NodeName]
+			}
+			return a.CreationTimestamp.After(b.CreationTimestamp.Time)
+		})
+		for _, p := range pods[:len(pods)-n] {
+			c.remove(p)
+		}
+		pods = pods[len(pods)-n:]
+	}
+	c.byDep[dep.Name] = pods
+}
+
+// remove deletes a pod wherever it is.
+func (c *Cluster) remove(p *corev1.Pod) {
+	c.pending = slices.DeleteFunc(c.pending, func(q *corev1.Pod) bool { return q == p })
+	for _, m := range c.machines {
+		before := len(m.node.Pods) + len(m.nominated)
+		m.node.Pods = slices.DeleteFunc(m.node.Pods, func(q *corev1.Pod) bool { return q == p })
+		m.nominated = slices.DeleteFunc(m.nominated, func(q *corev1.Pod) bool { return q == p })
+		if len(m.node.Pods)+len(m.nominated) != before {
+			m.lastPodEvent = c.now
+		}
+	}
+}
+
+func newPod(name string, dep Deployment, now time.Time) *corev1.Pod {
+	cpu, mem := resource.MustParse(dep.CPU), resource.MustParse(dep.Memory)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Labels: map[string]string{"app": dep.Name},
+			CreationTimestamp: metav1.NewTime(now),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: dep.Name,
+				UID: types.UID("rs-" + dep.Name), Controller: new(true)}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+// bringUp makes machines whose launch delay passed ready, binding their nominated pods.
+func (c *Cluster) bringUp() {
+	for _, m := range c.machines {
+		if m.node.Node != nil || c.now.Before(m.readyAt) {
+			continue
+		}
+		nc := m.node.NodeClaim
+		it := c.instanceType(nc.Labels[karpv1.InstanceTypeLabelKey])
+		m.node.Node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nc.Name, Labels: maps.Clone(nc.Labels), CreationTimestamp: metav1.NewTime(c.now)},
+			Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID, Taints: nc.Spec.Taints},
+			Status: corev1.NodeStatus{Capacity: it.Capacity, Allocatable: it.Allocatable(),
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue,
+			Reason: "Initialized", LastTransitionTime: metav1.NewTime(c.now)})
+		for _, p := range m.nominated {
+			c.bind(p, m)
+		}
+		m.nominated = nil
+		m.lastPodEvent = c.now
+	}
+}
+
+func (c *Cluster) instanceType(name string) *cloudprovider.InstanceType {
+	for _, it := range c.cfg.InstanceTypes {
+		if it.Name == name {
+			return it
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) bind(p *corev1.Pod, m *machine) {
+	p.Spec.NodeName = m.node.NodeClaim.Name
+	p.Status.Phase = corev1.PodRunning
+	m.node.Pods = append(m.node.Pods, p)
+	m.lastPodEvent = c.now
+}
+
+// schedule places pending pods: on ready machines with room (as the kube-scheduler), nominated to
+// machines starting, or on new machines (as the provisioner), in one solve.
+func (c *Cluster) schedule() {
+	if len(c.pending) == 0 {
+		return
+	}
+	in := solver.Input{Pods: c.pending, NodePools: []solver.NodePool{c.pool.Solver}}
+	byName := map[string]*machine{}
+	for _, m := range c.machines {
+		if m.leaving {
+			continue
+		}
+		en := solver.ExistingNode{Name: m.node.NodeClaim.Name, Labels: m.node.NodeClaim.Labels, Taints: m.node.NodeClaim.Spec.Taints,
+			Allocatable: m.node.NodeClaim.Status.Allocatable, Pods: append(slices.Clip(m.node.Pods), m.nominated...)}
+		byName[en.Name] = m
+		in.Nodes = append(in.Nodes, en)
+	}
+	plan := solver.Solve(in, c.cfg.Disruption.Solver)
+	placed := map[*corev1.Pod]bool{}
+	for _, b := range plan.Bindings {
+		m := byName[b.Node]
+		if m.node.Node != nil {
+			c.bind(b.Pod, m)
+		} else {
+			m.nominated = append(m.nominated, b.Pod)
+		}
+		placed[b.Pod] = true
+	}
+	for _, nc := range plan.NodeClaims {
+		m := c.launch(nc, "")
+		m.nominated = append(m.nominated, nc.Pods...)
+		for _, p := range nc.Pods {
+			placed[p] = true
+		}
+	}
+	c.pending = slices.DeleteFunc(c.pending, func(p *corev1.Pod) bool { return placed[p] })
+}
+
+// launch adds a machine of the plan's cheapest allowed offering, ready after the launch delay.
+func (c *Cluster) launch(nc *solver.PlannedNodeClaim, replacementFor disruption.Method) *machine {
+	c.seq++
+	name := fmt.Sprintf("%s-%d", c.pool.NodePool.Name, c.seq)
+	it, o := cheapest(nc)
+	labels := map[string]string{karpv1.NodePoolLabelKey: c.pool.NodePool.Name, karpv1.InstanceTypeLabelKey: it.Name,
+		karpv1.ZoneLabelKey: o.Zone, karpv1.CapacityTypeLabelKey: o.CapacityType, corev1.LabelHostname: name}
+	maps.Copy(labels, it.Requirements.Labels())
+	labels[corev1.LabelHostname] = name
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, CreationTimestamp: metav1.NewTime(c.now)},
+		Spec: karpv1.NodeClaimSpec{Taints: c.pool.NodePool.Spec.Template.Spec.Taints}}
+	if replacementFor != "" {
+		claim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(replacementFor)}
+	}
+	claim.Status.ProviderID = "replay://" + name
+	claim.Status.NodeName = name
+	claim.Status.Capacity, claim.Status.Allocatable = it.Capacity, it.Allocatable()
+	claim.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched",
+		LastTransitionTime: metav1.NewTime(c.now)}}
+	m := &machine{node: &disruption.Node{NodeClaim: claim}, price: o.Price, readyAt: c.now.Add(c.cfg.LaunchDelay), lastPodEvent: c.now}
+	c.machines = append(c.machines, m)
+	c.report.Launched++
+	return m
+}
+
+// cheapest is the plan's cheapest available offering its requirements allow.
+func cheapest(nc *solver.PlannedNodeClaim) (*cloudprovider.InstanceType, cloudprovider.Offering) {
+	zone, hasZone := nc.Requirements.Get(karpv1.ZoneLabelKey)
+	ct, hasCT := nc.Requirements.Get(karpv1.CapacityTypeLabelKey)
+	var bestIT *cloudprovider.InstanceType
+	var best cloudprovider.Offering
+	price := math.Inf(1)
+	for _, it := range nc.InstanceTypes {
+		for _, o := range it.Offerings {
+			if !o.Available || hasZone && !zone.Allows(o.Zone) || hasCT && !ct.Allows(o.CapacityType) {
+				continue
+			}
+			if o.Price < price {
+				bestIT, best, price = it, o, o.Price
+			}
+		}
+	}
+	return bestIT, best
+}
+
+// RemoveRandom deletes each running pod with probability fraction (seeded): the scale-downs
+// that leave a packed cluster fragmented. The deployments keep their replica functions; callers
+// that go on stepping should lower them too.
+func (c *Cluster) RemoveRandom(fraction float64, rng interface{ Float64() float64 }) int {
+	removed := 0
+	for name, pods := range c.byDep {
+		kept := pods[:0]
+		for _, p := range pods {
+			if p.Spec.NodeName != "" && rng.Float64() < fraction {
+				c.remove(p)
+				removed++
+				continue
+			}
+			kept = append(kept, p)
+		}
+		c.byDep[name] = kept
+	}
+	return removed
+}
+
+// Pods are the running pods.
+func (c *Cluster) Pods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, m := range c.machines {
+		out = append(out, m.node.Pods...)
+	}
+	return out
+}
+
+// Apply carries out a command at once (replacements ready immediately), for benchmarks that
+// measure one round's effect.
+func (c *Cluster) Apply(cmd *disruption.Command) {
+	e := &execution{cmd: cmd}
+	for _, r := range cmd.Replacements {
+		m := c.launch(r, cmd.Method)
+		m.readyAt = c.now
+		e.replacements = append(e.replacements, m)
+	}
+	c.bringUp()
+	c.finish(e)
+	c.schedule()
+	c.bringUp()
+}
