@@ -91,14 +91,18 @@ func TestNodesBeingDisruptedUseTheBudget(t *testing.T) {
 
 func TestStartingNodesDoNotInflateAPercentage(t *testing.T) {
 	c := emptyPool(t, 9, karpv1.Budget{Nodes: "10%"})
+	for _, n := range c.snap.Nodes {
+		n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions,
+			metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
+	}
 	// 10 nodes → 1; ten more still starting must not make it 2.
 	for i := range 10 {
 		n := c.node("default", fmt.Sprintf("starting-%d", i), "s", karpv1.CapacityTypeOnDemand)
 		meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
 	}
 	d := c.decide(disruption.Options{})
-	if got := names(d.Command); len(got) != 1 {
-		t.Fatalf("disrupted %v, want one node (10%% of 10 initialized)", got)
+	if got := names(d.Command); len(got) != 1 || d.Command.Method != disruption.MethodDrift {
+		t.Fatalf("disrupted %v, want one drifted node (10%% of 10 initialized)", got)
 	}
 }
 

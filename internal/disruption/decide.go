@@ -88,6 +88,9 @@ type Decision struct {
 	Allowances map[string]map[karpv1.DisruptionReason]Allowance
 	// Solves counts the solver runs the decision made.
 	Solves int
+	// Settling says why consolidation waited this round (machines starting, pending pods about
+	// to be placed), or "".
+	Settling string
 }
 
 type decider struct {
@@ -110,7 +113,11 @@ type decider struct {
 // none), with an explanation for each candidate it did not disrupt.
 func Decide(snap *Snapshot, opts Options) *Decision {
 	d := newDecider(snap, opts)
+	d.out.Settling = d.settling()
 	for _, m := range Methods {
+		if d.out.Settling != "" && m != MethodDrift {
+			continue
+		}
 		var cmd *Command
 		switch m {
 		case MethodEmptiness:
@@ -214,6 +221,32 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 		}
 	}
 	return d
+}
+
+// settling says why the cluster is not ready for consolidation: while machines are starting or
+// pending pods are about to be placed, the room consolidation would count on is changing under
+// it, and a node emptied now is often bought again a minute later. Pending pods that fit nowhere,
+// even on new machines, do not hold consolidation back.
+func (d *decider) settling() string {
+	starting := 0
+	for _, n := range d.snap.Nodes {
+		if d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]] == nil || !n.NodeClaim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if n.Node == nil || !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
+			starting++
+		}
+	}
+	if starting > 0 {
+		return fmt.Sprintf("%d machine(s) are starting", starting)
+	}
+	if len(d.snap.Pending) == 0 {
+		return ""
+	}
+	if placed := d.sim.placeable(); placed > 0 {
+		return fmt.Sprintf("%d pending pod(s) are about to be placed", placed)
+	}
+	return ""
 }
 
 // explain records why the candidate is not disrupted, once: the first reason found stands.
@@ -409,7 +442,7 @@ func (d *decider) singleNode() *Command {
 
 // consolidate evaluates disrupting the set: it returns the command, or why there is none.
 func (d *decider) consolidate(m Method, set []*Candidate) (*Command, string) {
-	res := d.sim.run(set)
+	res := d.sim.runOne(set)
 	if res.failed != "" {
 		return nil, res.failed
 	}

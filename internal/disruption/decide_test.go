@@ -227,7 +227,12 @@ func TestMultiNodeFindsCombinationBeyondThePrefix(t *testing.T) {
 func TestBalancedRejectsSmallSavingsAndExplains(t *testing.T) {
 	build := func(policy karpv1.ConsolidationPolicy) *cluster {
 		c := newCluster(t)
-		c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidationPolicy = policy })
+		c.pool("default", func(np *karpv1.NodePool) {
+			np.Spec.Disruption.ConsolidationPolicy = policy
+			// On-demand only: spot would make every machine replaceable.
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+				Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+		})
 		// A busy pool of four full xl machines, and one m whose 30 tiny pods would fit an s:
 		// even deleting the m outright saves $0.10/h of $1.70/h (5.9%) for 31 of 99 disruption
 		// units (31.3%).
@@ -309,24 +314,14 @@ func TestLimitsBoundReplacements(t *testing.T) {
 	}
 }
 
-func TestPendingPodsKeepTheirRoom(t *testing.T) {
+func TestTwoQuarterUsedMachinesBecomeOne(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", nil)
-	// Two m machines with 1 CPU used each: either could take the other's pod, but a pending
-	// 3-CPU pod needs the room on one of them.
 	c.node("default", "m1", "m", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
 	c.node("default", "m2", "m", karpv1.CapacityTypeOnDemand, pod("b", "web", "1"))
-	p := pod("pending", "batch", "3")
-	p.Spec.NodeName = ""
-	c.snap.Pending = []*corev1.Pod{p}
 	d := c.decide(disruption.Options{})
-	if d.Command != nil && len(d.Command.Replacements) == 0 {
-		t.Fatalf("command = %v deletes a node without a replacement; the pending pod needs its room", names(d.Command))
-	}
-	// Without the pending pod, both go for one cheaper machine.
-	c.snap.Pending = nil
-	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"m1", "m2"}) {
-		t.Fatalf("command = %v, want m1 and m2 consolidated", names(d.Command))
+	if !slices.Equal(names(d.Command), []string{"m1", "m2"}) || d.Command.Method != disruption.MethodMultiNode || len(d.Command.Replacements) != 1 {
+		t.Fatalf("command = %+v, want m1 and m2 replaced by one machine", d.Command)
 	}
 }
 
@@ -392,5 +387,56 @@ func TestDecisionIsDeterministic(t *testing.T) {
 		if got := names(c.decide(disruption.Options{}).Command); !slices.Equal(got, first) {
 			t.Fatalf("decision changed: %v then %v", first, got)
 		}
+	}
+}
+
+func TestConsolidationLaunchesOneMachineWhereSeveralWouldBeCheaper(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	})
+	// Three 1.5-CPU pods on an xl ($0.40/h): three s machines ($0.15/h) would hold them, but a
+	// consolidation launches one machine — an l ($0.20/h).
+	c.node("default", "xl", "xl", karpv1.CapacityTypeOnDemand, pods("web", 3, "1500m")...)
+	d := c.decide(disruption.Options{})
+	cmd := d.Command
+	if cmd == nil || len(cmd.Replacements) != 1 {
+		t.Fatalf("command = %+v, want one replacement", cmd)
+	}
+	if got := cmd.Replacements[0].InstanceTypes[0].Name; got != "l" || len(cmd.Replacements[0].Pods) != 3 {
+		t.Errorf("replacement %s with %d pods, want an l with all 3", got, len(cmd.Replacements[0].Pods))
+	}
+}
+
+func TestConsolidationWaitsWhileTheClusterSettles(t *testing.T) {
+	setup := func() *cluster {
+		c := newCluster(t)
+		c.pool("default", nil)
+		c.node("default", "busy", "l", karpv1.CapacityTypeOnDemand, pods("web", 7, "1")...)
+		c.node("default", "empty", "m", karpv1.CapacityTypeOnDemand)
+		return c
+	}
+	// A machine still starting.
+	c := setup()
+	n := c.node("default", "starting", "s", karpv1.CapacityTypeOnDemand)
+	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
+	if d := c.decide(disruption.Options{}); d.Command != nil || d.Settling != "1 machine(s) are starting" {
+		t.Fatalf("command %v, settling %q; want none while a machine starts", names(d.Command), d.Settling)
+	}
+	// A pending pod that will be placed.
+	c = setup()
+	p := pod("pending", "batch", "1")
+	p.Spec.NodeName = ""
+	c.snap.Pending = []*corev1.Pod{p}
+	if d := c.decide(disruption.Options{}); d.Command != nil || d.Settling != "1 pending pod(s) are about to be placed" {
+		t.Fatalf("command %v, settling %q; want none while a pod is about to be placed", names(d.Command), d.Settling)
+	}
+	// A pending pod that fits nowhere does not hold consolidation back.
+	huge := pod("huge", "batch", "100")
+	huge.Spec.NodeName = ""
+	c.snap.Pending = []*corev1.Pod{huge}
+	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) {
+		t.Fatalf("command %v, settling %q; want the empty node deleted", names(d.Command), d.Settling)
 	}
 }

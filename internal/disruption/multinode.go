@@ -54,26 +54,36 @@ func (d *decider) multiNode() *Command {
 	for _, c := range set {
 		in[c] = true
 	}
+	var rest []*Candidate
 	for _, c := range cands {
-		if spent() || len(set) == MaxMultiNodeCandidates {
-			break
+		if !in[c] {
+			rest = append(rest, c)
 		}
-		if in[c] {
-			continue
-		}
-		grown := append(set[:len(set):len(set)], c)
-		if !d.withinBudgets(grown, karpv1.DisruptionReasonUnderutilized) {
-			continue
-		}
-		if len(grown) == 1 {
-			// A single node is single-node consolidation's; it seeds the set when it can go.
-			if cmd := try(grown); cmd != nil {
-				set, in[c] = grown, true
+	}
+	// Grow by chunks of the remaining candidates, doubling the chunk after a success and halving
+	// it after a failure; a candidate that fails alone is skipped. An easy cluster takes a few
+	// simulations, a hard one about one per candidate.
+	chunk := 1
+	for len(rest) > 0 && !spent() && len(set) < MaxMultiNodeCandidates {
+		k := min(chunk, len(rest), MaxMultiNodeCandidates-len(set))
+		grown := append(set[:len(set):len(set)], rest[:k]...)
+		ok := d.withinBudgets(grown, karpv1.DisruptionReasonUnderutilized)
+		if ok {
+			cmd := try(grown)
+			// A single node is single-node consolidation's; it only seeds the set.
+			ok = cmd != nil && (len(grown) == 1 || best == nil || cmd.Savings() > best.Savings())
+			if ok && len(grown) > 1 {
+				best = cmd
 			}
-			continue
 		}
-		if cmd := try(grown); cmd != nil && (best == nil || cmd.Savings() > best.Savings()) {
-			best, set, in[c] = cmd, grown, true
+		switch {
+		case ok:
+			set, rest = grown, rest[k:]
+			chunk *= 2
+		case k > 1:
+			chunk = max(1, k/2)
+		default:
+			rest = rest[1:]
 		}
 	}
 	if best == nil || len(best.Candidates) < 2 {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/requirements"
@@ -128,6 +129,46 @@ type simResult struct {
 // fit on the remaining nodes plus new machines; pending pods are placed too, so that room they
 // need is not promised twice, but need not fit.
 func (s *simulation) run(set []*Candidate) simResult {
+	return s.runWith(set, s.pools)
+}
+
+// runOne simulates removing the set for a consolidation, which launches at most one machine:
+// when the plan spreads the pods that need new machines over several (the solver prices
+// capacity, and several small machines are often cheapest), it plans again with only the pool
+// types that can hold all of those pods at once.
+func (s *simulation) runOne(set []*Candidate) simResult {
+	res := s.run(set)
+	if res.failed != "" || len(res.replacements) <= 1 {
+		return res
+	}
+	var moving []*corev1.Pod
+	for _, r := range res.replacements {
+		if r.NodePool != res.replacements[0].NodePool {
+			return res
+		}
+		moving = append(moving, r.Pods...)
+	}
+	need := solver.Requests(moving)
+	pools := make([]solver.NodePool, len(s.pools))
+	for i, p := range s.pools {
+		pools[i] = p
+		if p.Name != res.replacements[0].NodePool {
+			continue
+		}
+		pools[i].InstanceTypes = nil
+		for _, it := range p.InstanceTypes {
+			if cloudprovider.Fits(need, it.Allocatable()) {
+				pools[i].InstanceTypes = append(pools[i].InstanceTypes, it)
+			}
+		}
+	}
+	if again := s.runWith(set, pools); again.failed == "" && len(again.replacements) == 1 {
+		return again
+	}
+	return res
+}
+
+func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResult {
 	s.solves++
 	out := make(map[int]bool, len(set))
 	required := map[*corev1.Pod]bool{}
@@ -152,7 +193,7 @@ func (s *simulation) run(set []*Candidate) simResult {
 			nodes = append(nodes, s.nodes[i])
 		}
 	}
-	in := solver.Input{Pods: pods, Nodes: nodes, NodePools: s.pools, DaemonSetPods: s.d.snap.DaemonSetPods,
+	in := solver.Input{Pods: pods, Nodes: nodes, NodePools: pools, DaemonSetPods: s.d.snap.DaemonSetPods,
 		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}
 	plan := solver.Solve(in, s.d.opts.Solver)
 	for _, u := range plan.Unschedulable {
@@ -172,4 +213,30 @@ func (s *simulation) run(set []*Candidate) simResult {
 		}
 	}
 	return res
+}
+
+// placeable counts the pending pods that have somewhere to go: room on a node, or a new machine.
+func (s *simulation) placeable() int {
+	s.solves++
+	pods := append(slices.Clip(s.moving), s.pending...)
+	pending := make(map[*corev1.Pod]bool, len(s.pending))
+	for _, p := range s.pending {
+		pending[p] = true
+	}
+	plan := solver.Solve(solver.Input{Pods: pods, Nodes: s.nodes, NodePools: s.pools, DaemonSetPods: s.d.snap.DaemonSetPods,
+		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}, s.d.opts.Solver)
+	n := 0
+	for _, b := range plan.Bindings {
+		if pending[b.Pod] {
+			n++
+		}
+	}
+	for _, nc := range plan.NodeClaims {
+		for _, p := range nc.Pods {
+			if pending[p] {
+				n++
+			}
+		}
+	}
+	return n
 }

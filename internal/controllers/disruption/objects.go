@@ -16,28 +16,42 @@ import (
 	"capstan.dev/capstan/internal/disruption"
 )
 
-// annotate sets (or, with value "", removes) the command annotation of a claim, failing when the
-// claim changed since it was read or is being deleted.
+// annotate sets (or, with value "", removes) the command annotation of a claim, reading it fresh
+// (the cache's copy may be a write behind: the pod-event controller stamps claims often) and
+// retrying on conflicts; it fails when the claim is being deleted or gone.
 func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value string) error {
-	if !nc.DeletionTimestamp.IsZero() && value != "" {
-		return fmt.Errorf("nodeclaim %s is being deleted", nc.Name)
-	}
-	orig := nc.DeepCopy()
-	if value == "" {
-		if _, ok := nc.Annotations[CommandAnnotationKey]; !ok {
-			return nil
+	for attempt := 0; ; attempt++ {
+		cur := &karpv1.NodeClaim{}
+		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(nc), cur); err != nil {
+			if value == "" {
+				return client.IgnoreNotFound(err)
+			}
+			return fmt.Errorf("reading nodeclaim %s: %w", nc.Name, err)
 		}
-		delete(nc.Annotations, CommandAnnotationKey)
-	} else {
-		if nc.Annotations == nil {
-			nc.Annotations = map[string]string{}
+		if !cur.DeletionTimestamp.IsZero() && value != "" {
+			return fmt.Errorf("nodeclaim %s is being deleted", nc.Name)
 		}
-		nc.Annotations[CommandAnnotationKey] = value
+		orig := cur.DeepCopy()
+		if value == "" {
+			if _, ok := cur.Annotations[CommandAnnotationKey]; !ok {
+				return nil
+			}
+			delete(cur.Annotations, CommandAnnotationKey)
+		} else {
+			if cur.Annotations == nil {
+				cur.Annotations = map[string]string{}
+			}
+			cur.Annotations[CommandAnnotationKey] = value
+		}
+		err := c.Client.Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("patching nodeclaim %s: %w", nc.Name, err)
+		}
+		return nil
 	}
-	if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patching nodeclaim %s: %w", nc.Name, err)
-	}
-	return nil
 }
 
 // taint adds (or removes) karpenter.sh/disrupted:NoSchedule on the node; a node that is gone
