@@ -90,10 +90,16 @@ func (c *Cluster) execute(cmd *disruption.Command) {
 	c.executing = e
 }
 
+
 // finish deletes the candidates: their pods are evicted and their controllers recreate them,
 // pending.
 func (c *Cluster) finish(e *execution) {
 	c.report.Commands[e.cmd.Method]++
+	if c.cfg.Log != nil {
+		c.cfg.Log(fmt.Sprintf("%s %s: %d node(s) $%.3f/h -> %d replacement(s) $%.3f/h, %d pods; cluster %d nodes $%.3f/h, %d pending",
+			c.now.Format("15:04"), e.cmd.Method, len(e.cmd.Candidates), e.cmd.PriceBefore, len(e.cmd.Replacements), e.cmd.PriceAfter,
+			len(e.cmd.Pods()), len(c.machines), c.Price(), len(c.pending)))
+	}
 	for _, cand := range e.cmd.Candidates {
 		m := c.machine(cand.NodeClaim.Name)
 		for _, p := range m.node.Pods {
@@ -119,4 +125,7 @@ func (c *Cluster) finish(e *execution) {
 		memory = disruption.DefaultEvictionMemory
 	}
 	c.evictions = slices.DeleteFunc(c.evictions, func(ev disruption.Eviction) bool { return c.now.Sub(ev.At) >= memory })
+	// The evicted pods' replacements are scheduled at once, as the kube-scheduler would.
+	c.schedule()
+	c.bringUp()
 }

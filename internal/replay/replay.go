@@ -46,6 +46,8 @@ type Config struct {
 	DisableDisruption bool
 	// Start is the simulated time of the first step.
 	Start time.Time
+	// Log, when set, receives a line per command carried out.
+	Log func(string)
 }
 
 // Report is what a replay measured.

@@ -141,13 +141,22 @@ func (s *solver) place(it podItem) string {
 			reason = "requirements cannot be satisfied: " + v.reqs.String()
 			continue
 		}
-		for _, t := range s.targets {
-			if t.isClaim() {
-				break
-			}
-			if s.tryExisting(v, t, it.pod) {
+		mono := v.monotonicOnExisting()
+		start := 0
+		if mono {
+			start = v.existingFrom
+		}
+		i := start
+		for ; i < len(s.targets) && !s.targets[i].isClaim(); i++ {
+			if s.tryExisting(v, s.targets[i], it.pod) {
+				if mono {
+					v.existingFrom = i
+				}
 				return ""
 			}
+		}
+		if mono {
+			v.existingFrom = i
 		}
 		if s.tryOpenClaims(v, it.pod) {
 			return ""

@@ -29,6 +29,9 @@ type variant struct {
 	plan *topoPlan
 	// cursor is the first open claim the variant might still join.
 	cursor int
+	// existingFrom is the first existing node the variant might still fit, when its fit on
+	// existing nodes only ever gets worse as pods are placed (monotonic); see monotonicOnExisting.
+	existingFrom int
 	// eligible caches the eligible domains of the variant's spreads.
 	eligible map[eligibleKey]domainSet
 }
@@ -111,4 +114,11 @@ func (v *variant) describeRelaxed() string {
 		return ""
 	}
 	return "relaxed " + strings.Join(v.relaxed, ", ")
+}
+
+// monotonicOnExisting reports whether a node that refuses the variant keeps refusing it for the
+// rest of the solve: its resources, host ports and anti-affinity only fill up, and its labels
+// and taints do not change. Spread and pod affinity can turn a node acceptable later.
+func (v *variant) monotonicOnExisting() bool {
+	return len(v.spreads) == 0 && len(v.affinity) == 0
 }

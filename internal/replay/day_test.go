@@ -1,0 +1,74 @@
+package replay_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/replay"
+)
+
+// diurnal is a seeded day of four workloads: a web tier and an API following the day (peaks in
+// the afternoon, with noise per 10-minute slot), batch bursts of 45 minutes every four hours,
+// and a constant pool of workers.
+func diurnal(seed uint64) []replay.Deployment {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	noise := make([]int, 24*6+1)
+	for i := range noise {
+		noise[i] = rng.IntN(11) - 5
+	}
+	day := func(at time.Duration) float64 {
+		// 0 at 02:00, 1 at 14:00.
+		return (1 - math.Cos(2*math.Pi*(at.Hours()-2)/24)) / 2
+	}
+	slot := func(at time.Duration) int { return noise[int(at/(10*time.Minute))%len(noise)] }
+	return []replay.Deployment{
+		{Name: "web", CPU: "500m", Memory: "1Gi", Replicas: func(at time.Duration) int { return max(0, 20+int(60*day(at))+slot(at)) }},
+		{Name: "api", CPU: "1", Memory: "2Gi", Replicas: func(at time.Duration) int { return max(0, 10+int(30*day(at))+slot(at)/2) }},
+		{Name: "batch", CPU: "2", Memory: "4Gi", Replicas: func(at time.Duration) int {
+			if at%(4*time.Hour) < 45*time.Minute {
+				return 40
+			}
+			return 0
+		}},
+		{Name: "workers", CPU: "250m", Memory: "512Mi", Replicas: func(time.Duration) int { return 30 }},
+	}
+}
+
+// BenchmarkReplayDay plays the seeded day through provisioning and each consolidation policy (and
+// none) on a one-minute step, and reports the day's cost, evictions and pod-seconds pending.
+func BenchmarkReplayDay(b *testing.B) {
+	for _, policy := range []string{"none", string(karpv1.ConsolidationPolicyWhenEmpty), string(karpv1.ConsolidationPolicyBalanced),
+		string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)} {
+		b.Run(fmt.Sprintf("policy=%s", policy), func(b *testing.B) {
+			var r replay.Report
+			for b.Loop() {
+				np := onDemandPool(karpv1.ConsolidationPolicy(policy))
+				if policy == "none" {
+					np = onDemandPool(karpv1.ConsolidationPolicyWhenEmpty)
+				}
+				c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(b), Step: time.Minute, DisableDisruption: policy == "none"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				r = c.Run(diurnal(42), 24*time.Hour)
+			}
+			commands := 0
+			for _, n := range r.Commands {
+				commands += n
+			}
+			b.ReportMetric(r.CostHours, "$-day")
+			b.ReportMetric(float64(r.Evictions), "evictions")
+			b.ReportMetric(r.PendingPodSeconds, "pod-s-pending")
+			b.ReportMetric(float64(commands), "commands")
+			b.ReportMetric(float64(r.Commands[disruption.MethodEmptiness]), "empty")
+			b.ReportMetric(float64(r.Commands[disruption.MethodMultiNode]+r.Commands[disruption.MethodSingleNode]), "consolidations")
+			b.ReportMetric(float64(r.Launched), "launched")
+			b.ReportMetric(float64(r.PeakNodes), "peak-nodes")
+		})
+	}
+}
