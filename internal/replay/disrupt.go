@@ -90,7 +90,6 @@ func (c *Cluster) execute(cmd *disruption.Command) {
 	c.executing = e
 }
 
-
 // finish deletes the candidates: their pods are evicted and their controllers recreate them,
 // pending.
 func (c *Cluster) finish(e *execution) {
