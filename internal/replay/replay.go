@@ -365,7 +365,8 @@ func cheapest(nc *solver.PlannedNodeClaim) (*cloudprovider.InstanceType, cloudpr
 // that go on stepping should lower them too.
 func (c *Cluster) RemoveRandom(fraction float64, rng interface{ Float64() float64 }) int {
 	removed := 0
-	for name, pods := range c.byDep {
+	for _, name := range slices.Sorted(maps.Keys(c.byDep)) {
+		pods := c.byDep[name]
 		kept := pods[:0]
 		for _, p := range pods {
 			if p.Spec.NodeName != "" && rng.Float64() < fraction {
