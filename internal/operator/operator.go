@@ -35,6 +35,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/pod/startup"
+	"capstan.dev/capstan/internal/controllers/simnodeclass"
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
@@ -185,6 +186,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		}
 		op.Cloud, op.SimCloud = p, cloud
 		if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {
+			return nil, err
+		}
+		if err := (&simnodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk}).Register(mgr); err != nil {
 			return nil, err
 		}
 	default:

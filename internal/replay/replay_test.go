@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func simCatalog(t testing.TB) []*cloudprovider.InstanceType {
 	if err != nil {
 		t.Fatal(err)
 	}
-	its, err := p.InstanceTypes(&simv1alpha1.SimNodeClass{})
+	its, err := p.InstanceTypes(context.Background(), &simv1alpha1.SimNodeClass{})
 	if err != nil {
 		t.Fatal(err)
 	}

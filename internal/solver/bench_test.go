@@ -1,6 +1,7 @@
 package solver_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -191,7 +192,7 @@ func BenchmarkNodeCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	simDefault, err := simProvider.InstanceTypes(&simv1alpha1.SimNodeClass{})
+	simDefault, err := simProvider.InstanceTypes(context.Background(), &simv1alpha1.SimNodeClass{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -33,6 +33,14 @@ type SimNodeClassSpec struct {
 	// +kubebuilder:default=Default
 	// +optional
 	Catalog Catalog `json:"catalog,omitempty"`
+	// InstanceTypesFrom, when set, replaces the catalog with the instance types held in a
+	// ConfigMap as a JSON list in the format of Karpenter's kwok provider (instance_types.json),
+	// with that provider's overhead model (100m CPU and 10Mi memory reserved) and the offerings'
+	// own prices and zones: the same menu can run under Capstan and under the kwok provider.
+	// InstanceTypes still narrows the list and PriceOverrides still apply; Catalog, Zones and
+	// SpotPrice do not.
+	// +optional
+	InstanceTypesFrom *InstanceTypesSource `json:"instanceTypesFrom,omitempty"`
 	// InstanceTypes, when set, offers only these types of the catalog.
 	// +kubebuilder:validation:MaxItems=2000
 	// +kubebuilder:validation:items:MaxLength=64
@@ -67,6 +75,32 @@ type SimNodeClassSpec struct {
 	// Failures injects faults into launches.
 	// +optional
 	Failures Failures `json:"failures,omitzero"`
+}
+
+// InstanceTypesSource is where a SimNodeClass reads its instance types.
+type InstanceTypesSource struct {
+	// ConfigMap names the ConfigMap and the key holding the list.
+	// +required
+	ConfigMap ConfigMapKeyReference `json:"configMap"`
+}
+
+// ConfigMapKeyReference names a key of a ConfigMap.
+type ConfigMapKeyReference struct {
+	// Namespace is the ConfigMap's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Namespace string `json:"namespace"`
+	// Name is the ConfigMap's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// Key is the data key holding the JSON list.
+	// +kubebuilder:default="instance_types.json"
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // SpotPriceRange is a range of spot prices as percentages of on-demand.

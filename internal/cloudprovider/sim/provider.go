@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -52,7 +53,9 @@ type Provider struct {
 
 type builtTypes struct {
 	generation int64
-	its        []*cloudprovider.InstanceType
+	// source is the resource version of the ConfigMap the types came from (instanceTypesFrom).
+	source string
+	its    []*cloudprovider.InstanceType
 }
 
 var _ cloudprovider.CloudProvider = (*Provider)(nil)
@@ -71,7 +74,11 @@ func (p *Provider) Name() string { return Name }
 
 // WellKnownLabels implements CloudProvider: the simulated cloud's catalog is EC2's, with its
 // instance-type labels.
-func (p *Provider) WellKnownLabels() []string { return awsv1.WellKnownLabels }
+func (p *Provider) WellKnownLabels() []string { return wellKnownLabels }
+
+// wellKnownLabels are EC2's instance-type labels and those of Karpenter's kwok provider (for
+// catalogs read with instanceTypesFrom).
+var wellKnownLabels = append(slices.Clone(awsv1.WellKnownLabels), catalog.KWOKLabels...)
 
 // NodeClasses implements CloudProvider: the simulated cloud serves SimNodeClasses.
 func (p *Provider) NodeClasses() []schema.GroupKind {
@@ -98,17 +105,34 @@ func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference
 	return snc, nil
 }
 
-// InstanceTypes returns what a SimNodeClass offers, with offerings in its zones.
-func (p *Provider) InstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceType, error) {
+// InstanceTypes returns what a SimNodeClass offers, with offerings in its zones. A class whose
+// instanceTypesFrom cannot be read or parsed gets a NodeClassNotReadyError naming the ConfigMap,
+// the entry and the field.
+func (p *Provider) InstanceTypes(ctx context.Context, snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceType, error) {
+	var source *corev1.ConfigMap
+	if from := snc.Spec.InstanceTypesFrom; from != nil {
+		ref := from.ConfigMap
+		source = &corev1.ConfigMap{}
+		if err := p.kube.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, source); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("instanceTypesFrom: ConfigMap %s/%s not found", ref.Namespace, ref.Name)}
+			}
+			return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+	}
+	version := ""
+	if source != nil {
+		version = source.ResourceVersion
+	}
 	p.mu.Lock()
 	b, ok := p.built[snc.UID]
 	p.mu.Unlock()
-	if !ok || b.generation != snc.Generation || snc.UID == "" {
-		its, err := p.build(snc)
+	if !ok || b.generation != snc.Generation || b.source != version || snc.UID == "" {
+		its, err := p.build(snc, source)
 		if err != nil {
 			return nil, err
 		}
-		b = builtTypes{generation: snc.Generation, its: its}
+		b = builtTypes{generation: snc.Generation, source: version, its: its}
 		if snc.UID != "" {
 			p.mu.Lock()
 			if p.built == nil {
@@ -134,9 +158,18 @@ func (p *Provider) InstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovide
 	return out, nil
 }
 
-// build computes a SimNodeClass's instance types from the catalog, with its price overrides.
-func (p *Provider) build(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceType, error) {
+// build computes a SimNodeClass's instance types from the catalog (or the ConfigMap source),
+// with its price overrides.
+func (p *Provider) build(snc *simv1alpha1.SimNodeClass, source *corev1.ConfigMap) ([]*cloudprovider.InstanceType, error) {
 	spec := snc.Spec
+	if source != nil {
+		its, err := fromConfigMap(spec, source)
+		if err != nil {
+			return nil, &cloudprovider.NodeClassNotReadyError{Err: err}
+		}
+		overridePrices(spec, its)
+		return its, nil
+	}
 	zones := spec.Zones
 	if len(zones) == 0 {
 		zones = []string{"zone-a", "zone-b", "zone-c"}
@@ -164,6 +197,41 @@ func (p *Provider) build(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.Instan
 	if err != nil {
 		return nil, err
 	}
+	overridePrices(spec, its)
+	return its, nil
+}
+
+// fromConfigMap reads the instance types of an instanceTypesFrom ConfigMap, narrowed by
+// spec.instanceTypes.
+func fromConfigMap(spec simv1alpha1.SimNodeClassSpec, cm *corev1.ConfigMap) ([]*cloudprovider.InstanceType, error) {
+	ref := spec.InstanceTypesFrom.ConfigMap
+	key := ref.Key
+	if key == "" {
+		key = "instance_types.json"
+	}
+	data, ok := cm.Data[key]
+	if !ok {
+		b, bin := cm.BinaryData[key]
+		if !bin {
+			return nil, fmt.Errorf("instanceTypesFrom: ConfigMap %s/%s has no key %q", ref.Namespace, ref.Name, key)
+		}
+		data = string(b)
+	}
+	its, err := catalog.ParseKWOK([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("instanceTypesFrom: ConfigMap %s/%s key %s: %w", ref.Namespace, ref.Name, key, err)
+	}
+	if len(spec.InstanceTypes) > 0 {
+		its = slices.DeleteFunc(its, func(it *cloudprovider.InstanceType) bool { return !slices.Contains(spec.InstanceTypes, it.Name) })
+		if len(its) == 0 {
+			return nil, fmt.Errorf("instanceTypesFrom: ConfigMap %s/%s key %s has none of spec.instanceTypes", ref.Namespace, ref.Name, key)
+		}
+	}
+	return its, nil
+}
+
+// overridePrices applies spec.priceOverrides.
+func overridePrices(spec simv1alpha1.SimNodeClassSpec, its []*cloudprovider.InstanceType) {
 	for _, it := range its {
 		for i := range it.Offerings {
 			o := &it.Offerings[i]
@@ -176,7 +244,6 @@ func (p *Provider) build(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.Instan
 			}
 		}
 	}
-	return its, nil
 }
 
 func matches(s simv1alpha1.OfferingSelector, it, zone, ct string) bool {
@@ -193,7 +260,7 @@ func (p *Provider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePool) ([
 	if err != nil {
 		return nil, err
 	}
-	return p.InstanceTypes(snc)
+	return p.InstanceTypes(ctx, snc)
 }
 
 type candidate struct {
@@ -214,7 +281,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	if err != nil {
 		return nil, err
 	}
-	its, err := p.InstanceTypes(snc)
+	its, err := p.InstanceTypes(ctx, snc)
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func TestInjectedFailures(t *testing.T) {
 		t.Fatalf("launched %s, want m5.large after c5.large's insufficient capacity", it)
 	}
 	// The failed offering is now reported unavailable.
-	its, err := p.InstanceTypes(&simv1alpha1.SimNodeClass{Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"c5.large"}}})
+	its, err := p.InstanceTypes(t.Context(), &simv1alpha1.SimNodeClass{Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"c5.large"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestKubeletMaxPodsAndPodsPerCore(t *testing.T) {
 		snc.Spec.Kubelet = &simv1alpha1.KubeletConfiguration{MaxPods: &maxPods, PodsPerCore: &perCore}
 	})
 	p := newProvider(t, clocktesting.NewFakeClock(time.Now()), "")
-	its, err := p.InstanceTypes(snc)
+	its, err := p.InstanceTypes(t.Context(), snc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 		t.Fatalf("no %s %s offering", name, ct)
 		return 0, false
 	}
-	first, err := p.InstanceTypes(snc)
+	first, err := p.InstanceTypes(t.Context(), snc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 			it.Offerings[i].Price, it.Offerings[i].Available = 0, false
 		}
 	}
-	again, err := p.InstanceTypes(snc)
+	again, err := p.InstanceTypes(t.Context(), snc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 		t.Fatalf("second answer m5.large on-demand %v available %v; want %v available (the first caller's changes leaked)", got, ok, before)
 	}
 	unavailable.MarkUnavailable(cloudprovider.OfferingKey{InstanceType: "m5.large", Zone: "zone-a", CapacityType: "on-demand"})
-	its, err := p.InstanceTypes(snc)
+	its, err := p.InstanceTypes(t.Context(), snc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 	if err := env.Client.Update(t.Context(), snc); err != nil {
 		t.Fatal(err)
 	}
-	its, err = p.InstanceTypes(snc)
+	its, err = p.InstanceTypes(t.Context(), snc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package autoscaling
 
 import (
+	"context"
 	"math"
 	"time"
 
@@ -38,7 +39,7 @@ func simInstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceT
 	if err != nil {
 		return nil, err
 	}
-	return p.InstanceTypes(snc)
+	return p.InstanceTypes(context.Background(), snc)
 }
 
 // cheapestAllowed returns the price of the cheapest offering a claim's requirements allow and

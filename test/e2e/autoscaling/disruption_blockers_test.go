@@ -1,0 +1,272 @@
+package autoscaling
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+)
+
+// oversized makes a pool whose one machine is far larger than its pods need: a 14-CPU pod and
+// two small ones share it, then the large pod goes. It returns the machine's claim.
+func oversized(t *testing.T, name string, edit func(*karpv1.NodePool)) karpv1.NodeClaim {
+	t.Helper()
+	pool(t, name, nil, func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration()
+		if edit != nil {
+			edit(np)
+		}
+	})
+	big := deployment(t, name+"-big", name, 1, "14", "8Gi", nil)
+	deployment(t, name+"-small", name, 2, "250m", "256Mi", nil)
+	eventually(t, "3 pods Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		a, _ := running(t, name+"-big", 1)(ctx)
+		b, _ := running(t, name+"-small", 2)(ctx)
+		return a && b, nil
+	})
+	ncs := claims(t, name)
+	if len(ncs) != 1 {
+		t.Fatalf("%d NodeClaims, want one machine for the three pods", len(ncs))
+	}
+	scale(t, big, 0)
+	eventually(t, "the large pod gone", time.Minute, func(context.Context) (bool, error) { return len(pods(t, name+"-big")) == 0, nil })
+	return ncs[0]
+}
+
+// consolidateNow sets the pool's consolidateAfter to 0s.
+func consolidateNow(t *testing.T, name string) {
+	t.Helper()
+	np := &karpv1.NodePool{}
+	if err := s.client.Get(t.Context(), client.ObjectKey{Name: name}, np); err != nil {
+		t.Fatal(err)
+	}
+	orig := np.DeepCopy()
+	np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(0)
+	if err := s.client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventFor waits for an event with the reason on the named object whose message contains want.
+func eventFor(t *testing.T, kind, name, reason, want string) {
+	t.Helper()
+	eventually(t, reason+" event on "+kind+" "+name+" naming "+want, time.Minute, func(ctx context.Context) (bool, error) {
+		ev := &corev1.EventList{}
+		if err := s.client.List(ctx, ev, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		for _, e := range ev.Items {
+			if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name && e.Reason == reason && strings.Contains(e.Message, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// untouched asserts that for a while no disruption command touches the claim.
+func untouched(t *testing.T, nc karpv1.NodeClaim, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		cur := &karpv1.NodeClaim{}
+		if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(&nc), cur); err != nil {
+			t.Fatalf("NodeClaim %s: %v", nc.Name, err)
+		}
+		if _, ok := cur.Annotations["capstan.dev/disruption-command"]; ok || !cur.DeletionTimestamp.IsZero() {
+			t.Fatalf("NodeClaim %s was disrupted", nc.Name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func TestBlockersAreNamedInEvents(t *testing.T) {
+	nc := oversized(t, "e2e-blocked", nil)
+	// A do-not-disrupt pod, then a PDB that allows nothing, each in turn holds the node.
+	small := pods(t, "e2e-blocked-small")
+	orig := small[0].DeepCopy()
+	small[0].Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+	if err := s.client.Patch(t.Context(), &small[0], client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	consolidateNow(t, "e2e-blocked")
+	eventFor(t, "Node", nc.Status.NodeName, "DisruptionBlocked", "pod default/"+small[0].Name+" has karpenter.sh/do-not-disrupt")
+	eventFor(t, "NodeClaim", nc.Name, "DisruptionBlocked", "has karpenter.sh/do-not-disrupt")
+
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "e2e-blocked", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: new(intstr.FromInt32(0)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "e2e-blocked-small"}}}}
+	if err := s.client.Create(t.Context(), pdb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.client.Delete(context.Background(), pdb) })
+	cur := pods(t, "e2e-blocked-small")
+	for i := range cur {
+		orig := cur[i].DeepCopy()
+		delete(cur[i].Annotations, karpv1.DoNotDisruptAnnotationKey)
+		if err := s.client.Patch(t.Context(), &cur[i], client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventFor(t, "Node", nc.Status.NodeName, "DisruptionBlocked", "pdb default/e2e-blocked allows no disruption")
+	untouched(t, nc, 5*time.Second)
+}
+
+func TestBudgetZeroFreezesConsolidationButNotExpiry(t *testing.T) {
+	nc := oversized(t, "e2e-frozen", func(np *karpv1.NodePool) {
+		np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "0"}}
+		np.Spec.Template.Spec.ExpireAfter = karpv1.NewDuration(75 * time.Second)
+	})
+	consolidateNow(t, "e2e-frozen")
+	eventFor(t, "NodeClaim", nc.Name, "DisruptionBlocked", "budget nodes=0 for Underutilized")
+	// Expiry is not voluntary: the claim goes at 75 s whatever the budget says, and its pods
+	// run elsewhere.
+	eventually(t, "the expired claim gone and its pods Running again", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		for _, c := range claims(t, "e2e-frozen") {
+			if c.Name == nc.Name {
+				return false, nil
+			}
+			if _, ok := c.Annotations["capstan.dev/disruption-replacement"]; ok {
+				t.Fatalf("NodeClaim %s was launched by a disruption under a zero budget", c.Name)
+			}
+		}
+		return running(t, "e2e-frozen-small", 2)(ctx)
+	})
+}
+
+func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
+	const name = "e2e-balanced"
+	pool(t, name, func(snc *simv1alpha1.SimNodeClass) {
+		snc.Spec.InstanceTypes = []string{"m5.large", "m5.2xlarge"}
+	}, func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced
+		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration()
+	})
+	// Four m5.2xlarge ($0.384/h) filled by one pod each, then 30 tiny pods: one beside each
+	// large pod, the rest on m5.large machines ($0.096/h).
+	full := deployment(t, "full", name, 4, "7800m", "8Gi", spreadOneNodeEach("full"))
+	eventually(t, "4 full pods Running", 2*time.Minute, running(t, "full", 4))
+	many := deployment(t, "many", name, 30, "100m", "64Mi", nil)
+	eventually(t, "30 tiny pods Running", 2*time.Minute, running(t, "many", 30))
+	var small []string
+	for _, nc := range claims(t, name) {
+		if nc.Labels[karpv1.InstanceTypeLabelKey] == "m5.large" {
+			small = append(small, nc.Name)
+		}
+	}
+	if len(small) < 2 {
+		t.Fatalf("m5.large claims %v, want at least two for 26 tiny pods", small)
+	}
+	// The ReplicaSet scales down from the nodes holding most of its pods: the m5.large machines
+	// keep a few tiny pods each, and one of them could go. It would save about 6% of the pool's
+	// cost for about a quarter of its disruption: Balanced refuses (WhenEmptyOrUnderutilized
+	// would take it) and says why.
+	scale(t, many, 12)
+	eventually(t, "12 tiny pods", time.Minute, func(ctx context.Context) (bool, error) { return len(pods(t, "many")) == 12, nil })
+	consolidateNow(t, name)
+	eventually(t, "an Unconsolidatable event naming the Balanced score", time.Minute, func(ctx context.Context) (bool, error) {
+		ev := &corev1.EventList{}
+		if err := s.client.List(ctx, ev, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		for _, e := range ev.Items {
+			if e.InvolvedObject.Kind == "NodeClaim" && slices.Contains(small, e.InvolvedObject.Name) && e.Reason == "Unconsolidatable" &&
+				strings.Contains(e.Message, "Balanced:") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	before := 0
+	for _, nc := range claims(t, name) {
+		if nc.DeletionTimestamp.IsZero() {
+			before++
+		}
+	}
+	// One large pod goes: its m5.2xlarge keeps one tiny pod, which fits on an m5.large.
+	// Deleting it saves about 22% of the pool for under 10% of its disruption: Balanced takes it.
+	scale(t, full, 3)
+	eventually(t, "the idle m5.2xlarge consolidated", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		n := 0
+		for _, nc := range claims(t, name) {
+			if nc.DeletionTimestamp.IsZero() {
+				n++
+			}
+		}
+		ok, _ := running(t, "many", 12)(ctx)
+		return n == before-1 && ok, nil
+	})
+	for _, nc := range claims(t, name) {
+		if nc.Labels[karpv1.InstanceTypeLabelKey] == "m5.large" && !slices.Contains(small, nc.Name) {
+			t.Errorf("NodeClaim %s is new: Balanced replaced a small machine", nc.Name)
+		}
+	}
+}
+
+func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
+	nc := oversized(t, "e2e-restart", nil)
+	consolidateNow(t, "e2e-restart")
+	// Kill Capstan as soon as the command is recorded and the node tainted, before the
+	// replacement is ready and the candidate deleted.
+	eventually(t, "the candidate tainted", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		node := &corev1.Node{}
+		if err := s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+			return false, err
+		}
+		for _, tn := range node.Spec.Taints {
+			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	stopCapstan(syscall.SIGKILL)
+	if err := startCapstan(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the candidate deleted and the pods Running", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		for _, c := range claims(t, "e2e-restart") {
+			if c.Name == nc.Name {
+				return false, nil
+			}
+		}
+		return running(t, "e2e-restart-small", 2)(ctx)
+	})
+	replacements := 0
+	_, creates := cloudState(t)
+	for _, c := range claims(t, "e2e-restart") {
+		if _, ok := c.Annotations["capstan.dev/disruption-replacement"]; ok {
+			replacements++
+			if creates[c.Name] != 1 {
+				t.Errorf("replacement %s launched %d machines", c.Name, creates[c.Name])
+			}
+		}
+	}
+	if replacements != 1 {
+		t.Errorf("%d replacements, want 1", replacements)
+	}
+	nodes := &corev1.NodeList{}
+	if err := s.client.List(t.Context(), nodes, client.MatchingLabels{poolLabel: "e2e-restart"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for _, tn := range n.Spec.Taints {
+			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) && n.DeletionTimestamp.IsZero() {
+				t.Errorf("node %s is left tainted", n.Name)
+			}
+		}
+	}
+}
