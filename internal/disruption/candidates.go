@@ -37,11 +37,9 @@ type Candidate struct {
 	Reschedulable []*corev1.Pod
 	// DisruptionCost is 1 plus the eviction cost of each reschedulable pod (EvictionCost).
 	DisruptionCost float64
-	// blocked is why no voluntary method may disrupt the node ("" when none); noConsolidation is
-	// why consolidation may not (besides blocked).
-	blocked, noConsolidation string
-	// blockedKind is the event reason of blocked.
-	blockedKind string
+	// blocked is why no voluntary method may disrupt the node (empty when none); noConsolidation
+	// is why consolidation may not (besides blocked).
+	blocked, noConsolidation Blocker
 }
 
 // Name is the node's name.
@@ -119,6 +117,27 @@ func (idx *pdbIndex) blocks(p *corev1.Pod) string {
 	return ""
 }
 
+// Blocker is why a node is not disrupted: a kind (what sort of rule — the events' action, so
+// that blockers of different kinds are different events) and a message naming it.
+type Blocker struct {
+	Kind, Message string
+}
+
+// Kinds of blockers.
+const (
+	KindDoNotDisrupt        = "DoNotDisrupt"
+	KindPodDisruptionBudget = "PodDisruptionBudget"
+	KindDisruptionBudget    = "DisruptionBudget"
+	KindConsolidateAfter    = "ConsolidateAfter"
+	KindPolicy              = "ConsolidationPolicy"
+	KindNoController        = "NoController"
+	KindChurnGuard          = "ChurnGuard"
+	KindPrice               = "Price"
+	KindSpot                = "SpotToSpot"
+	KindBalanced            = "Balanced"
+	KindScheduling          = "Scheduling"
+)
+
 // Event reasons of explanations.
 const (
 	// EventDisruptionBlocked: a rule forbids disrupting the node now (do-not-disrupt, a PDB, a
@@ -185,50 +204,50 @@ func disrupting(n *Node) bool {
 func (d *decider) block(c *Candidate, pdbs *pdbIndex, moved *movedPods) {
 	now := d.snap.Now
 	if v := c.Node.Node.Annotations[karpv1.DoNotDisruptAnnotationKey]; v == "true" {
-		c.blocked, c.blockedKind = fmt.Sprintf("node %s has %s", c.Name(), karpv1.DoNotDisruptAnnotationKey), EventDisruptionBlocked
+		c.blocked = Blocker{KindDoNotDisrupt, fmt.Sprintf("node %s has %s", c.Name(), karpv1.DoNotDisruptAnnotationKey)}
 		return
 	}
 	for _, p := range c.Reschedulable {
 		if pods.DoNotDisrupt(p, now) {
-			c.blocked, c.blockedKind = fmt.Sprintf("pod %s/%s has %s", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey), EventDisruptionBlocked
+			c.blocked = Blocker{KindDoNotDisrupt, fmt.Sprintf("pod %s/%s has %s", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)}
 			return
 		}
 		if why := pdbs.blocks(p); why != "" {
-			c.blocked, c.blockedKind = why, EventDisruptionBlocked
+			c.blocked = Blocker{KindPodDisruptionBudget, why}
 			return
 		}
 	}
 	np := c.Pool.NodePool
 	switch {
 	case np.Spec.Disruption.ConsolidateAfter.Duration == nil:
-		c.noConsolidation = fmt.Sprintf("NodePool %s has consolidateAfter: Never", np.Name)
+		c.noConsolidation = Blocker{KindConsolidateAfter, fmt.Sprintf("NodePool %s has consolidateAfter: Never", np.Name)}
 	case !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable):
-		c.noConsolidation = fmt.Sprintf("not consolidatable yet: a pod arrived or left less than consolidateAfter (%s) ago", np.Spec.Disruption.ConsolidateAfter.String())
+		c.noConsolidation = Blocker{KindConsolidateAfter, fmt.Sprintf("not consolidatable yet: a pod arrived or left less than consolidateAfter (%s) ago", np.Spec.Disruption.ConsolidateAfter.String())}
 	case c.NodeClaim.Annotations[ReplacementAnnotationKey] != "" &&
 		now.Sub(c.NodeClaim.CreationTimestamp.Time) < *np.Spec.Disruption.ConsolidateAfter.Duration:
-		c.noConsolidation = fmt.Sprintf("launched by a disruption %s ago, less than consolidateAfter (%s)",
-			now.Sub(c.NodeClaim.CreationTimestamp.Time).Round(1e9), np.Spec.Disruption.ConsolidateAfter.String())
+		c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("launched by a disruption at %s, within consolidateAfter (%s) of now",
+			c.NodeClaim.CreationTimestamp.UTC().Format("15:04:05 UTC"), np.Spec.Disruption.ConsolidateAfter.String())}
 	}
-	if c.noConsolidation != "" || c.Empty() {
+	if c.noConsolidation.Message != "" || c.Empty() {
 		return
 	}
 	if np.Spec.Disruption.ConsolidationPolicy == karpv1.ConsolidationPolicyWhenEmpty {
-		c.noConsolidation = fmt.Sprintf("NodePool %s consolidates only empty nodes (WhenEmpty)", np.Name)
+		c.noConsolidation = Blocker{KindPolicy, fmt.Sprintf("NodePool %s consolidates only empty nodes (WhenEmpty)", np.Name)}
 		return
 	}
 	for _, p := range c.Reschedulable {
 		if metav1.GetControllerOf(p) == nil {
-			c.noConsolidation = fmt.Sprintf("pod %s/%s has no controller that would recreate it", p.Namespace, p.Name)
+			c.noConsolidation = Blocker{KindNoController, fmt.Sprintf("pod %s/%s has no controller that would recreate it", p.Namespace, p.Name)}
 			return
 		}
 		if at, ok := moved.moved(p); ok {
-			c.noConsolidation = fmt.Sprintf("pod %s/%s was moved by a consolidation %s ago (churn guard: %s)",
-				p.Namespace, p.Name, now.Sub(at).Round(1e9), d.opts.EvictionMemory)
+			c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("pod %s/%s was moved by a consolidation at %s; not again until %s",
+				p.Namespace, p.Name, at.UTC().Format("15:04:05 UTC"), at.Add(d.opts.EvictionMemory).UTC().Format("15:04:05 UTC"))}
 			return
 		}
 	}
 	if !c.PriceKnown {
-		c.noConsolidation = fmt.Sprintf("the price of %s is unknown: its instance type, zone or capacity type is no longer offered", c.Name())
+		c.noConsolidation = Blocker{KindPrice, fmt.Sprintf("the price of %s is unknown: its instance type, zone or capacity type is no longer offered", c.Name())}
 	}
 }
 

@@ -71,8 +71,8 @@ type Explanation struct {
 	// Event is the event reason (EventDisruptionBlocked, EventUnconsolidatable), or "" for a
 	// state a user sees elsewhere (not consolidatable yet), which the controller does not emit.
 	Event string
-	// Message names the blocker.
-	Message string
+	// Kind is the blocker's kind (Kind… constants); Message names the blocker.
+	Kind, Message string
 }
 
 // Decision is the result of one round.
@@ -144,6 +144,11 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 // Balanced). It returns the command as it stands now, or why it no longer holds.
 func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 	d := newDecider(snap, opts)
+	if cmd.Method != MethodDrift {
+		if why := d.settling(); why != "" {
+			return nil, "the cluster is settling: " + why
+		}
+	}
 	byName := map[string]*Candidate{}
 	for _, c := range d.all {
 		byName[c.Name()] = c
@@ -154,12 +159,12 @@ func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 		switch {
 		case c == nil:
 			return nil, fmt.Sprintf("node %s is no longer a candidate (gone, being disrupted, or not Ready)", old.Name())
-		case c.blocked != "":
-			return nil, c.blocked
+		case c.blocked.Message != "":
+			return nil, c.blocked.Message
 		case cmd.Method == MethodDrift && !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted):
 			return nil, fmt.Sprintf("node %s is no longer drifted", c.Name())
-		case cmd.Method != MethodDrift && c.noConsolidation != "":
-			return nil, c.noConsolidation
+		case cmd.Method != MethodDrift && c.noConsolidation.Message != "":
+			return nil, c.noConsolidation.Message
 		case cmd.Method == MethodEmptiness && !c.Empty():
 			return nil, fmt.Sprintf("node %s is no longer empty", c.Name())
 		}
@@ -189,7 +194,8 @@ func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 		}
 		return out, ""
 	default:
-		return d.consolidate(cmd.Method, set)
+		out, why := d.consolidate(cmd.Method, set)
+		return out, why.Message
 	}
 }
 
@@ -216,8 +222,8 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 	}
 	d.sim = newSimulation(d)
 	for _, c := range d.all {
-		if c.blocked != "" {
-			d.explain(c, c.blockedKind, c.blocked)
+		if c.blocked.Message != "" {
+			d.explain(c, EventDisruptionBlocked, c.blocked)
 		}
 	}
 	return d
@@ -250,12 +256,12 @@ func (d *decider) settling() string {
 }
 
 // explain records why the candidate is not disrupted, once: the first reason found stands.
-func (d *decider) explain(c *Candidate, event, msg string) {
+func (d *decider) explain(c *Candidate, event string, why Blocker) {
 	if d.explained[c] {
 		return
 	}
 	d.explained[c] = true
-	d.out.Explanations = append(d.out.Explanations, Explanation{Node: c.Node, Event: event, Message: msg})
+	d.out.Explanations = append(d.out.Explanations, Explanation{Node: c.Node, Event: event, Kind: why.Kind, Message: why.Message})
 }
 
 // totals sums each pool's hourly cost and disruption cost over its counted nodes.
@@ -286,7 +292,7 @@ func (d *decider) budget(c *Candidate, reason karpv1.DisruptionReason, chosen ma
 	if chosen[name] < a.Allowed {
 		return true
 	}
-	d.explain(c, EventDisruptionBlocked, a.describe(c.Pool.NodePool, reason, d.disrupting[name]+chosen[name]))
+	d.explain(c, EventDisruptionBlocked, Blocker{KindDisruptionBudget, a.describe(c.Pool.NodePool, reason, d.disrupting[name]+chosen[name])})
 	return false
 }
 
@@ -306,10 +312,10 @@ func (d *decider) withinBudgets(set []*Candidate, reason karpv1.DisruptionReason
 
 // consolidatable reports whether consolidation may look at the candidate, explaining when not.
 func (d *decider) consolidatable(c *Candidate) bool {
-	if c.blocked != "" {
+	if c.blocked.Message != "" {
 		return false
 	}
-	if c.noConsolidation != "" {
+	if c.noConsolidation.Message != "" {
 		event := EventUnconsolidatable
 		if !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
 			event = ""
@@ -326,7 +332,7 @@ func (d *decider) emptiness() *Command {
 	chosen := map[string]int{}
 	cmd := &Command{Method: MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty}
 	for _, c := range d.all {
-		if !c.Empty() || c.blocked != "" {
+		if !c.Empty() || c.blocked.Message != "" {
 			continue
 		}
 		if !d.consolidatable(c) {
@@ -351,7 +357,7 @@ func (d *decider) emptiness() *Command {
 func (d *decider) drift() *Command {
 	var drifted []*Candidate
 	for _, c := range d.all {
-		if c.blocked == "" && meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted) {
+		if c.blocked.Message == "" && meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted) {
 			drifted = append(drifted, c)
 		}
 	}
@@ -379,7 +385,7 @@ func (d *decider) drift() *Command {
 		}
 		res := d.sim.run([]*Candidate{c})
 		if res.failed != "" {
-			d.explain(c, EventDisruptionBlocked, "drifted, but "+res.failed)
+			d.explain(c, EventDisruptionBlocked, Blocker{KindScheduling, "drifted, but " + res.failed})
 			continue
 		}
 		cmd := &Command{Method: MethodDrift, Reason: karpv1.DisruptionReasonDrifted, Candidates: []*Candidate{c},
@@ -424,7 +430,7 @@ func (d *decider) singleNode() *Command {
 			continue
 		}
 		if why := d.balancedBound(c); why != "" {
-			d.explain(c, EventUnconsolidatable, why)
+			d.explain(c, EventUnconsolidatable, Blocker{KindBalanced, why})
 			continue
 		}
 		if tried == d.opts.SingleNodeSolves || d.outOfTime(d.opts.MultiNodeTimeout) {
@@ -441,10 +447,10 @@ func (d *decider) singleNode() *Command {
 }
 
 // consolidate evaluates disrupting the set: it returns the command, or why there is none.
-func (d *decider) consolidate(m Method, set []*Candidate) (*Command, string) {
+func (d *decider) consolidate(m Method, set []*Candidate) (*Command, Blocker) {
 	res := d.sim.runOne(set)
 	if res.failed != "" {
-		return nil, res.failed
+		return nil, Blocker{KindScheduling, res.failed}
 	}
 	cmd := &Command{Method: m, Reason: karpv1.DisruptionReasonUnderutilized, Candidates: set, Bindings: res.bindings}
 	for _, c := range set {
@@ -459,12 +465,12 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, string) {
 		}
 		cmd.Replacements, cmd.PriceAfter = []*solver.PlannedNodeClaim{r}, r.Price
 	default:
-		return nil, fmt.Sprintf("its pods would need %d new machines, and consolidation launches at most one", len(res.replacements))
+		return nil, Blocker{KindScheduling, fmt.Sprintf("its pods would need %d new machines, and consolidation launches at most one", len(res.replacements))}
 	}
 	if why := d.balanced(cmd); why != "" {
-		return nil, why
+		return nil, Blocker{KindBalanced, why}
 	}
-	return cmd, ""
+	return cmd, Blocker{}
 }
 
 // fmtPrice formats an hourly price.

@@ -336,7 +336,7 @@ func TestChurnGuard(t *testing.T) {
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none: its pod was moved by a consolidation 20 minutes ago", names(d.Command))
 	}
-	if _, msg := explanation(d, "big"); !strings.Contains(msg, "was moved by a consolidation") {
+	if _, msg := explanation(d, "big"); !strings.Contains(msg, "was moved by a consolidation at 09:39:55 UTC; not again until 10:39:55 UTC") {
 		t.Errorf("explanation = %q", msg)
 	}
 	// An hour later it may move again.
@@ -356,7 +356,7 @@ func TestReplacementIsNotConsolidatedWithinConsolidateAfter(t *testing.T) {
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none", names(d.Command))
 	}
-	if _, msg := explanation(d, "new"); !strings.Contains(msg, "launched by a disruption 10m0s ago") {
+	if _, msg := explanation(d, "new"); !strings.Contains(msg, "launched by a disruption at 09:50:00 UTC") {
 		t.Errorf("explanation = %q", msg)
 	}
 }
@@ -438,5 +438,25 @@ func TestConsolidationWaitsWhileTheClusterSettles(t *testing.T) {
 	c.snap.Pending = []*corev1.Pod{huge}
 	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) {
 		t.Fatalf("command %v, settling %q; want the empty node deleted", names(d.Command), d.Settling)
+	}
+}
+
+func TestValidateAbandonsConsolidationWhenPodsArrive(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "busy", "l", karpv1.CapacityTypeOnDemand, pods("web", 7, "1")...)
+	c.node("default", "empty", "m", karpv1.CapacityTypeOnDemand)
+	d := c.decide(disruption.Options{})
+	if d.Command == nil {
+		t.Fatal("no command")
+	}
+	if cmd, why := disruption.Validate(c.snap, disruption.Options{}, d.Command); cmd == nil {
+		t.Fatalf("the command does not hold on the same cluster: %s", why)
+	}
+	p := pod("burst", "batch", "2")
+	p.Spec.NodeName = ""
+	c.snap.Pending = []*corev1.Pod{p}
+	if cmd, why := disruption.Validate(c.snap, disruption.Options{}, d.Command); cmd != nil || !strings.Contains(why, "settling") {
+		t.Fatalf("command %v (%s); want it abandoned while a pod is about to be placed", cmd, why)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // SpotToSpotConsolidation, and — for one node — only when MinSpotToSpotTypes cheaper spot types
 // remain, of which the cheapest MinSpotToSpotTypes are launched (a replacement picked from a
 // longer list could again be pricier than the rest, and be replaced in turn).
-func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNodeClaim, single bool) (*solver.PlannedNodeClaim, string) {
+func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNodeClaim, single bool) (*solver.PlannedNodeClaim, Blocker) {
 	pool := d.pools[r.NodePool]
 	nodeCost := 0.0
 	if pool != nil {
@@ -30,10 +30,10 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 	tries := [][]string{{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeSpot, karpv1.CapacityTypeReserved}, {karpv1.CapacityTypeSpot}}
 	if spot {
 		if hasCT && !ct.Allows(karpv1.CapacityTypeSpot) {
-			return nil, "its pods would need an on-demand machine, and a spot node is never replaced by on-demand"
+			return nil, Blocker{KindSpot, "its pods would need an on-demand machine, and a spot node is never replaced by on-demand"}
 		}
 		if !d.opts.SpotToSpotConsolidation {
-			return nil, "SpotToSpotConsolidation is disabled, and a spot node is replaced only by spot"
+			return nil, Blocker{KindSpot, "SpotToSpotConsolidation is disabled, and a spot node is replaced only by spot"}
 		}
 		tries = tries[1:]
 	}
@@ -58,7 +58,7 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 			continue
 		}
 		if spot && single && len(kept) < MinSpotToSpotTypes {
-			return nil, fmt.Sprintf("spot-to-spot consolidation needs %d spot types cheaper than %s, and %d are", MinSpotToSpotTypes, fmtPrice(before), len(kept))
+			return nil, Blocker{KindSpot, fmt.Sprintf("spot-to-spot consolidation needs %d spot types cheaper than %s, and %d are", MinSpotToSpotTypes, fmtPrice(before), len(kept))}
 		}
 		if spot && len(kept) > MinSpotToSpotTypes {
 			kept = kept[:MinSpotToSpotTypes]
@@ -67,12 +67,12 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 		out.Requirements = reqs
 		out.InstanceTypes = kept
 		out.Price = low
-		return &out, ""
+		return &out, Blocker{}
 	}
 	if math.IsInf(cheapest, 1) {
-		return nil, "no offering of the replacement's instance types is available"
+		return nil, Blocker{KindPrice, "no offering of the replacement's instance types is available"}
 	}
-	return nil, fmt.Sprintf("replacement %s at %s is not cheaper than %s", r.InstanceTypes[0].Name, fmtPrice(cheapest), fmtPrice(before))
+	return nil, Blocker{KindPrice, fmt.Sprintf("replacement %s at %s is not cheaper than %s", r.InstanceTypes[0].Name, fmtPrice(cheapest), fmtPrice(before))}
 }
 
 // offeringRange is the cheapest and dearest available offering of the type that reqs allow.

@@ -94,6 +94,21 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				b.ReportMetric(c.Price(), "$/h-after")
 				b.ReportMetric(c.Price()/workload.LPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), "after/LP")
 				b.ReportMetric(float64(dec.Solves), "solves")
+				if size.pods > 5000 || policy == karpv1.ConsolidationPolicyWhenEmpty {
+					return
+				}
+				// Then round after round until nothing is left to do.
+				rounds, start := 1, time.Now()
+				for ; rounds < 500; rounds++ {
+					d := disruption.Decide(c.Snapshot(), disruption.Options{})
+					if d.Command == nil {
+						break
+					}
+					c.Apply(d.Command)
+				}
+				b.ReportMetric(float64(rounds), "rounds-to-settle")
+				b.ReportMetric(time.Since(start).Seconds(), "s-to-settle")
+				b.ReportMetric(c.Price()/workload.LPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), "settled/LP")
 			})
 		}
 	}

@@ -2,7 +2,6 @@ package autoscaling
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -146,74 +145,75 @@ func TestBudgetZeroFreezesConsolidationButNotExpiry(t *testing.T) {
 	})
 }
 
+// withPodAffinity makes the deployment's pods run beside (or, anti, away from) the app's pods.
+func withPodAffinity(app string, anti bool) func(*corev1.PodSpec) {
+	return func(ps *corev1.PodSpec) {
+		term := []corev1.PodAffinityTerm{{TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}
+		if anti {
+			ps.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: term}}
+		} else {
+			ps.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: term}}
+		}
+	}
+}
+
 func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
 	const name = "e2e-balanced"
+	// m5.large comes later: two of them would tie with the m5.xlarge the test wants first.
 	pool(t, name, func(snc *simv1alpha1.SimNodeClass) {
-		snc.Spec.InstanceTypes = []string{"m5.large", "m5.2xlarge"}
+		snc.Spec.InstanceTypes = []string{"m5.xlarge", "m5.2xlarge"}
 	}, func(np *karpv1.NodePool) {
 		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
 		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced
 		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration()
 	})
-	// Four m5.2xlarge ($0.384/h) filled by one pod each, then 30 tiny pods: one beside each
-	// large pod, the rest on m5.large machines ($0.096/h).
-	full := deployment(t, "full", name, 4, "7800m", "8Gi", spreadOneNodeEach("full"))
-	eventually(t, "4 full pods Running", 2*time.Minute, running(t, "full", 4))
-	many := deployment(t, "many", name, 30, "100m", "64Mi", nil)
+	// Three m5.2xlarge ($0.384/h) each running a 7-CPU pod and eight fillers beside it (10
+	// disruption units each), and 30 tiny pods that keep away from them, on an m5.xlarge ($0.192/h).
+	deployment(t, "full", name, 3, "7", "8Gi", spreadOneNodeEach("full"))
+	eventually(t, "3 full pods Running", 2*time.Minute, running(t, "full", 3))
+	deployment(t, "filler", name, 24, "100m", "64Mi", withPodAffinity("full", false))
+	eventually(t, "24 fillers Running", 2*time.Minute, running(t, "filler", 24))
+	many := deployment(t, "many", name, 30, "100m", "64Mi", withPodAffinity("full", true))
 	eventually(t, "30 tiny pods Running", 2*time.Minute, running(t, "many", 30))
-	var small []string
+	var small karpv1.NodeClaim
 	for _, nc := range claims(t, name) {
-		if nc.Labels[karpv1.InstanceTypeLabelKey] == "m5.large" {
-			small = append(small, nc.Name)
+		if nc.Labels[karpv1.InstanceTypeLabelKey] != "m5.2xlarge" {
+			small = nc
 		}
 	}
-	if len(small) < 2 {
-		t.Fatalf("m5.large claims %v, want at least two for 26 tiny pods", small)
+	if small.Name == "" || small.Labels[karpv1.InstanceTypeLabelKey] != "m5.xlarge" {
+		t.Fatalf("the tiny pods' machine is %q, want an m5.xlarge", small.Labels[karpv1.InstanceTypeLabelKey])
 	}
-	// The ReplicaSet scales down from the nodes holding most of its pods: the m5.large machines
-	// keep a few tiny pods each, and one of them could go. It would save about 6% of the pool's
-	// cost for about a quarter of its disruption: Balanced refuses (WhenEmptyOrUnderutilized
-	// would take it) and says why.
-	scale(t, many, 12)
-	eventually(t, "12 tiny pods", time.Minute, func(ctx context.Context) (bool, error) { return len(pods(t, "many")) == 12, nil })
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := s.client.Get(t.Context(), client.ObjectKey{Name: name}, snc); err != nil {
+		t.Fatal(err)
+	}
+	origClass := snc.DeepCopy()
+	snc.Spec.InstanceTypes = append(snc.Spec.InstanceTypes, "m5.large")
+	if err := s.client.Patch(t.Context(), snc, client.MergeFrom(origClass)); err != nil {
+		t.Fatal(err)
+	}
+	// 16 tiny pods left: an m5.large would hold them for $0.096/h less — 7% of the pool's cost
+	// for 17 of its 47 units of disruption (36%). WhenEmptyOrUnderutilized would take that;
+	// Balanced refuses and says why.
+	scale(t, many, 16)
+	eventually(t, "16 tiny pods", time.Minute, func(ctx context.Context) (bool, error) { return len(pods(t, "many")) == 16, nil })
 	consolidateNow(t, name)
-	eventually(t, "an Unconsolidatable event naming the Balanced score", time.Minute, func(ctx context.Context) (bool, error) {
-		ev := &corev1.EventList{}
-		if err := s.client.List(ctx, ev, client.InNamespace("default")); err != nil {
-			return false, err
-		}
-		for _, e := range ev.Items {
-			if e.InvolvedObject.Kind == "NodeClaim" && slices.Contains(small, e.InvolvedObject.Name) && e.Reason == "Unconsolidatable" &&
-				strings.Contains(e.Message, "Balanced:") {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	before := 0
-	for _, nc := range claims(t, name) {
-		if nc.DeletionTimestamp.IsZero() {
-			before++
-		}
-	}
-	// One large pod goes: its m5.2xlarge keeps one tiny pod, which fits on an m5.large.
-	// Deleting it saves about 22% of the pool for under 10% of its disruption: Balanced takes it.
-	scale(t, full, 3)
-	eventually(t, "the idle m5.2xlarge consolidated", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		n := 0
+	eventFor(t, "NodeClaim", small.Name, "Unconsolidatable", "Balanced:")
+	untouched(t, small, 5*time.Second)
+	// One tiny pod left: the same replacement now costs 2 units of 32 (6%) for the same 7%.
+	scale(t, many, 1)
+	eventually(t, "the m5.xlarge replaced by an m5.large", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		replaced := false
 		for _, nc := range claims(t, name) {
-			if nc.DeletionTimestamp.IsZero() {
-				n++
+			if nc.Name == small.Name {
+				return false, nil
 			}
+			replaced = replaced || nc.Labels[karpv1.InstanceTypeLabelKey] == "m5.large" && nc.Annotations["capstan.dev/disruption-replacement"] != ""
 		}
-		ok, _ := running(t, "many", 12)(ctx)
-		return n == before-1 && ok, nil
+		ok, _ := running(t, "many", 1)(ctx)
+		return replaced && ok, nil
 	})
-	for _, nc := range claims(t, name) {
-		if nc.Labels[karpv1.InstanceTypeLabelKey] == "m5.large" && !slices.Contains(small, nc.Name) {
-			t.Errorf("NodeClaim %s is new: Balanced replaced a small machine", nc.Name)
-		}
-	}
 }
 
 func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
