@@ -110,9 +110,9 @@ func (e kwokEntry) instanceType() (*cloudprovider.InstanceType, error) {
 	}
 	var offerings []cloudprovider.Offering
 	for j, o := range e.Offerings {
-		off, err := o.offering()
+		off, err := o.offering(fmt.Sprintf("offerings[%d]", j))
 		if err != nil {
-			return nil, fmt.Errorf("offerings[%d]: %w", j, err)
+			return nil, err
 		}
 		offerings = append(offerings, off...)
 	}
@@ -131,17 +131,17 @@ func (e kwokEntry) instanceType() (*cloudprovider.InstanceType, error) {
 
 // offering reads one kwok offering: its requirements must name the zone and capacity type (In,
 // each value one offering).
-func (o kwokOffering) offering() ([]cloudprovider.Offering, error) {
+func (o kwokOffering) offering(at string) ([]cloudprovider.Offering, error) {
 	if o.Price == nil {
-		return nil, errors.New("Price: missing")
+		return nil, fmt.Errorf("%s.Price: missing", at)
 	}
 	if *o.Price < 0 || math.IsNaN(*o.Price) || math.IsInf(*o.Price, 0) {
-		return nil, fmt.Errorf("Price: %v is not a price", *o.Price)
+		return nil, fmt.Errorf("%s.Price: %v is not a price", at, *o.Price)
 	}
 	var zones, cts []string
 	for k, r := range o.Requirements {
 		if r.Operator != corev1.NodeSelectorOpIn || len(r.Values) == 0 {
-			return nil, fmt.Errorf("Requirements[%d] (%s): operator must be In with at least one value", k, r.Key)
+			return nil, fmt.Errorf("%s.Requirements[%d] (%s): operator must be In with at least one value", at, k, r.Key)
 		}
 		switch r.Key {
 		case corev1.LabelTopologyZone:
@@ -149,19 +149,19 @@ func (o kwokOffering) offering() ([]cloudprovider.Offering, error) {
 		case karpv1.CapacityTypeLabelKey:
 			for _, v := range r.Values {
 				if !slices.Contains([]string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeSpot, karpv1.CapacityTypeReserved}, v) {
-					return nil, fmt.Errorf("Requirements[%d] (%s): %q is not on-demand, spot or reserved", k, r.Key, v)
+					return nil, fmt.Errorf("%s.Requirements[%d] (%s): %q is not on-demand, spot or reserved", at, k, r.Key, v)
 				}
 			}
 			cts = append(cts, r.Values...)
 		default:
-			return nil, fmt.Errorf("Requirements[%d]: key %q is not supported (only %s and %s)", k, r.Key, corev1.LabelTopologyZone, karpv1.CapacityTypeLabelKey)
+			return nil, fmt.Errorf("%s.Requirements[%d]: key %q is not supported (only %s and %s)", at, k, r.Key, corev1.LabelTopologyZone, karpv1.CapacityTypeLabelKey)
 		}
 	}
 	if len(zones) == 0 {
-		return nil, fmt.Errorf("Requirements: no %s", corev1.LabelTopologyZone)
+		return nil, fmt.Errorf("%s.Requirements: no %s", at, corev1.LabelTopologyZone)
 	}
 	if len(cts) == 0 {
-		return nil, fmt.Errorf("Requirements: no %s", karpv1.CapacityTypeLabelKey)
+		return nil, fmt.Errorf("%s.Requirements: no %s", at, karpv1.CapacityTypeLabelKey)
 	}
 	// The kwok provider makes every offering of the file available.
 	var out []cloudprovider.Offering

@@ -51,7 +51,7 @@ func TestStatusNamesTheBadEntryAndRecovers(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, cm) })
 	if cond := reconcileAndGet(); cond == nil || cond.Status != metav1.ConditionFalse ||
-		!strings.Contains(cond.Message, `instance type [0] "c-1x": offerings[0]: Price: -0.03 is not a price`) {
+		!strings.Contains(cond.Message, `instance type [0] "c-1x": offerings[0].Price: -0.03 is not a price`) {
 		t.Fatalf("with a negative price: %+v", cond)
 	}
 	orig := cm.DeepCopy()
