@@ -14,6 +14,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/solver"
 )
 
 // ReplacementAnnotationKey marks a NodeClaim launched by a disruption command to replace others;
@@ -37,6 +38,8 @@ type Candidate struct {
 	Reschedulable []*corev1.Pod
 	// DisruptionCost is 1 plus the eviction cost of each reschedulable pod (EvictionCost).
 	DisruptionCost float64
+	// Utilization is the larger of the node's CPU and memory requested over allocatable.
+	Utilization float64
 	// blocked is why no voluntary method may disrupt the node (empty when none); noConsolidation
 	// is why consolidation may not (besides blocked).
 	blocked, noConsolidation Blocker
@@ -171,6 +174,7 @@ func (d *decider) candidates() {
 				c.DisruptionCost += EvictionCost(p)
 			}
 		}
+		c.Utilization = utilization(n)
 		d.block(c, pdbs, moved)
 		d.all = append(d.all, c)
 	}
@@ -271,4 +275,17 @@ func nodePrice(n *Node, pool *Pool) (price float64, capacityType string, known b
 		}
 	}
 	return 0, ct, false
+}
+
+// utilization is the larger of the node's CPU and memory requests over its allocatable.
+func utilization(n *Node) float64 {
+	used := solver.Requests(n.Pods)
+	u := 0.0
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		a, q := n.Node.Status.Allocatable[r], used[r]
+		if a.MilliValue() > 0 {
+			u = math.Max(u, float64(q.MilliValue())/float64(a.MilliValue()))
+		}
+	}
+	return u
 }
