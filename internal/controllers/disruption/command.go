@@ -178,6 +178,9 @@ func (c *Controller) advance(ctx context.Context, opts Options) (bool, time.Dura
 			}
 			continue
 		}
+		if c.isDone(st.ID) {
+			continue
+		}
 		if known, ok := commands[st.ID]; ok {
 			st = known
 		} else {
@@ -283,9 +286,7 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 	}
 	c.Metrics.DisruptionCommand(st.decision(), string(st.Reason), st.consolidationType(), pods, st.Savings)
 	log.FromContext(ctx).Info("deleted disrupted nodeclaim(s)", "command", st.ID, "nodeclaims", st.candidates)
-	if c.active != nil && c.active.ID == st.ID {
-		c.active = nil
-	}
+	c.markDone(st.ID)
 	return opts.PollPeriod, nil
 }
 
@@ -313,4 +314,31 @@ func (c *Controller) remember(p *corev1.Pod) {
 		e.Owner = o.UID
 	}
 	c.evictions = append(c.evictions, e)
+}
+
+// doneMemory is how long a finished or rolled-back command is remembered: longer than the cache
+// takes to show the controller's own writes.
+const doneMemory = 2 * time.Minute
+
+// markDone records that the command is over.
+func (c *Controller) markDone(id string) {
+	now := c.Clock.Now()
+	if c.done == nil {
+		c.done = map[string]time.Time{}
+	}
+	for k, at := range c.done {
+		if now.Sub(at) > doneMemory {
+			delete(c.done, k)
+		}
+	}
+	c.done[id] = now
+	if c.active != nil && c.active.ID == id {
+		c.active = nil
+	}
+}
+
+// isDone reports whether the command finished or rolled back here recently.
+func (c *Controller) isDone(id string) bool {
+	at, ok := c.done[id]
+	return ok && c.Clock.Since(at) <= doneMemory
 }

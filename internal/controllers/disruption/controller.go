@@ -85,6 +85,9 @@ type Controller struct {
 	evictions []disruption.Eviction
 	// told remembers the last explanation emitted per node, to emit once per change.
 	told map[string]string
+	// done remembers commands finished or rolled back here, so that a cache that still shows
+	// their annotations does not make them run again.
+	done map[string]time.Time
 }
 
 type pendingCommand struct {

@@ -206,3 +206,30 @@ func TestDoNotDisruptNodeAnnotation(t *testing.T) {
 		t.Fatal("a do-not-disrupt node was disrupted")
 	}
 }
+
+func TestFinishedCommandIsNotRunAgainFromAStaleView(t *testing.T) {
+	f := newFixture(t, "stale", nil)
+	f.node("stale-busy", "m5.2xlarge", "1", "1", "1", "1", "1", "1")
+	f.node("stale-idle", "m5.large")
+	f.round(f.ctrl)
+	if f.claim("stale-idle") != nil {
+		t.Fatal("the empty node was not deleted")
+	}
+	var id string
+	// A cache that lags shows a claim still carrying the finished command's annotation: the
+	// same command must not be carried out (deleted, counted, announced) a second time.
+	for k := range f.ctrl.done {
+		id = k
+	}
+	nc, _ := f.node("stale-lagging", "m5.large", "100m")
+	orig := nc.DeepCopy()
+	v, _ := json.Marshal(&commandState{ID: id, Method: disruption.MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty, Started: f.clk.Now()})
+	nc.Annotations = map[string]string{CommandAnnotationKey: string(v)}
+	if err := env.Client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	f.round(f.ctrl)
+	if got := f.claim("stale-lagging"); got == nil || !got.DeletionTimestamp.IsZero() {
+		t.Fatal("a claim showing a finished command's annotation was deleted again")
+	}
+}

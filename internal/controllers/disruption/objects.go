@@ -115,9 +115,7 @@ func (c *Controller) rollback(ctx context.Context, st *commandState, why string)
 		}
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionFailed", "Disrupt", "Disruption %s/%s rolled back: %s", st.Reason, st.Method, why)
 	}
-	if c.active != nil && c.active.ID == st.ID {
-		c.active = nil
-	}
+	c.markDone(st.ID)
 	c.backoffUntil = c.Clock.Now().Add(c.Options.withDefaults().FailureBackoff)
 }
 

@@ -2,7 +2,10 @@ package autoscaling
 
 import (
 	"context"
+	"io"
 	"math"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +27,21 @@ func spreadOneNodeEach(app string) func(*corev1.PodSpec) {
 		ps.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}}}
 	}
+}
+
+// scrape returns the running Capstan's /metrics.
+func scrape(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // poolPrice is the hourly price of the pool's launched machines.
@@ -196,6 +214,17 @@ func TestUnderutilizedNodesConsolidateWithinTheirPDB(t *testing.T) {
 	eventually(t, "deleted claims gone", 2*time.Minute, func(context.Context) (bool, error) { return len(claims(t, "e2e-under")) == 5, nil })
 	if after := poolPrice(t, "e2e-under"); after >= before {
 		t.Errorf("price %.4f $/h after consolidation, %.4f before", after, before)
+	}
+	body := scrape(t)
+	for _, want := range []string{`karpenter_voluntary_disruption_decisions_total{consolidation_type=`, `reason="underutilized"}`,
+		`karpenter_pods_disrupted_total{nodepool="e2e-under",reason="underutilized"}`,
+		`capstan_disruption_savings_dollars_per_hour{nodepool="e2e-under",reason="underutilized"}`,
+		`karpenter_nodepools_allowed_disruptions{nodepool="e2e-under",reason="underutilized"}`,
+		`karpenter_voluntary_disruption_eligible_nodes{reason="underutilized"}`,
+		`karpenter_nodeclaims_disrupted_total{capacity_type="on-demand",consolidation_policy="",nodepool="e2e-under",reason="underutilized"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 
