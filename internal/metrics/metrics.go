@@ -193,6 +193,15 @@ func (m *Metrics) Disrupted(nc *karpv1.NodeClaim, reason string) {
 	}
 }
 
+// DisruptedVoluntarily counts a NodeClaim deleted by a voluntary disruption command, with its
+// reason (empty, drifted, underutilized) and its NodePool's consolidation policy; the termination
+// mode is graceful.
+func (m *Metrics) DisruptedVoluntarily(nc *karpv1.NodeClaim, reason, policy string) {
+	if m != nil {
+		m.NodeClaimsDisrupted.WithLabelValues(reason, nc.Labels[karpv1.NodePoolLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey], policy, "graceful").Inc()
+	}
+}
+
 // Scheduled records one scheduling simulation of a controller: its duration, how many pods it
 // had to place and how many it could not.
 func (m *Metrics) Scheduled(controller string, seconds float64, pods, unschedulable int) {

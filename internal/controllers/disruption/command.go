@@ -278,7 +278,12 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 			errs = append(errs, fmt.Errorf("deleting nodeclaim %s: %w", name, err))
 			continue
 		}
-		c.Metrics.Disrupted(nc, strings.ToLower(string(st.Reason)))
+		policy := ""
+		np := &karpv1.NodePool{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: pool}, np); err == nil {
+			policy = string(np.Spec.Disruption.ConsolidationPolicy)
+		}
+		c.Metrics.DisruptedVoluntarily(nc, strings.ToLower(string(st.Reason)), policy)
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "DisruptionTerminating", "Disrupt", "Disrupting NodeClaim: %s/%s", st.Reason, st.decision())
 	}
 	if err := errors.Join(errs...); err != nil {

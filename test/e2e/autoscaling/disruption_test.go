@@ -221,7 +221,7 @@ func TestUnderutilizedNodesConsolidateWithinTheirPDB(t *testing.T) {
 		`capstan_disruption_savings_dollars_per_hour{nodepool="e2e-under",reason="underutilized"}`,
 		`karpenter_nodepools_allowed_disruptions{nodepool="e2e-under",reason="underutilized"}`,
 		`karpenter_voluntary_disruption_eligible_nodes{reason="underutilized"}`,
-		`karpenter_nodeclaims_disrupted_total{capacity_type="on-demand",consolidation_policy="",nodepool="e2e-under",reason="underutilized"`} {
+		`karpenter_nodeclaims_disrupted_total{capacity_type="on-demand",consolidation_policy="WhenEmptyOrUnderutilized",nodepool="e2e-under",reason="underutilized",termination_mode="graceful"}`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
