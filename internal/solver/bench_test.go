@@ -24,7 +24,9 @@ func BenchmarkKarpenterDiverse(b *testing.B) {
 	for _, n := range []int{1, 100, 1000, 5000, 20000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			pods := workload.DiversePods(n, 42)
-			in := solver.Input{Pods: pods, NodePools: []solver.NodePool{workload.UnlimitedPool("default", its)}}
+			// The provisioner passes its provider's label keys; so does the benchmark.
+			in := solver.Input{Pods: pods, NodePools: []solver.NodePool{workload.UnlimitedPool("default", its)},
+				WellKnownLabels: workload.WellKnownLabels(its)}
 			var r *solver.Result
 			b.ResetTimer()
 			for b.Loop() {

@@ -7,6 +7,7 @@ package workload
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -15,6 +16,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -189,4 +191,22 @@ func HasHostnameConstraint(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// WellKnownLabels are the label keys the instance types define, as a cloud provider declares its
+// own (solver.Input.WellKnownLabels): the provisioner passes the provider's list, so a solve does
+// not derive it from the catalog each time.
+func WellKnownLabels(its []*cloudprovider.InstanceType) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, it := range its {
+		it.Requirements.Each(func(r requirements.Requirement) {
+			if !seen[r.Key] {
+				seen[r.Key] = true
+				out = append(out, r.Key)
+			}
+		})
+	}
+	slices.Sort(out)
+	return out
 }
