@@ -9,28 +9,32 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/solver"
 )
 
-// snapshot reads the cluster from the cache, in the decision core's terms.
+// snapshot reads the cluster from the cache, in the decision core's terms. Claims, nodes and pods
+// are the cache's own objects, not copies (a round every 10 s copied every pod of the cluster):
+// the decision core and the solver only read them, and every write here reads its object again.
 func (c *Controller) snapshot(ctx context.Context, opts Options) (*disruption.Snapshot, error) {
 	nps := &karpv1.NodePoolList{}
 	if err := c.Client.List(ctx, nps); err != nil {
 		return nil, fmt.Errorf("listing nodepools: %w", err)
 	}
 	ncs := &karpv1.NodeClaimList{}
-	if err := c.Client.List(ctx, ncs); err != nil {
+	if err := c.Client.List(ctx, ncs, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodeclaims: %w", err)
 	}
 	nodes := &corev1.NodeList{}
-	if err := c.Client.List(ctx, nodes); err != nil {
+	if err := c.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	pods := &corev1.PodList{}
-	if err := c.Client.List(ctx, pods); err != nil {
+	if err := c.Client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	pdbs := &policyv1.PodDisruptionBudgetList{}
