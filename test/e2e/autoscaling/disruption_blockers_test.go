@@ -270,3 +270,43 @@ func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestReplacementThatCannotLaunchIsRolledBack(t *testing.T) {
+	nc := oversized(t, "e2e-ice", nil)
+	// From now on the cloud has no on-demand capacity: the replacement's launch fails, the
+	// lifecycle controller deletes it, and the command must roll back.
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "e2e-ice"}, snc); err != nil {
+		t.Fatal(err)
+	}
+	orig := snc.DeepCopy()
+	snc.Spec.Failures.InsufficientCapacity = []simv1alpha1.OfferingSelector{{CapacityType: karpv1.CapacityTypeOnDemand}}
+	if err := s.client.Patch(t.Context(), snc, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	consolidateNow(t, "e2e-ice")
+	eventFor(t, "NodeClaim", nc.Name, "DisruptionFailed", "is gone")
+	eventually(t, "the candidate un-tainted and kept", time.Minute, func(ctx context.Context) (bool, error) {
+		cur := &karpv1.NodeClaim{}
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(&nc), cur); err != nil {
+			return false, err
+		}
+		if !cur.DeletionTimestamp.IsZero() {
+			t.Fatalf("the candidate was deleted although its replacement never launched")
+		}
+		node := &corev1.Node{}
+		if err := s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+			return false, err
+		}
+		for _, tn := range node.Spec.Taints {
+			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) {
+				return false, nil
+			}
+		}
+		_, annotated := cur.Annotations["capstan.dev/disruption-command"]
+		return !annotated, nil
+	})
+	if ok, _ := running(t, "e2e-ice-small", 2)(t.Context()); !ok {
+		t.Error("the candidate's pods are not all Running")
+	}
+}
