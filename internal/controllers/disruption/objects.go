@@ -14,6 +14,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/eventkey"
 )
 
 // annotate sets (or, with value "", removes) the command annotation of a claim, reading it fresh
@@ -174,12 +175,12 @@ func (c *Controller) report(ctx context.Context, snap *disruption.Snapshot, dec 
 			continue
 		}
 		c.told[name] = e.Message
-		// The blocker's kind is the action: the events API merges events that share type, reason
-		// and action into one series for six minutes and keeps the first message, so a new kind of
-		// blocker must not look like a repeat of the last.
-		c.Recorder.Eventf(e.Node.NodeClaim, nil, corev1.EventTypeNormal, e.Event, e.Kind, "%s", e.Message)
+		// The blocker's kind and message key the action: the events API merges events that share
+		// type, reason and action into one series and keeps the first message (see eventkey).
+		action := eventkey.Action(e.Kind, e.Message)
+		c.Recorder.Eventf(e.Node.NodeClaim, nil, corev1.EventTypeNormal, e.Event, action, "%s", e.Message)
 		if e.Node.Node != nil {
-			c.Recorder.Eventf(e.Node.Node, nil, corev1.EventTypeNormal, e.Event, e.Kind, "%s", e.Message)
+			c.Recorder.Eventf(e.Node.Node, nil, corev1.EventTypeNormal, e.Event, action, "%s", e.Message)
 		}
 		log.FromContext(ctx).V(1).Info("not disrupting node", "NodeClaim", klog.KObj(e.Node.NodeClaim), "event", e.Event, "reason", e.Message)
 	}

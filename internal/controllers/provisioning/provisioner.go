@@ -20,6 +20,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/pods"
@@ -286,7 +287,8 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 	for _, u := range plan.Unschedulable {
-		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", "Schedule", "Failed to schedule pod, %s", u.Reason)
+		msg := "Failed to schedule pod, " + u.Reason
+		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
 		logger.V(1).Info("could not schedule pod", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
 	return res, nil

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/solver"
 	"capstan.dev/capstan/internal/volumetopology"
 )
@@ -31,7 +32,8 @@ func (p *Provisioner) withVolumes(ctx context.Context, pending []*corev1.Pod) ([
 	for _, pod := range pending {
 		needs, err := objs.For(pod)
 		if err != nil {
-			p.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", "Schedule", "Waiting for volumes: %s", err.Error())
+			msg := "Waiting for volumes: " + err.Error()
+			p.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
 			log.FromContext(ctx).V(1).Info("ignoring pod until its volumes are ready", "Pod", klog.KObj(pod), "reason", err.Error())
 			continue
 		}

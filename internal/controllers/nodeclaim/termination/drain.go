@@ -10,11 +10,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/pods"
 )
 
@@ -114,8 +116,8 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 		return nil
 	}
 	if pods.DoNotDisrupt(p, now) {
-		c.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod has the %s annotation", karpv1.DoNotDisruptAnnotationKey)
-		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod %s/%s has the %s annotation", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)
+		c.warn(p, "FailedDraining", "Drain", fmt.Sprintf("Pod has the %s annotation", karpv1.DoNotDisruptAnnotationKey))
+		c.warn(nc, "FailedDraining", "Drain", fmt.Sprintf("Pod %s/%s has the %s annotation", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey))
 		return nil
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
@@ -128,10 +130,16 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		c.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Eviction blocked by a PodDisruptionBudget: %s", err)
-		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "FailedDraining", "Drain", "Pod %s/%s: eviction blocked by a PodDisruptionBudget", p.Namespace, p.Name)
+		c.warn(p, "FailedDraining", "Drain", fmt.Sprintf("Eviction blocked by a PodDisruptionBudget: %s", err))
+		c.warn(nc, "FailedDraining", "Drain", fmt.Sprintf("Pod %s/%s: eviction blocked by a PodDisruptionBudget", p.Namespace, p.Name))
 		return nil
 	default:
 		return fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+}
+
+// warn emits a warning whose action is keyed by its message (eventkey), so that a drain blocked by
+// one pod and then another shows both.
+func (c *Controller) warn(o runtime.Object, reason, action, msg string) {
+	c.Recorder.Eventf(o, nil, corev1.EventTypeWarning, reason, eventkey.Action(action, msg), "%s", msg)
 }
