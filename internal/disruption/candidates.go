@@ -3,7 +3,6 @@ package disruption
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -67,13 +67,18 @@ func EvictionCost(p *corev1.Pod) float64 {
 	return math.Max(0, cost)
 }
 
-// reschedulable reports whether the pod would have to move off a disrupted node.
-func reschedulable(p *corev1.Pod) bool {
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
+// moving are the node's reschedulable pods and the node's disruption cost: 1 plus their
+// eviction costs.
+func moving(n *Node) ([]*corev1.Pod, float64) {
+	var out []*corev1.Pod
+	cost := 1.0
+	for _, p := range n.Pods {
+		if pods.Reschedulable(p) {
+			out = append(out, p)
+			cost += EvictionCost(p)
+		}
 	}
-	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
-		p.DeletionTimestamp.IsZero() && !pods.OwnedByDaemonSet(p)
+	return out, cost
 }
 
 // pdbIndex finds the PodDisruptionBudgets covering a pod.
@@ -166,14 +171,9 @@ func (d *decider) candidates() {
 			d.inProgress = append(d.inProgress, n)
 			continue
 		}
-		c := &Candidate{Node: n, Pool: pool, DisruptionCost: 1}
+		c := &Candidate{Node: n, Pool: pool}
 		c.Price, c.CapacityType, c.PriceKnown = nodePrice(n, pool)
-		for _, p := range n.Pods {
-			if reschedulable(p) {
-				c.Reschedulable = append(c.Reschedulable, p)
-				c.DisruptionCost += EvictionCost(p)
-			}
-		}
+		c.Reschedulable, c.DisruptionCost = moving(n)
 		c.Utilization = utilization(n)
 		d.block(c, pdbs, moved)
 		d.all = append(d.all, c)
@@ -193,7 +193,7 @@ func disrupting(n *Node) bool {
 	if !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() {
 		return true
 	}
-	if slices.ContainsFunc(n.Node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+	if nodeclaims.Disrupted(n.Node) {
 		return true
 	}
 	for _, c := range n.Node.Status.Conditions {

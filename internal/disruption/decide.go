@@ -175,24 +175,16 @@ func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 	}
 	switch cmd.Method {
 	case MethodEmptiness:
-		out := &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set}
-		for _, c := range set {
-			out.PriceBefore += c.Price
-		}
-		return out, ""
+		return newCommand(cmd.Method, cmd.Reason, set, simResult{}), ""
 	case MethodDrift:
-		if set[0].Empty() {
-			return &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set, PriceBefore: set[0].Price}, ""
+		if !slices.ContainsFunc(set, func(c *Candidate) bool { return !c.Empty() }) {
+			return newCommand(cmd.Method, cmd.Reason, set, simResult{}), ""
 		}
 		res := d.sim.run(set)
 		if res.failed != "" {
 			return nil, res.failed
 		}
-		out := &Command{Method: cmd.Method, Reason: cmd.Reason, Candidates: set, Replacements: res.replacements, Bindings: res.bindings, PriceBefore: set[0].Price}
-		for _, r := range res.replacements {
-			out.PriceAfter += r.Price
-		}
-		return out, ""
+		return newCommand(cmd.Method, cmd.Reason, set, res), ""
 	default:
 		out, why := d.consolidate(cmd.Method, set)
 		return out, why.Message
@@ -274,12 +266,7 @@ func (d *decider) totals() {
 		pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
 		price, _, _ := nodePrice(n, pool)
 		d.poolCost[pool.NodePool.Name] += price
-		cost := 1.0
-		for _, p := range n.Pods {
-			if reschedulable(p) {
-				cost += EvictionCost(p)
-			}
-		}
+		_, cost := moving(n)
 		d.poolDisruption[pool.NodePool.Name] += cost
 	}
 }
@@ -388,12 +375,7 @@ func (d *decider) drift() *Command {
 			d.explain(c, EventDisruptionBlocked, Blocker{KindScheduling, "drifted, but " + res.failed})
 			continue
 		}
-		cmd := &Command{Method: MethodDrift, Reason: karpv1.DisruptionReasonDrifted, Candidates: []*Candidate{c},
-			Replacements: res.replacements, Bindings: res.bindings, PriceBefore: c.Price}
-		for _, r := range res.replacements {
-			cmd.PriceAfter += r.Price
-		}
-		return cmd
+		return newCommand(MethodDrift, karpv1.DisruptionReasonDrifted, []*Candidate{c}, res)
 	}
 	return nil
 }
@@ -455,10 +437,7 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, Blocker) {
 	if res.failed != "" {
 		return nil, Blocker{KindScheduling, res.failed}
 	}
-	cmd := &Command{Method: m, Reason: karpv1.DisruptionReasonUnderutilized, Candidates: set, Bindings: res.bindings}
-	for _, c := range set {
-		cmd.PriceBefore += c.Price
-	}
+	cmd := newCommand(m, karpv1.DisruptionReasonUnderutilized, set, simResult{bindings: res.bindings})
 	switch len(res.replacements) {
 	case 0:
 	case 1:
@@ -474,6 +453,18 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, Blocker) {
 		return nil, Blocker{KindBalanced, why}
 	}
 	return cmd, Blocker{}
+}
+
+// newCommand disrupts the set, launching the simulation's replacements first.
+func newCommand(m Method, reason karpv1.DisruptionReason, set []*Candidate, res simResult) *Command {
+	cmd := &Command{Method: m, Reason: reason, Candidates: set, Replacements: res.replacements, Bindings: res.bindings}
+	for _, c := range set {
+		cmd.PriceBefore += c.Price
+	}
+	for _, r := range res.replacements {
+		cmd.PriceAfter += r.Price
+	}
+	return cmd
 }
 
 // fmtPrice formats an hourly price.

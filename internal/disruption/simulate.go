@@ -6,12 +6,11 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
-	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -46,17 +45,12 @@ func newSimulation(d *decider) *simulation {
 	for i := range d.snap.NodePools {
 		s.pools = append(s.pools, d.snap.NodePools[i].Solver)
 	}
-	leaving := map[*Node]bool{}
-	for _, n := range d.inProgress {
-		if n.Node == nil || !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() || tainted(n.Node) {
-			leaving[n] = true
-		}
-	}
 	s.nodes = append(s.nodes, d.snap.OtherNodes...)
 	for _, n := range d.snap.Nodes {
-		if leaving[n] || !n.NodeClaim.DeletionTimestamp.IsZero() || n.Node != nil && (!n.Node.DeletionTimestamp.IsZero() || tainted(n.Node)) {
+		// A node being deleted or tainted by a command is leaving: its pods move.
+		if !n.NodeClaim.DeletionTimestamp.IsZero() || n.Node != nil && (!n.Node.DeletionTimestamp.IsZero() || nodeclaims.Disrupted(n.Node)) {
 			for _, p := range n.Pods {
-				if reschedulable(p) {
+				if pods.Reschedulable(p) {
 					s.moving = append(s.moving, p)
 				}
 			}
@@ -72,46 +66,25 @@ func newSimulation(d *decider) *simulation {
 	return s
 }
 
-func tainted(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
-}
-
-// existing is the node as the solver sees it; an in-flight claim is the machine it will be.
+// existing is the node as the solver sees it, as the provisioner sees it too: its taints as pods
+// will see them once it is up; an in-flight claim is the machine it will be, with the pods
+// nominated to it.
 func (d *decider) existing(n *Node) (solver.ExistingNode, bool) {
 	if n.Node != nil {
-		taints := slices.DeleteFunc(slices.Clone(n.Node.Spec.Taints), func(t corev1.Taint) bool {
-			return t.Key == karpv1.UnregisteredTaintKey
-		})
-		if !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
-			// A starting node is the capacity it will be once up.
-			taints = slices.DeleteFunc(taints, func(t corev1.Taint) bool {
-				return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable ||
-					slices.ContainsFunc(n.NodeClaim.Spec.StartupTaints, func(st corev1.Taint) bool { return st.MatchTaint(&t) })
-			})
-		}
-		return solver.ExistingNode{Name: n.Node.Name, Labels: n.Node.Labels, Taints: taints, Allocatable: n.Node.Status.Allocatable,
-			Pods: n.Pods, Requested: solver.Requests(n.Pods), Unschedulable: n.Node.Spec.Unschedulable}, true
+		return solver.ExistingNode{Name: n.Node.Name, Labels: n.Node.Labels, Taints: nodeclaims.SchedulingTaints(n.Node, n.NodeClaim),
+			Allocatable: n.Node.Status.Allocatable, Pods: n.Pods, Requested: solver.Requests(n.Pods), Unschedulable: n.Node.Spec.Unschedulable}, true
 	}
 	pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
 	if pool == nil {
 		return solver.ExistingNode{}, false
 	}
-	alloc := nodeclaims.ExpectedAllocatable(n.NodeClaim, pool.Solver.InstanceTypes)
-	if len(alloc) == 0 {
-		return solver.ExistingNode{}, false
+	en, ok := nodeclaims.InFlight(n.NodeClaim, pool.Solver.InstanceTypes, d.snap.DaemonSetPods)
+	if !ok {
+		return en, false
 	}
-	reqs, err := nodepools.FromAPI(n.NodeClaim.Spec.Requirements)
-	if err != nil {
-		return solver.ExistingNode{}, false
-	}
-	labels := reqs.Labels()
-	for k, v := range n.NodeClaim.Labels {
-		labels[k] = v
-	}
-	labels[corev1.LabelHostname] = n.NodeClaim.Name
-	pods := append(slices.Clip(n.Pods), d.snap.DaemonSetPods...)
-	return solver.ExistingNode{Name: "nodeclaim/" + n.NodeClaim.Name, Labels: labels, Taints: n.NodeClaim.Spec.Taints, Allocatable: alloc,
-		Pods: pods, Requested: solver.Requests(pods)}, true
+	en.Pods = append(en.Pods, n.Pods...)
+	en.Requested = solver.Requests(en.Pods)
+	return en, true
 }
 
 // simResult is where the pods of a set of nodes would go.
@@ -169,7 +142,6 @@ func (s *simulation) runOne(set []*Candidate) simResult {
 }
 
 func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResult {
-	s.solves++
 	out := make(map[int]bool, len(set))
 	required := map[*corev1.Pod]bool{}
 	pods := make([]*corev1.Pod, 0, len(s.moving)+len(s.pending))
@@ -193,9 +165,7 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 			nodes = append(nodes, s.nodes[i])
 		}
 	}
-	in := solver.Input{Pods: pods, Nodes: nodes, NodePools: pools, DaemonSetPods: s.d.snap.DaemonSetPods,
-		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}
-	plan := solver.Solve(in, s.d.opts.Solver)
+	plan := s.solve(pods, nodes, pools)
 	for _, u := range plan.Unschedulable {
 		if required[u.Pod] {
 			return simResult{failed: fmt.Sprintf("pod %s/%s would not fit elsewhere: %s", u.Pod.Namespace, u.Pod.Name, u.Reason)}
@@ -217,14 +187,12 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 
 // placeable counts the pending pods that have somewhere to go: room on a node, or a new machine.
 func (s *simulation) placeable() int {
-	s.solves++
 	pods := append(slices.Clip(s.moving), s.pending...)
 	pending := make(map[*corev1.Pod]bool, len(s.pending))
 	for _, p := range s.pending {
 		pending[p] = true
 	}
-	plan := solver.Solve(solver.Input{Pods: pods, Nodes: s.nodes, NodePools: s.pools, DaemonSetPods: s.d.snap.DaemonSetPods,
-		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}, s.d.opts.Solver)
+	plan := s.solve(pods, s.nodes, s.pools)
 	n := 0
 	for _, b := range plan.Bindings {
 		if pending[b.Pod] {
@@ -239,4 +207,11 @@ func (s *simulation) placeable() int {
 		}
 	}
 	return n
+}
+
+// solve runs the solver on the decision's shared input and counts the solve.
+func (s *simulation) solve(pods []*corev1.Pod, nodes []solver.ExistingNode, pools []solver.NodePool) *solver.Result {
+	s.solves++
+	return solver.Solve(solver.Input{Pods: pods, Nodes: nodes, NodePools: pools, DaemonSetPods: s.d.snap.DaemonSetPods,
+		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}, s.d.opts.Solver)
 }

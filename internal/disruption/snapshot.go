@@ -111,6 +111,10 @@ const (
 	MinSpotToSpotTypes = 15
 )
 
+// ChurnMemory is EvictionMemory, or its default when unset: how long an eviction is worth
+// remembering for the churn guard.
+func (o Options) ChurnMemory() time.Duration { return o.withDefaults().EvictionMemory }
+
 func (o Options) withDefaults() Options {
 	if o.MultiNodeTimeout == 0 {
 		o.MultiNodeTimeout = DefaultMultiNodeTimeout

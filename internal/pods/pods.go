@@ -1,5 +1,6 @@
 // Package pods holds the rules Capstan's controllers share about pods: whether a DaemonSet owns
-// one, and whether it still protects its node from voluntary disruption.
+// one, whether it would move off a disrupted node, and whether it still protects its node from
+// voluntary disruption.
 package pods
 
 import (
@@ -18,6 +19,16 @@ func OwnedByDaemonSet(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// Reschedulable reports whether the pod would have to move off a disrupted node: not a mirror or
+// DaemonSet pod, not finished, not already terminating.
+func Reschedulable(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+		p.DeletionTimestamp.IsZero() && !OwnedByDaemonSet(p)
 }
 
 // DoNotDisrupt reports whether the pod's karpenter.sh/do-not-disrupt annotation protects it at

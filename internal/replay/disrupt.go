@@ -119,10 +119,7 @@ func (c *Cluster) finish(e *execution) {
 		c.machines = slices.DeleteFunc(c.machines, func(x *machine) bool { return x == m })
 	}
 	// Forget evictions the churn guard no longer needs.
-	memory := c.cfg.Disruption.EvictionMemory
-	if memory == 0 {
-		memory = disruption.DefaultEvictionMemory
-	}
+	memory := c.cfg.Disruption.ChurnMemory()
 	c.evictions = slices.DeleteFunc(c.evictions, func(ev disruption.Eviction) bool { return c.now.Sub(ev.At) >= memory })
 	// The evicted pods' replacements are scheduled at once, as the kube-scheduler would.
 	c.schedule()

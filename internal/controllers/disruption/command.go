@@ -156,7 +156,8 @@ func describe(st *commandState, cmd *disruption.Command) string {
 // flight.
 func (c *Controller) advance(ctx context.Context, opts Options) (bool, time.Duration, error) {
 	ncs := &karpv1.NodeClaimList{}
-	if err := c.Client.List(ctx, ncs); err != nil {
+	// Read only (writes read their object again): the cache's objects, not copies.
+	if err := c.Client.List(ctx, ncs, client.UnsafeDisableDeepCopy); err != nil {
 		return false, 0, fmt.Errorf("listing nodeclaims: %w", err)
 	}
 	commands := map[string]*commandState{}
@@ -252,7 +253,7 @@ func (c *Controller) step(ctx context.Context, opts Options, st *commandState) (
 // finish deletes the command's candidates: the termination controller drains them.
 func (c *Controller) finish(ctx context.Context, opts Options, st *commandState) (time.Duration, error) {
 	var errs []error
-	pods := map[string]int{}
+	evicted := map[string]int{}
 	for _, name := range st.candidates {
 		nc := &karpv1.NodeClaim{}
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
@@ -265,8 +266,8 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 			if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err == nil {
 				for i := range onNode.Items {
 					p := &onNode.Items[i]
-					if movable(p) {
-						pods[pool]++
+					if pods.Reschedulable(p) {
+						evicted[pool]++
 						if st.Reason == karpv1.DisruptionReasonUnderutilized {
 							c.remember(p)
 						}
@@ -289,30 +290,17 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
-	c.Metrics.DisruptionCommand(st.decision(), string(st.Reason), st.consolidationType(), pods, st.Savings)
+	c.Metrics.DisruptionCommand(st.decision(), string(st.Reason), st.consolidationType(), evicted, st.Savings)
 	log.FromContext(ctx).Info("deleted disrupted nodeclaim(s)", "command", st.ID, "nodeclaims", st.candidates)
 	c.markDone(st.ID)
 	return opts.PollPeriod, nil
-}
-
-// movable reports whether the pod will be evicted by the drain: not a DaemonSet or mirror pod, not
-// finished or already terminating.
-func movable(p *corev1.Pod) bool {
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.DeletionTimestamp.IsZero() &&
-		!pods.OwnedByDaemonSet(p)
 }
 
 // remember records a pod consolidation is about to evict, for the churn guard; records older
 // than the guard's memory are dropped.
 func (c *Controller) remember(p *corev1.Pod) {
 	now := c.Clock.Now()
-	memory := c.Options.Decision.EvictionMemory
-	if memory <= 0 {
-		memory = disruption.DefaultEvictionMemory
-	}
+	memory := c.Options.Decision.ChurnMemory()
 	c.evictions = slices.DeleteFunc(c.evictions, func(e disruption.Eviction) bool { return now.Sub(e.At) >= memory })
 	e := disruption.Eviction{Namespace: p.Namespace, Name: p.Name, At: now}
 	if o := metav1.GetControllerOf(p); o != nil {

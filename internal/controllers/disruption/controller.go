@@ -142,7 +142,7 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 			return left, nil
 		}
 		c.pending = nil
-		cmd, why := disruption.Validate(snap, c.decisionOptions(opts), p.cmd)
+		cmd, why := disruption.Validate(snap, opts.Decision, p.cmd)
 		if cmd == nil {
 			log.FromContext(ctx).Info("abandoning disruption command: it no longer holds", "method", p.cmd.Method,
 				"candidates", candidateNames(p.cmd), "reason", why)
@@ -151,7 +151,7 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 		return c.execute(ctx, opts, snap, cmd)
 	}
 	start := c.Clock.Now()
-	dopts := c.decisionOptions(opts)
+	dopts := opts.Decision
 	dopts.Elapsed = func() time.Duration { return c.Clock.Since(start) }
 	dec := disruption.Decide(snap, dopts)
 	c.report(ctx, snap, dec)
@@ -164,5 +164,3 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 	c.pending = &pendingCommand{cmd: dec.Command, at: now}
 	return opts.ValidationPeriod, nil
 }
-
-func (c *Controller) decisionOptions(opts Options) disruption.Options { return opts.Decision }

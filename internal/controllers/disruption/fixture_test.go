@@ -19,6 +19,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -185,12 +186,7 @@ func (f *fixture) tainted(name string) bool {
 	if err := env.Client.Get(f.t.Context(), client.ObjectKey{Name: name}, n); err != nil {
 		f.t.Fatal(err)
 	}
-	for _, t := range n.Spec.Taints {
-		if t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) {
-			return true
-		}
-	}
-	return false
+	return nodeclaims.Disrupted(n)
 }
 
 // replacements are the pool's NodeClaims launched by disruption.

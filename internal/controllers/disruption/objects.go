@@ -15,6 +15,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/eventkey"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // annotate sets (or, with value "", removes) the command annotation of a claim, reading it fresh
@@ -66,8 +67,7 @@ func (c *Controller) taint(ctx context.Context, name string, on bool) error {
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		has := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
-		if has == on {
+		if nodeclaims.Disrupted(node) == on {
 			return nil
 		}
 		orig := node.DeepCopy()
@@ -130,7 +130,7 @@ func (c *Controller) untaintStray(ctx context.Context, ncs []karpv1.NodeClaim, c
 		}
 	}
 	nodes := &corev1.NodeList{}
-	if err := c.Client.List(ctx, nodes); err != nil {
+	if err := c.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
 	byProvider := map[string]*karpv1.NodeClaim{}
@@ -141,7 +141,7 @@ func (c *Controller) untaintStray(ctx context.Context, ncs []karpv1.NodeClaim, c
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+		if !nodeclaims.Disrupted(n) {
 			continue
 		}
 		nc := byProvider[n.Spec.ProviderID]

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -33,7 +34,7 @@ func (n nominations) nominate(plan *solver.Result, created []*karpv1.NodeClaim) 
 		}
 	}
 	for _, b := range plan.Bindings {
-		if claim, ok := strings.CutPrefix(b.Node, inFlightPrefix); ok {
+		if claim, ok := strings.CutPrefix(b.Node, nodeclaims.InFlightPrefix); ok {
 			n[b.Pod.UID] = claim
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,9 +29,6 @@ type clusterState struct {
 	// inFlight indexes, by claim name, the nodes that are NodeClaims without a Node yet.
 	inFlight map[string]int
 }
-
-// inFlightPrefix starts the solver's name of an in-flight NodeClaim.
-const inFlightPrefix = "nodeclaim/"
 
 func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod) (*clusterState, error) {
 	st := &clusterState{byName: map[string]*karpv1.NodePool{}, inFlight: map[string]int{}}
@@ -76,7 +72,7 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 			byProvider[n.Spec.ProviderID] = n
 		}
 		st.nodes = append(st.nodes, solver.ExistingNode{
-			Name: n.Name, Labels: n.Labels, Taints: schedulingTaints(n, claimByProvider[n.Spec.ProviderID]), Allocatable: n.Status.Allocatable,
+			Name: n.Name, Labels: n.Labels, Taints: nodeclaims.SchedulingTaints(n, claimByProvider[n.Spec.ProviderID]), Allocatable: n.Status.Allocatable,
 			Pods:          bound[n.Name],
 			Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero(),
 		})
@@ -91,7 +87,7 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		if nc.Status.ProviderID != "" && byProvider[nc.Status.ProviderID] != nil {
 			continue
 		}
-		if en, ok := inFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.daemons); ok {
+		if en, ok := nodeclaims.InFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.daemons); ok {
 			st.inFlight[nc.Name] = len(st.nodes)
 			st.nodes = append(st.nodes, en)
 		}
@@ -161,59 +157,6 @@ func SolverPools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCos
 		}})
 	}
 	return out
-}
-
-// ephemeralTaintKeys are taints a starting node carries until its kubelet and network are up.
-var ephemeralTaintKeys = []string{
-	corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable,
-	"node.cloudprovider.kubernetes.io/uninitialized",
-}
-
-// schedulingTaints are the node's taints as pods will see them once it is up. The unregistered
-// taint goes away at registration; until its NodeClaim is initialized, a node is the in-flight
-// capacity it is, so its startup taints and the ephemeral not-ready, unreachable and
-// uninitialized taints do not count — its pods are not planned onto a second machine. On a Ready
-// node the not-ready and unreachable taints are stale whatever its claim says: the node
-// lifecycle controller removes them a moment after the node turns Ready, and a pass that saw them
-// in that moment bought a machine for pods that had room.
-func schedulingTaints(n *corev1.Node, nc *karpv1.NodeClaim) []corev1.Taint {
-	starting := nc != nil && !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
-	ready := nodeclaims.NodeReady(n)
-	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool {
-		if t.Key == karpv1.UnregisteredTaintKey {
-			return true
-		}
-		if ready && (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable) {
-			return true
-		}
-		if !starting {
-			return false
-		}
-		if slices.Contains(ephemeralTaintKeys, t.Key) {
-			return true
-		}
-		return slices.ContainsFunc(nc.Spec.StartupTaints, func(st corev1.Taint) bool { return st.MatchTaint(&t) })
-	})
-}
-
-// inFlight describes a NodeClaim without a node as the node it will be: its labels and resolved
-// requirements, its taints, and its allocatable — known once launched, else the least among its
-// candidate instance types — less its DaemonSets.
-func inFlight(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType, daemons []*corev1.Pod) (solver.ExistingNode, bool) {
-	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
-	if err != nil {
-		return solver.ExistingNode{}, false
-	}
-	labels := reqs.Labels()
-	maps.Copy(labels, nc.Labels)
-	labels[corev1.LabelHostname] = nc.Name
-	alloc := nodeclaims.ExpectedAllocatable(nc, types)
-	if len(alloc) == 0 {
-		return solver.ExistingNode{}, false
-	}
-	en := solver.ExistingNode{Name: inFlightPrefix + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
-	en.Pods = append(en.Pods, daemons...)
-	return en, true
 }
 
 // remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts

@@ -15,6 +15,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // oversized makes a pool whose one machine is far larger than its pods need: a 14-CPU pod and
@@ -231,12 +232,7 @@ func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
 		if err := s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
 			return false, err
 		}
-		for _, tn := range node.Spec.Taints {
-			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) {
-				return true, nil
-			}
-		}
-		return false, nil
+		return nodeclaims.Disrupted(node), nil
 	})
 	stopCapstan(syscall.SIGKILL)
 	if err := startCapstan(); err != nil {
@@ -268,10 +264,8 @@ func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		for _, tn := range n.Spec.Taints {
-			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) && n.DeletionTimestamp.IsZero() {
-				t.Errorf("node %s is left tainted", n.Name)
-			}
+		if nodeclaims.Disrupted(&n) && n.DeletionTimestamp.IsZero() {
+			t.Errorf("node %s is left tainted", n.Name)
 		}
 	}
 }
@@ -307,10 +301,8 @@ func TestReplacementThatCannotLaunchIsRolledBack(t *testing.T) {
 		if err := s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
 			return false, err
 		}
-		for _, tn := range node.Spec.Taints {
-			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) {
-				return false, nil
-			}
+		if nodeclaims.Disrupted(node) {
+			return false, nil
 		}
 		_, annotated := cur.Annotations["capstan.dev/disruption-command"]
 		return !annotated, nil

@@ -19,6 +19,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // spreadOneNodeEach makes each of the deployment's pods take a node of its own.
@@ -85,11 +86,8 @@ func disrupting(ctx context.Context, name string) (int, error) {
 		if nc.Status.NodeName == "" || s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node) != nil {
 			continue
 		}
-		for _, tn := range node.Spec.Taints {
-			if tn.MatchTaint(&karpv1.DisruptedNoScheduleTaint) {
-				n++
-				break
-			}
+		if nodeclaims.Disrupted(node) {
+			n++
 		}
 	}
 	return n, nil

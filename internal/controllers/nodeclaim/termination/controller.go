@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -170,7 +169,7 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 }
 
 func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
-	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+	if nodeclaims.Disrupted(node) {
 		return nil
 	}
 	orig := node.DeepCopy()
