@@ -1,0 +1,510 @@
+package aws
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/pricing"
+	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/catalog"
+	"capstan.dev/capstan/internal/cloudprovider"
+)
+
+// market is what EC2 says about instance types in the region: their facts, the zones offering
+// each, and prices.
+type market struct {
+	types    []ec2types.InstanceTypeInfo
+	zones    map[string]map[string]bool
+	onDemand map[string]float64
+	spot     map[string]map[string]float64
+	// fetched and priced are when types/offerings and prices were last read.
+	fetched, priced time.Time
+	// version changes whenever any of it does, so built instance types know to rebuild.
+	version int
+}
+
+// refreshMarket reads instance types and offerings when older than the TTL, and prices when
+// older than theirs. A failed price refresh keeps the prices it has (or, before the first
+// success, the embedded catalog's on-demand prices) and is logged once per failure spell.
+func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
+	p.marketMu.Lock()
+	defer p.marketMu.Unlock()
+	now := p.clock.Now()
+	m := p.market
+	if m == nil || now.Sub(m.fetched) >= p.opts.InstanceTypesTTL {
+		fresh, err := p.describeMarket(ctx)
+		if err != nil {
+			if m != nil {
+				p.log.Error(err, "refreshing instance types; keeping the last answer")
+				return m, nil
+			}
+			return nil, err
+		}
+		if m != nil {
+			fresh.onDemand, fresh.spot, fresh.priced = m.onDemand, m.spot, m.priced
+		}
+		fresh.fetched = now
+		fresh.version = p.nextVersion()
+		m = fresh
+		p.market = m
+	}
+	if m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL {
+		od, spot, err := p.describePrices(ctx, m)
+		c := *m
+		if err != nil {
+			if !p.pricingFailing {
+				p.log.Error(err, "reading prices; using the last known or the embedded catalog's")
+			}
+			p.pricingFailing = true
+			if c.onDemand == nil {
+				c.onDemand, c.spot = p.fallbackPrices(m), map[string]map[string]float64{}
+			}
+		} else {
+			p.pricingFailing = false
+			c.onDemand, c.spot = od, spot
+		}
+		c.priced = now
+		c.version = p.nextVersion()
+		m = &c
+		p.market = m
+	}
+	return m, nil
+}
+
+func (p *Provider) nextVersion() int {
+	p.versionSeq++
+	return p.versionSeq
+}
+
+func (p *Provider) describeMarket(ctx context.Context) (*market, error) {
+	m := &market{zones: map[string]map[string]bool{}}
+	pg := ec2.NewDescribeInstanceTypesPaginator(p.clients.EC2, &ec2.DescribeInstanceTypesInput{
+		Filters: []ec2types.Filter{{Name: aws.String("supported-virtualization-type"), Values: []string{"hvm"}},
+			{Name: aws.String("processor-info.supported-architecture"), Values: []string{"x86_64", "arm64"}}}})
+	for pg.HasMorePages() {
+		out, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("describing instance types: %w", err)
+		}
+		m.types = append(m.types, out.InstanceTypes...)
+	}
+	op := ec2.NewDescribeInstanceTypeOfferingsPaginator(p.clients.EC2, &ec2.DescribeInstanceTypeOfferingsInput{LocationType: ec2types.LocationTypeAvailabilityZone})
+	for op.HasMorePages() {
+		out, err := op.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("describing instance type offerings: %w", err)
+		}
+		for _, o := range out.InstanceTypeOfferings {
+			it := string(o.InstanceType)
+			if m.zones[it] == nil {
+				m.zones[it] = map[string]bool{}
+			}
+			m.zones[it][aws.ToString(o.Location)] = true
+		}
+	}
+	return m, nil
+}
+
+// pricingFilters select Linux, shared-tenancy, on-demand compute prices without software.
+func (p *Provider) pricingFilters() []pricingtypes.Filter {
+	f := func(field, value string) pricingtypes.Filter {
+		return pricingtypes.Filter{Type: pricingtypes.FilterTypeTermMatch, Field: aws.String(field), Value: aws.String(value)}
+	}
+	return []pricingtypes.Filter{f("regionCode", p.clients.Region), f("operatingSystem", "Linux"), f("tenancy", "Shared"),
+		f("preInstalledSw", "NA"), f("capacitystatus", "Used"), f("marketoption", "OnDemand")}
+}
+
+// priceDocument is the part of a Pricing API price list entry Capstan reads.
+type priceDocument struct {
+	Product struct {
+		Attributes struct {
+			InstanceType string `json:"instanceType"`
+		} `json:"attributes"`
+	} `json:"product"`
+	Terms struct {
+		OnDemand map[string]struct {
+			PriceDimensions map[string]struct {
+				PricePerUnit map[string]string `json:"pricePerUnit"`
+			} `json:"priceDimensions"`
+		} `json:"OnDemand"`
+	} `json:"terms"`
+}
+
+func (p *Provider) describePrices(ctx context.Context, m *market) (map[string]float64, map[string]map[string]float64, error) {
+	od := map[string]float64{}
+	pg := pricing.NewGetProductsPaginator(p.clients.Pricing, &pricing.GetProductsInput{ServiceCode: aws.String("AmazonEC2"),
+		Filters: p.pricingFilters(), FormatVersion: aws.String("aws_v1")})
+	for pg.HasMorePages() {
+		out, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading on-demand prices: %w", err)
+		}
+		for _, doc := range out.PriceList {
+			var d priceDocument
+			if err := json.Unmarshal([]byte(doc), &d); err != nil {
+				return nil, nil, fmt.Errorf("reading on-demand prices: decoding a price list entry: %w", err)
+			}
+			for _, term := range d.Terms.OnDemand {
+				for _, dim := range term.PriceDimensions {
+					if v, err := strconv.ParseFloat(dim.PricePerUnit["USD"], 64); err == nil && v > 0 {
+						od[d.Product.Attributes.InstanceType] = v
+					}
+				}
+			}
+		}
+	}
+	spot := map[string]map[string]float64{}
+	newest := map[string]time.Time{}
+	sp := ec2.NewDescribeSpotPriceHistoryPaginator(p.clients.EC2, &ec2.DescribeSpotPriceHistoryInput{
+		ProductDescriptions: []string{"Linux/UNIX", "Linux/UNIX (Amazon VPC)"}, StartTime: aws.Time(p.clock.Now())})
+	for sp.HasMorePages() {
+		out, err := sp.NextPage(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading spot prices: %w", err)
+		}
+		for _, s := range out.SpotPriceHistory {
+			it, zone := string(s.InstanceType), aws.ToString(s.AvailabilityZone)
+			v, err := strconv.ParseFloat(aws.ToString(s.SpotPrice), 64)
+			if err != nil {
+				continue
+			}
+			key, ts := it+"/"+zone, aws.ToTime(s.Timestamp)
+			if t, ok := newest[key]; ok && t.After(ts) {
+				continue
+			}
+			newest[key] = ts
+			if spot[it] == nil {
+				spot[it] = map[string]float64{}
+			}
+			spot[it][zone] = v
+		}
+	}
+	_ = m
+	return od, spot, nil
+}
+
+// fallbackPrices are the embedded catalog's on-demand prices (us-east-1's), used when the
+// Pricing API cannot be read before any success: better than no price, which would make every
+// type unlaunchable.
+func (p *Provider) fallbackPrices(m *market) map[string]float64 {
+	out := map[string]float64{}
+	entries, err := catalog.Load()
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if v, ok := e.OnDemandPriceUSD[catalog.Region]; ok {
+			out[e.Name] = v
+		}
+	}
+	_ = m
+	return out
+}
+
+// typeLabels are the labels a machine of the type carries.
+func typeLabels(info ec2types.InstanceTypeInfo) map[string]string {
+	name := string(info.InstanceType)
+	family, size, _ := strings.Cut(name, ".")
+	l := map[string]string{
+		corev1.LabelInstanceTypeStable: name,
+		corev1.LabelOSStable:           "linux",
+		awsv1.LabelInstanceFamily:      family,
+		awsv1.LabelInstanceSize:        size,
+		awsv1.LabelInstanceHypervisor:  string(info.Hypervisor),
+	}
+	if pi := info.ProcessorInfo; pi != nil {
+		if len(pi.SupportedArchitectures) > 0 {
+			l[corev1.LabelArchStable] = archOf(string(pi.SupportedArchitectures[0]))
+		}
+		if pi.Manufacturer != nil {
+			l[awsv1.LabelInstanceCPUManufacturer] = strings.ToLower(aws.ToString(pi.Manufacturer))
+		}
+		if pi.SustainedClockSpeedInGhz != nil {
+			l[awsv1.LabelInstanceCPUSustainedClockSpeedMhz] = strconv.FormatInt(int64(math.Round(aws.ToFloat64(pi.SustainedClockSpeedInGhz)*1000)), 10)
+		}
+	}
+	// Category and generation: the letters before the family's first digit, and the digits.
+	base, _, _ := strings.Cut(family, "-")
+	i := strings.IndexAny(base, "0123456789")
+	if i > 0 {
+		l[awsv1.LabelInstanceCategory] = base[:i]
+		j := i
+		for j < len(base) && base[j] >= '0' && base[j] <= '9' {
+			j++
+		}
+		l[awsv1.LabelInstanceGeneration] = base[i:j]
+	}
+	l[awsv1.LabelInstanceCapabilityFlex] = strconv.FormatBool(strings.Contains(family, "flex"))
+	if v := info.VCpuInfo; v != nil {
+		l[awsv1.LabelInstanceCPU] = strconv.FormatInt(int64(aws.ToInt32(v.DefaultVCpus)), 10)
+	}
+	if mi := info.MemoryInfo; mi != nil {
+		l[awsv1.LabelInstanceMemory] = strconv.FormatInt(aws.ToInt64(mi.SizeInMiB), 10)
+	}
+	if eb := info.EbsInfo; eb != nil && eb.EbsOptimizedInfo != nil {
+		l[awsv1.LabelInstanceEBSBandwidth] = strconv.FormatInt(int64(aws.ToInt32(eb.EbsOptimizedInfo.MaximumBandwidthInMbps)), 10)
+	}
+	if ni := info.NetworkInfo; ni != nil {
+		if len(ni.NetworkCards) > 0 && ni.NetworkCards[0].BaselineBandwidthInGbps != nil {
+			l[awsv1.LabelInstanceNetworkBandwidth] = strconv.FormatInt(int64(math.Round(aws.ToFloat64(ni.NetworkCards[0].BaselineBandwidthInGbps)*1000)), 10)
+		}
+		l[awsv1.LabelInstanceEncryptionInTransitSupported] = strconv.FormatBool(aws.ToBool(ni.EncryptionInTransitSupported))
+	}
+	if si := info.InstanceStorageInfo; si != nil && si.TotalSizeInGB != nil && si.NvmeSupport != ec2types.EphemeralNvmeSupportUnsupported {
+		l[awsv1.LabelInstanceLocalNVME] = strconv.FormatInt(aws.ToInt64(si.TotalSizeInGB), 10)
+	}
+	if gi := info.GpuInfo; gi != nil && len(gi.Gpus) > 0 {
+		g := gi.Gpus[0]
+		l[awsv1.LabelInstanceGPUName] = strings.ToLower(aws.ToString(g.Name))
+		l[awsv1.LabelInstanceGPUManufacturer] = strings.ToLower(aws.ToString(g.Manufacturer))
+		l[awsv1.LabelInstanceGPUCount] = strconv.FormatInt(int64(aws.ToInt32(g.Count)), 10)
+		if g.MemoryInfo != nil {
+			l[awsv1.LabelInstanceGPUMemory] = strconv.FormatInt(int64(aws.ToInt32(g.MemoryInfo.SizeInMiB)), 10)
+		}
+	}
+	return l
+}
+
+// ENILimitedPods is the pod capacity the VPC CNI gives a type without prefix delegation:
+// ENIs × (IPv4 addresses per ENI − 1) + 2.
+func ENILimitedPods(info ec2types.InstanceTypeInfo) int64 {
+	ni := info.NetworkInfo
+	if ni == nil {
+		return 110
+	}
+	return int64(aws.ToInt32(ni.MaximumNetworkInterfaces))*(int64(aws.ToInt32(ni.Ipv4AddressesPerInterface))-1) + 2
+}
+
+// DefaultRootVolume is the root volume AL2023 nodes get without a block device mapping.
+var DefaultRootVolume = resource.MustParse("20Gi")
+
+// rootVolume is the class's root volume size.
+func rootVolume(nc *awsv1.EC2NodeClass) resource.Quantity {
+	var first *awsv1.BlockDeviceMapping
+	for i := range nc.Spec.BlockDeviceMappings {
+		b := &nc.Spec.BlockDeviceMappings[i]
+		if b.RootVolume {
+			first = b
+			break
+		}
+		if first == nil {
+			first = b
+		}
+	}
+	if first != nil && first.EBS != nil && first.EBS.VolumeSize != nil {
+		return first.EBS.VolumeSize.DeepCopy()
+	}
+	return DefaultRootVolume.DeepCopy()
+}
+
+// Reserved is what a node's kubelet keeps from pods: the resources its NodeConfig declares as
+// kube-reserved, system-reserved and hard eviction thresholds. Capstan writes exactly these into
+// the node's user data, so the Node's allocatable is the NodeClaim's.
+type Reserved struct {
+	MaxPods        int64
+	KubeReserved   corev1.ResourceList
+	SystemReserved corev1.ResourceList
+	// EvictionHard are the thresholds as the kubelet reads them (memory.available: 100Mi,
+	// nodefs.available: 10%).
+	EvictionHard map[string]string
+}
+
+// kubeReservedCPU is EKS's kube-reserved CPU: 6% of the first core, 1% of the second, 0.5% of
+// the third and fourth, 0.25% of every core above four.
+func kubeReservedCPU(vcpus int64) int64 {
+	milli := 0.0
+	for c := int64(1); c <= vcpus; c++ {
+		switch {
+		case c == 1:
+			milli += 60
+		case c == 2:
+			milli += 10
+		case c <= 4:
+			milli += 5
+		default:
+			milli += 2.5
+		}
+	}
+	return int64(math.Round(milli))
+}
+
+// reserved computes a type's Reserved under the class's kubelet settings.
+func reserved(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeClass) Reserved {
+	vcpus := int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus))
+	pods := ENILimitedPods(info)
+	k := nc.Spec.Kubelet
+	if k != nil && k.MaxPods != nil {
+		pods = int64(*k.MaxPods)
+	}
+	if k != nil && k.PodsPerCore != nil && *k.PodsPerCore > 0 {
+		pods = min(pods, int64(*k.PodsPerCore)*vcpus)
+	}
+	r := Reserved{MaxPods: pods,
+		KubeReserved: corev1.ResourceList{
+			corev1.ResourceCPU:              *resource.NewMilliQuantity(kubeReservedCPU(vcpus), resource.DecimalSI),
+			corev1.ResourceMemory:           *resource.NewQuantity((11*pods+255)<<20, resource.BinarySI),
+			corev1.ResourceEphemeralStorage: resource.MustParse("1Gi"),
+		},
+		SystemReserved: corev1.ResourceList{},
+		EvictionHard:   map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
+	}
+	if k == nil {
+		return r
+	}
+	for name, v := range k.KubeReserved {
+		if q, err := resource.ParseQuantity(string(v)); err == nil && name != "pid" {
+			r.KubeReserved[corev1.ResourceName(name)] = q
+		}
+	}
+	for name, v := range k.SystemReserved {
+		if q, err := resource.ParseQuantity(string(v)); err == nil && name != "pid" {
+			r.SystemReserved[corev1.ResourceName(name)] = q
+		}
+	}
+	for signal, v := range k.EvictionHard {
+		r.EvictionHard[signal] = string(v)
+	}
+	return r
+}
+
+// threshold is an eviction threshold's amount of total: a quantity or a percentage.
+func threshold(v string, total resource.Quantity) resource.Quantity {
+	if pct, ok := strings.CutSuffix(v, "%"); ok {
+		f, err := strconv.ParseFloat(pct, 64)
+		if err != nil {
+			return resource.Quantity{}
+		}
+		return *resource.NewQuantity(int64(math.Ceil(float64(total.Value())*f/100)), resource.BinarySI)
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return resource.Quantity{}
+	}
+	return q
+}
+
+// Capacity is a type's capacity on a class's nodes: vCPUs, memory less the hypervisor's share
+// (VMMemoryOverheadPercent), pods, the root volume, GPUs.
+func (p *Provider) Capacity(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeClass, r Reserved) corev1.ResourceList {
+	mib := aws.ToInt64(info.MemoryInfo.SizeInMiB)
+	mem := mib - int64(math.Ceil(float64(mib)*p.opts.VMMemoryOverheadPercent))
+	c := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus)), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(mem<<20, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(r.MaxPods, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: rootVolume(nc),
+	}
+	if gi := info.GpuInfo; gi != nil {
+		for _, g := range gi.Gpus {
+			switch strings.ToLower(aws.ToString(g.Manufacturer)) {
+			case "nvidia":
+				c["nvidia.com/gpu"] = *resource.NewQuantity(int64(aws.ToInt32(g.Count)), resource.DecimalSI)
+			case "amd":
+				c["amd.com/gpu"] = *resource.NewQuantity(int64(aws.ToInt32(g.Count)), resource.DecimalSI)
+			}
+		}
+	}
+	return c
+}
+
+// Overhead is kube-reserved + system-reserved + the hard eviction thresholds.
+func Overhead(capacity corev1.ResourceList, r Reserved) corev1.ResourceList {
+	o := corev1.ResourceList{}
+	add := func(name corev1.ResourceName, q resource.Quantity) {
+		cur := o[name]
+		cur.Add(q)
+		o[name] = cur
+	}
+	for name, q := range r.KubeReserved {
+		add(name, q)
+	}
+	for name, q := range r.SystemReserved {
+		add(name, q)
+	}
+	if v, ok := r.EvictionHard["memory.available"]; ok {
+		add(corev1.ResourceMemory, threshold(v, capacity[corev1.ResourceMemory]))
+	}
+	if v, ok := r.EvictionHard["nodefs.available"]; ok {
+		add(corev1.ResourceEphemeralStorage, threshold(v, capacity[corev1.ResourceEphemeralStorage]))
+	}
+	return o
+}
+
+// buildTypes computes the class's instance types from the market: types of an architecture the
+// class has an image for, offered in the zones of its subnets, with on-demand and spot offerings
+// priced (a type without a price is left out: the solver could not weigh it).
+func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovider.InstanceType {
+	arches := map[string]bool{}
+	for _, ami := range nc.Status.AMIs {
+		for _, r := range ami.Requirements {
+			if r.Key == corev1.LabelArchStable {
+				for _, v := range r.Values {
+					arches[v] = true
+				}
+			}
+		}
+	}
+	zones := map[string]bool{}
+	for _, s := range nc.Status.Subnets {
+		zones[s.Zone] = true
+	}
+	var out []*cloudprovider.InstanceType
+	for _, info := range m.types {
+		name := string(info.InstanceType)
+		labels := typeLabels(info)
+		if !arches[labels[corev1.LabelArchStable]] || info.VCpuInfo == nil || info.MemoryInfo == nil {
+			continue
+		}
+		od, ok := m.onDemand[name]
+		if !ok {
+			continue
+		}
+		var offerings []cloudprovider.Offering
+		for _, z := range sortedZones(zones) {
+			if !m.zones[name][z] {
+				continue
+			}
+			for _, class := range info.SupportedUsageClasses {
+				switch class {
+				case ec2types.UsageClassTypeOnDemand:
+					offerings = append(offerings, cloudprovider.Offering{Zone: z, CapacityType: karpv1.CapacityTypeOnDemand, Price: od, Available: true})
+				case ec2types.UsageClassTypeSpot:
+					sp, ok := m.spot[name][z]
+					if !ok {
+						continue
+					}
+					offerings = append(offerings, cloudprovider.Offering{Zone: z, CapacityType: karpv1.CapacityTypeSpot, Price: sp, Available: true})
+				}
+			}
+		}
+		if len(offerings) == 0 {
+			continue
+		}
+		r := reserved(info, nc)
+		capacity := p.Capacity(info, nc, r)
+		out = append(out, cloudprovider.NewInstanceType(name, labels, capacity, Overhead(capacity, r), offerings))
+	}
+	return out
+}
+
+func sortedZones(z map[string]bool) []string {
+	out := make([]string, 0, len(z))
+	for k := range z {
+		out = append(out, k)
+	}
+	sortStrings(out)
+	return out
+}

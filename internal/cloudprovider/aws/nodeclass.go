@@ -1,0 +1,374 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
+	corev1 "k8s.io/api/core/v1"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+)
+
+// ResolveError says which selector of an EC2NodeClass resolved to nothing, or why a lookup
+// failed; the condition of that field carries it.
+type ResolveError struct {
+	// Condition is the EC2NodeClass condition type the failure belongs to (SubnetsReady, …).
+	Condition string
+	// Reason is the condition's reason (SubnetsNotFound, …).
+	Reason string
+	Err    error
+	// Empty is set when the selectors matched nothing (as opposed to a call that failed).
+	Empty bool
+}
+
+func (e *ResolveError) Error() string { return e.Err.Error() }
+func (e *ResolveError) Unwrap() error { return e.Err }
+
+// describeTags renders selector tags for messages: "k=v,k2=*".
+func describeTags(tags map[string]string) string {
+	keys := slices.Sorted(maps.Keys(tags))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + tags[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// tagFilters are EC2 filters selecting resources with every tag ("*" = any value).
+func tagFilters(tags map[string]string) []ec2types.Filter {
+	var out []ec2types.Filter
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		if v := tags[k]; v == "*" {
+			out = append(out, ec2types.Filter{Name: aws.String("tag-key"), Values: []string{k}})
+		} else {
+			out = append(out, ec2types.Filter{Name: aws.String("tag:" + k), Values: []string{v}})
+		}
+	}
+	return out
+}
+
+// ResolveSubnets returns the subnets the class's terms select (a union of terms), most free
+// addresses first.
+func (p *Provider) ResolveSubnets(ctx context.Context, nc *awsv1.EC2NodeClass) ([]awsv1.Subnet, error) {
+	seen := map[string]ec2types.Subnet{}
+	var empty []string
+	for _, t := range nc.Spec.SubnetSelectorTerms {
+		var filters []ec2types.Filter
+		what := ""
+		if t.ID != "" {
+			filters, what = []ec2types.Filter{{Name: aws.String("subnet-id"), Values: []string{t.ID}}}, "id "+t.ID
+		} else {
+			filters, what = tagFilters(t.Tags), "tags "+describeTags(t.Tags)
+		}
+		n := 0
+		pg := ec2.NewDescribeSubnetsPaginator(p.clients.EC2, &ec2.DescribeSubnetsInput{Filters: filters})
+		for pg.HasMorePages() {
+			out, err := pg.NextPage(ctx)
+			if err != nil {
+				return nil, &ResolveError{Condition: awsv1.ConditionTypeSubnetsReady, Reason: "SubnetsNotFound", Err: fmt.Errorf("describing subnets (%s): %w", what, err)}
+			}
+			for _, sn := range out.Subnets {
+				seen[aws.ToString(sn.SubnetId)] = sn
+				n++
+			}
+		}
+		if n == 0 {
+			empty = append(empty, what)
+		}
+	}
+	if len(seen) == 0 {
+		return nil, &ResolveError{Condition: awsv1.ConditionTypeSubnetsReady, Reason: "SubnetsNotFound", Empty: true, Err: fmt.Errorf("no subnet matches %s", strings.Join(empty, "; nor "))}
+	}
+	subnets := slices.Collect(maps.Values(seen))
+	sort.Slice(subnets, func(i, j int) bool {
+		a, b := aws.ToInt32(subnets[i].AvailableIpAddressCount), aws.ToInt32(subnets[j].AvailableIpAddressCount)
+		if a != b {
+			return a > b
+		}
+		return aws.ToString(subnets[i].SubnetId) < aws.ToString(subnets[j].SubnetId)
+	})
+	out := make([]awsv1.Subnet, len(subnets))
+	for i, sn := range subnets {
+		out[i] = awsv1.Subnet{ID: aws.ToString(sn.SubnetId), Zone: aws.ToString(sn.AvailabilityZone), ZoneID: aws.ToString(sn.AvailabilityZoneId)}
+	}
+	return out, nil
+}
+
+// ResolveSecurityGroups returns the security groups the class's terms select, by id.
+func (p *Provider) ResolveSecurityGroups(ctx context.Context, nc *awsv1.EC2NodeClass) ([]awsv1.SecurityGroup, error) {
+	seen := map[string]awsv1.SecurityGroup{}
+	var empty []string
+	for _, t := range nc.Spec.SecurityGroupSelectorTerms {
+		var filters []ec2types.Filter
+		what := ""
+		switch {
+		case t.ID != "":
+			filters, what = []ec2types.Filter{{Name: aws.String("group-id"), Values: []string{t.ID}}}, "id "+t.ID
+		case t.Name != "":
+			filters, what = []ec2types.Filter{{Name: aws.String("group-name"), Values: []string{t.Name}}}, "name "+t.Name
+		default:
+			filters, what = tagFilters(t.Tags), "tags "+describeTags(t.Tags)
+		}
+		n := 0
+		pg := ec2.NewDescribeSecurityGroupsPaginator(p.clients.EC2, &ec2.DescribeSecurityGroupsInput{Filters: filters})
+		for pg.HasMorePages() {
+			out, err := pg.NextPage(ctx)
+			if err != nil {
+				return nil, &ResolveError{Condition: awsv1.ConditionTypeSecurityGroupsReady, Reason: "SecurityGroupsNotFound", Err: fmt.Errorf("describing security groups (%s): %w", what, err)}
+			}
+			for _, g := range out.SecurityGroups {
+				seen[aws.ToString(g.GroupId)] = awsv1.SecurityGroup{ID: aws.ToString(g.GroupId), Name: aws.ToString(g.GroupName)}
+				n++
+			}
+		}
+		if n == 0 {
+			empty = append(empty, what)
+		}
+	}
+	if len(seen) == 0 {
+		return nil, &ResolveError{Condition: awsv1.ConditionTypeSecurityGroupsReady, Reason: "SecurityGroupsNotFound", Empty: true, Err: fmt.Errorf("no security group matches %s", strings.Join(empty, "; nor "))}
+	}
+	out := slices.Collect(maps.Values(seen))
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// archOf maps EC2's architecture names to Kubernetes'.
+func archOf(ec2Arch string) string {
+	switch ec2Arch {
+	case "x86_64":
+		return "amd64"
+	case "arm64":
+		return "arm64"
+	}
+	return ec2Arch
+}
+
+// aliasArchitectures are the architectures an alias resolves images for, with their SSM names.
+var aliasArchitectures = []struct{ kube, ssm string }{{"amd64", "x86_64"}, {"arm64", "arm64"}}
+
+// aliasParameters are the public SSM parameters an alias resolves through, per architecture.
+func aliasParameters(alias, kubeVersion string) ([]string, error) {
+	family, version, _ := strings.Cut(alias, "@")
+	if family != "al2023" {
+		return nil, fmt.Errorf("alias %q: only the al2023 family is resolved by Capstan so far", alias)
+	}
+	if version == "" {
+		version = "latest"
+	}
+	var out []string
+	for _, a := range aliasArchitectures {
+		base := fmt.Sprintf("/aws/service/eks/optimized-ami/%s/amazon-linux-2023/%s/standard/", kubeVersion, a.ssm)
+		if version == "latest" {
+			out = append(out, base+"recommended/image_id")
+		} else {
+			out = append(out, fmt.Sprintf("%samazon-eks-node-al2023-%s-standard-%s-%s/image_id", base, a.ssm, kubeVersion, version))
+		}
+	}
+	return out, nil
+}
+
+// ResolveAMIs returns the images the class's terms select, newest first, each with the
+// architecture requirement it serves.
+func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]awsv1.AMI, error) {
+	type found struct {
+		img     ec2types.Image
+		created time.Time
+	}
+	seen := map[string]found{}
+	var empty []string
+	add := func(imgs []ec2types.Image) int {
+		n := 0
+		for _, im := range imgs {
+			t, _ := time.Parse(time.RFC3339, aws.ToString(im.CreationDate))
+			seen[aws.ToString(im.ImageId)] = found{im, t}
+			n++
+		}
+		return n
+	}
+	fail := func(format string, args ...any) error {
+		return &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Err: fmt.Errorf(format, args...)}
+	}
+	for _, t := range nc.Spec.AMISelectorTerms {
+		var in ec2.DescribeImagesInput
+		var what string
+		switch {
+		case t.Alias != "" || t.SSMParameter != "":
+			var params []string
+			if t.Alias != "" {
+				kv, err := p.kubeVersion(ctx)
+				if err != nil {
+					return nil, fail("resolving alias %s: reading the cluster's Kubernetes version: %w", t.Alias, err)
+				}
+				if params, err = aliasParameters(t.Alias, kv); err != nil {
+					return nil, fail("%w", err)
+				}
+				what = "alias " + t.Alias
+			} else {
+				params, what = []string{t.SSMParameter}, "ssmParameter "+t.SSMParameter
+			}
+			var ids []string
+			for _, name := range params {
+				out, err := p.clients.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name)})
+				var nf *ssmtypes.ParameterNotFound
+				if errors.As(err, &nf) {
+					continue
+				}
+				if err != nil {
+					return nil, fail("resolving %s: reading SSM parameter %s: %w", what, name, err)
+				}
+				ids = append(ids, aws.ToString(out.Parameter.Value))
+			}
+			if len(ids) == 0 {
+				empty = append(empty, what)
+				continue
+			}
+			in.ImageIds = ids
+		case t.ID != "":
+			in.Filters, what = []ec2types.Filter{{Name: aws.String("image-id"), Values: []string{t.ID}}}, "id "+t.ID
+		default:
+			if t.Name != "" {
+				in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("name"), Values: []string{t.Name}})
+				what = "name " + t.Name
+			}
+			if len(t.Tags) > 0 {
+				in.Filters = append(in.Filters, tagFilters(t.Tags)...)
+				what = strings.TrimSpace(what + " tags " + describeTags(t.Tags))
+			}
+			if t.Owner != "" {
+				in.Owners = []string{t.Owner}
+				what += " owner " + t.Owner
+			} else if t.Tags == nil {
+				// A name alone is looked up among Amazon's images and the account's own, as
+				// Karpenter does, not among every public image.
+				in.Owners = []string{"self", "amazon"}
+			}
+		}
+		n := 0
+		pg := ec2.NewDescribeImagesPaginator(p.clients.EC2, &in)
+		for pg.HasMorePages() {
+			out, err := pg.NextPage(ctx)
+			if err != nil {
+				return nil, fail("describing images (%s): %w", what, err)
+			}
+			n += add(out.Images)
+		}
+		if n == 0 {
+			empty = append(empty, what)
+		}
+	}
+	if len(seen) == 0 {
+		return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Empty: true,
+			Err: fmt.Errorf("no image matches %s", strings.Join(empty, "; nor "))}
+	}
+	imgs := slices.Collect(maps.Values(seen))
+	sort.Slice(imgs, func(i, j int) bool {
+		if !imgs[i].created.Equal(imgs[j].created) {
+			return imgs[i].created.After(imgs[j].created)
+		}
+		return aws.ToString(imgs[i].img.ImageId) < aws.ToString(imgs[j].img.ImageId)
+	})
+	out := make([]awsv1.AMI, len(imgs))
+	for i, f := range imgs {
+		out[i] = awsv1.AMI{ID: aws.ToString(f.img.ImageId), Name: aws.ToString(f.img.Name), Deprecated: f.img.DeprecationTime != nil &&
+			aws.ToString(f.img.DeprecationTime) != "" && !p.clock.Now().Before(parseTime(aws.ToString(f.img.DeprecationTime))),
+			Requirements: []awsv1.AMIRequirement{{Key: corev1.LabelArchStable, Operator: string(corev1.NodeSelectorOpIn), Values: []string{archOf(string(f.img.Architecture))}}}}
+	}
+	return out, nil
+}
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339, s)
+	return t
+}
+
+// roleName is a role's name from spec.role, which may be a name, a path/name or an ARN.
+func roleName(role string) string { return role[strings.LastIndex(role, "/")+1:] }
+
+// InstanceProfileName is the instance profile Capstan manages for a class with spec.role: the
+// cluster name and a hash of the region and class name, within IAM's 128 characters.
+func InstanceProfileName(cluster, region, class string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(region + "/" + class))
+	name := fmt.Sprintf("%s_%d", cluster, h.Sum64())
+	if len(name) > 128 {
+		name = name[len(name)-128:]
+	}
+	return name
+}
+
+// ResolveInstanceProfile returns the class's instance profile: spec.instanceProfile as it is
+// (after checking that it exists), or the profile Capstan creates for spec.role, with the role
+// attached.
+func (p *Provider) ResolveInstanceProfile(ctx context.Context, nc *awsv1.EC2NodeClass) (string, error) {
+	fail := func(format string, args ...any) error {
+		return &ResolveError{Condition: awsv1.ConditionTypeInstanceProfileReady, Reason: "InstanceProfileNotReady", Err: fmt.Errorf(format, args...)}
+	}
+	if nc.Spec.InstanceProfile != nil {
+		name := *nc.Spec.InstanceProfile
+		if _, err := p.clients.IAM.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String(name)}); err != nil {
+			return "", fail("instance profile %s: %w", name, err)
+		}
+		return name, nil
+	}
+	role := roleName(nc.Spec.Role)
+	name := InstanceProfileName(p.opts.ClusterName, p.clients.Region, nc.Name)
+	out, err := p.clients.IAM.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String(name)})
+	var nse *iamtypes.NoSuchEntityException
+	var profile *iamtypes.InstanceProfile
+	switch {
+	case errors.As(err, &nse):
+		created, err := p.clients.IAM.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String(name),
+			Tags: []iamtypes.Tag{
+				{Key: aws.String("kubernetes.io/cluster/" + p.opts.ClusterName), Value: aws.String("owned")},
+				{Key: aws.String(awsv1.TagEC2NodeClass), Value: aws.String(nc.Name)},
+				{Key: aws.String("karpenter.sh/managed-by"), Value: aws.String(p.opts.ClusterName)},
+				{Key: aws.String(corev1.LabelTopologyRegion), Value: aws.String(p.clients.Region)},
+			}})
+		var exists *iamtypes.EntityAlreadyExistsException
+		if errors.As(err, &exists) {
+			// Another replica created it in between: read it.
+			if out, err = p.clients.IAM.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String(name)}); err != nil {
+				return "", fail("instance profile %s: %w", name, err)
+			}
+			profile = out.InstanceProfile
+		} else if err != nil {
+			return "", fail("creating instance profile %s for role %s: %w", name, role, err)
+		} else {
+			profile = created.InstanceProfile
+		}
+	case err != nil:
+		return "", fail("instance profile %s: %w", name, err)
+	default:
+		profile = out.InstanceProfile
+	}
+	for _, r := range profile.Roles {
+		if aws.ToString(r.RoleName) == role {
+			return name, nil
+		}
+		// The class's role changed: an instance profile holds one role.
+		if _, err := p.clients.IAM.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{
+			InstanceProfileName: aws.String(name), RoleName: r.RoleName}); err != nil {
+			return "", fail("removing role %s from instance profile %s: %w", aws.ToString(r.RoleName), name, err)
+		}
+	}
+	if _, err := p.clients.IAM.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{
+		InstanceProfileName: aws.String(name), RoleName: aws.String(role)}); err != nil {
+		return "", fail("adding role %s to instance profile %s: %w", role, name, err)
+	}
+	return name, nil
+}

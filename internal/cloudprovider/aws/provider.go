@@ -1,0 +1,691 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodepools"
+)
+
+// Name is the AWS provider's name and provider-ID scheme.
+const Name = "aws"
+
+// MaxInstanceTypes bounds the instance types of one launch: CreateFleet takes at most this many
+// overrides per template worth considering, and the cheapest are the ones the strategies pick.
+const MaxInstanceTypes = 60
+
+// Options configure the provider.
+type Options struct {
+	// ClusterName tags and finds the cluster's machines.
+	ClusterName string
+	// ClusterEndpoint and ClusterCABundle (base64 PEM) are what nodes join; ClusterCIDR the
+	// service CIDR nodeadm derives cluster DNS from.
+	ClusterEndpoint, ClusterCABundle, ClusterCIDR string
+	// VMMemoryOverheadPercent is the share of a type's memory the hypervisor and OS keep
+	// (default 0.075).
+	VMMemoryOverheadPercent float64
+	// InstanceTypesTTL and PricingTTL are how long instance types and prices are reused
+	// (defaults 1 h and 10 min).
+	InstanceTypesTTL, PricingTTL time.Duration
+	// KubernetesVersion returns the cluster's minor version ("1.37") for AMI aliases.
+	KubernetesVersion func(context.Context) (string, error)
+	// Log receives what the provider notices (pricing failures).
+	Log logr.Logger
+}
+
+// Provider is the AWS CloudProvider.
+type Provider struct {
+	kube        client.Reader
+	clients     *Clients
+	clock       clock.PassiveClock
+	unavailable *cloudprovider.UnavailableOfferings
+	opts        Options
+	log         logr.Logger
+
+	marketMu       sync.Mutex
+	market         *market
+	versionSeq     int
+	pricingFailing bool
+
+	builtMu sync.Mutex
+	built   map[types.UID]builtTypes
+
+	templatesMu sync.Mutex
+	templates   map[string]bool
+}
+
+type builtTypes struct {
+	key     string
+	version int
+	its     []*cloudprovider.InstanceType
+}
+
+var _ cloudprovider.CloudProvider = (*Provider)(nil)
+
+// NewProvider returns the provider over clients, reading EC2NodeClasses through kube.
+func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, unavailable *cloudprovider.UnavailableOfferings, o Options) *Provider {
+	if o.VMMemoryOverheadPercent == 0 {
+		o.VMMemoryOverheadPercent = 0.075
+	}
+	if o.InstanceTypesTTL == 0 {
+		o.InstanceTypesTTL = time.Hour
+	}
+	if o.PricingTTL == 0 {
+		o.PricingTTL = 10 * time.Minute
+	}
+	return &Provider{kube: kube, clients: clients, clock: clk, unavailable: unavailable, opts: o, log: o.Log,
+		built: map[types.UID]builtTypes{}, templates: map[string]bool{}}
+}
+
+// Name implements CloudProvider.
+func (p *Provider) Name() string { return Name }
+
+// WellKnownLabels implements CloudProvider.
+func (p *Provider) WellKnownLabels() []string { return awsv1.WellKnownLabels }
+
+// NodeClasses implements CloudProvider: the provider serves EC2NodeClasses.
+func (p *Provider) NodeClasses() []schema.GroupKind {
+	return []schema.GroupKind{{Group: awsv1.Group, Kind: "EC2NodeClass"}}
+}
+
+// Clients are the provider's AWS clients.
+func (p *Provider) Clients() *Clients { return p.clients }
+
+func (p *Provider) kubeVersion(ctx context.Context) (string, error) {
+	if p.opts.KubernetesVersion == nil {
+		return "", errors.New("no Kubernetes version source configured")
+	}
+	return p.opts.KubernetesVersion(ctx)
+}
+
+// nodeClass reads a ready EC2NodeClass; one not ready gives a NodeClassNotReadyError carrying
+// its Ready condition's message.
+func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference) (*awsv1.EC2NodeClass, error) {
+	if ref == nil || ref.Group != awsv1.Group || ref.Kind != "EC2NodeClass" {
+		return nil, &cloudprovider.NodeClassNotReadyError{NotFound: true, Err: fmt.Errorf("nodeClassRef %v is not a %s EC2NodeClass", ref, awsv1.Group)}
+	}
+	nc := &awsv1.EC2NodeClass{}
+	if err := p.kube.Get(ctx, client.ObjectKey{Name: ref.Name}, nc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &cloudprovider.NodeClassNotReadyError{NotFound: true, Err: fmt.Errorf("EC2NodeClass %q not found", ref.Name)}
+		}
+		return nil, fmt.Errorf("getting EC2NodeClass %s: %w", ref.Name, err)
+	}
+	if !nc.DeletionTimestamp.IsZero() {
+		return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %q is being deleted", ref.Name)}
+	}
+	ready := meta.FindStatusCondition(nc.Status.Conditions, awsv1.ConditionTypeReady)
+	switch {
+	case ready == nil:
+		return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %q is not resolved yet", ref.Name)}
+	case ready.Status != metav1.ConditionTrue:
+		return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %q is not ready: %s", ref.Name, ready.Message)}
+	}
+	return nc, nil
+}
+
+// InstanceTypes returns what a resolved EC2NodeClass offers now.
+func (p *Provider) InstanceTypes(ctx context.Context, nc *awsv1.EC2NodeClass) ([]*cloudprovider.InstanceType, error) {
+	m, err := p.refreshMarket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key := fmt.Sprintf("%d|%v|%v|%v", nc.Generation, nc.Status.Subnets, nc.Status.AMIs, nc.Spec.Kubelet)
+	p.builtMu.Lock()
+	b, ok := p.built[nc.UID]
+	p.builtMu.Unlock()
+	if !ok || b.key != key || b.version != m.version || nc.UID == "" {
+		b = builtTypes{key: key, version: m.version, its: p.buildTypes(m, nc)}
+		if nc.UID != "" {
+			p.builtMu.Lock()
+			p.built[nc.UID] = b
+			p.builtMu.Unlock()
+		}
+	}
+	out := make([]*cloudprovider.InstanceType, len(b.its))
+	for i, it := range b.its {
+		c := *it
+		c.Offerings = slices.Clone(it.Offerings)
+		for j := range c.Offerings {
+			o := &c.Offerings[j]
+			if p.unavailable != nil && p.unavailable.IsUnavailable(cloudprovider.OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
+				o.Available = false
+			}
+		}
+		out[i] = &c
+	}
+	return out, nil
+}
+
+// GetInstanceTypes implements CloudProvider.
+func (p *Provider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
+	nc, err := p.nodeClass(ctx, np.Spec.Template.Spec.NodeClassRef)
+	if err != nil {
+		return nil, err
+	}
+	return p.InstanceTypes(ctx, nc)
+}
+
+// candidate is an instance type and the offerings a claim may launch it with.
+type candidate struct {
+	it        *cloudprovider.InstanceType
+	offerings []cloudprovider.Offering
+	cheapest  float64
+}
+
+// Create implements CloudProvider: one CreateFleet (instant, capacity 1) over the claim's
+// cheapest compatible types in every allowed zone, after looking for an instance already
+// launched for the claim (a retry or a restart must not buy a second machine).
+func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	nc, err := p.nodeClass(ctx, claim.Spec.NodeClassRef)
+	if err != nil {
+		return nil, err
+	}
+	if inst, err := p.launchedFor(ctx, claim.Name); err != nil {
+		return nil, err
+	} else if inst != nil {
+		return p.instanceClaim(ctx, *inst, nc)
+	}
+	its, err := p.InstanceTypes(ctx, nc)
+	if err != nil {
+		return nil, err
+	}
+	reqs, err := nodepools.FromAPI(claim.Spec.Requirements)
+	if err != nil {
+		return nil, fmt.Errorf("NodeClaim %s requirements: %w", claim.Name, err)
+	}
+	allowed := func(o cloudprovider.Offering) bool {
+		if !o.Available {
+			return false
+		}
+		if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
+			return false
+		}
+		c, ok := reqs.Get(karpv1.CapacityTypeLabelKey)
+		return !ok || c.Allows(o.CapacityType)
+	}
+	var cands []candidate
+	spot := false
+	for _, it := range its {
+		if it.Requirements.Intersects(reqs) != nil || !cloudprovider.Fits(claim.Spec.Resources.Requests, it.Allocatable()) {
+			continue
+		}
+		c := candidate{it: it}
+		for _, o := range it.Offerings {
+			if allowed(o) {
+				c.offerings = append(c.offerings, o)
+				spot = spot || o.CapacityType == karpv1.CapacityTypeSpot
+			}
+		}
+		if len(c.offerings) > 0 {
+			cands = append(cands, c)
+		}
+	}
+	if len(cands) == 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no available offering of EC2NodeClass %s satisfies NodeClaim %s", nc.Name, claim.Name)}
+	}
+	// Spot when the claim allows it and a spot offering is available, as Karpenter does.
+	capacityType := karpv1.CapacityTypeOnDemand
+	if spot {
+		capacityType = karpv1.CapacityTypeSpot
+	}
+	var keep []candidate
+	for _, c := range cands {
+		c.offerings = slices.DeleteFunc(c.offerings, func(o cloudprovider.Offering) bool { return o.CapacityType != capacityType })
+		if len(c.offerings) == 0 {
+			continue
+		}
+		c.cheapest = c.offerings[0].Price
+		for _, o := range c.offerings {
+			c.cheapest = min(c.cheapest, o.Price)
+		}
+		keep = append(keep, c)
+	}
+	sort.SliceStable(keep, func(i, j int) bool {
+		if keep[i].cheapest != keep[j].cheapest {
+			return keep[i].cheapest < keep[j].cheapest
+		}
+		return keep[i].it.Name < keep[j].it.Name
+	})
+	if len(keep) > MaxInstanceTypes {
+		keep = keep[:MaxInstanceTypes]
+	}
+	return p.launch(ctx, nc, claim, keep, capacityType)
+}
+
+// subnetByZone is the class's subnet in each zone with the most free addresses (status lists
+// them most-free first).
+func subnetByZone(nc *awsv1.EC2NodeClass) map[string]awsv1.Subnet {
+	out := map[string]awsv1.Subnet{}
+	for _, s := range nc.Status.Subnets {
+		if _, ok := out[s.Zone]; !ok {
+			out[s.Zone] = s
+		}
+	}
+	return out
+}
+
+// imageFor is the newest image of the class for an architecture.
+func imageFor(nc *awsv1.EC2NodeClass, arch string) string {
+	for _, ami := range nc.Status.AMIs {
+		if ami.Deprecated {
+			continue
+		}
+		for _, r := range ami.Requirements {
+			if r.Key == corev1.LabelArchStable && slices.Contains(r.Values, arch) {
+				return ami.ID
+			}
+		}
+	}
+	return ""
+}
+
+func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, cands []candidate, capacityType string) (*karpv1.NodeClaim, error) {
+	subnets := subnetByZone(nc)
+	byName := map[string]*cloudprovider.InstanceType{}
+	type group struct {
+		lt        *launchTemplate
+		overrides []ec2types.FleetLaunchTemplateOverridesRequest
+	}
+	groups := map[string]*group{}
+	var order []string
+	for _, c := range cands {
+		byName[c.it.Name] = c.it
+		arch := c.it.Requirements.Labels()[corev1.LabelArchStable]
+		image := imageFor(nc, arch)
+		if image == "" {
+			continue
+		}
+		// The reservations depend on the type (pods, CPU); types sharing them share a template.
+		info, ok := p.typeInfo(c.it.Name)
+		if !ok {
+			continue
+		}
+		lt, err := p.templateFor(nc, claim, image, reserved(info, nc))
+		if err != nil {
+			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
+		}
+		g := groups[lt.name]
+		if g == nil {
+			g = &group{lt: lt}
+			groups[lt.name] = g
+			order = append(order, lt.name)
+		}
+		for _, o := range c.offerings {
+			sn, ok := subnets[o.Zone]
+			if !ok {
+				continue
+			}
+			g.overrides = append(g.overrides, ec2types.FleetLaunchTemplateOverridesRequest{InstanceType: ec2types.InstanceType(c.it.Name),
+				SubnetId: aws.String(sn.ID), AvailabilityZone: aws.String(sn.Zone)})
+		}
+	}
+	tags := p.resourceTags(nc, claim)
+	var configs []ec2types.FleetLaunchTemplateConfigRequest
+	for _, name := range order {
+		g := groups[name]
+		if len(g.overrides) == 0 {
+			continue
+		}
+		if err := p.ensureTemplate(ctx, g.lt, tags); err != nil {
+			return nil, err
+		}
+		configs = append(configs, ec2types.FleetLaunchTemplateConfigRequest{
+			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")},
+			Overrides:                   g.overrides})
+	}
+	if len(configs) == 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no image or subnet of EC2NodeClass %s serves the types NodeClaim %s allows", nc.Name, claim.Name)}
+	}
+	instanceTags := withTag(tags, NodeClaimTag, claim.Name)
+	in := &ec2.CreateFleetInput{
+		Type:                  ec2types.FleetTypeInstant,
+		ClientToken:           aws.String(clientToken(claim)),
+		LaunchTemplateConfigs: configs,
+		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{TotalTargetCapacity: aws.Int32(1),
+			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType)},
+		TagSpecifications: []ec2types.TagSpecification{
+			{ResourceType: ec2types.ResourceTypeInstance, Tags: ec2Tags(instanceTags)},
+			{ResourceType: ec2types.ResourceTypeVolume, Tags: ec2Tags(instanceTags)},
+			{ResourceType: ec2types.ResourceTypeFleet, Tags: ec2Tags(instanceTags)},
+		},
+	}
+	if capacityType == karpv1.CapacityTypeSpot {
+		in.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
+	} else {
+		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
+	}
+	out, err := p.clients.EC2.CreateFleet(ctx, in)
+	if err != nil && isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
+		// A template deleted behind Capstan's back: forget it; the retry recreates it.
+		for _, name := range order {
+			p.forgetTemplate(name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %w", claim.Name, err)
+	}
+	var ice []cloudprovider.OfferingKey
+	var other []string
+	for _, e := range out.Errors {
+		code := aws.ToString(e.ErrorCode)
+		if slices.Contains(capacityErrors, code) && e.LaunchTemplateAndOverrides != nil && e.LaunchTemplateAndOverrides.Overrides != nil {
+			o := e.LaunchTemplateAndOverrides.Overrides
+			key := cloudprovider.OfferingKey{InstanceType: string(o.InstanceType), Zone: aws.ToString(o.AvailabilityZone), CapacityType: capacityType}
+			ice = append(ice, key)
+			if p.unavailable != nil {
+				p.unavailable.MarkUnavailable(key)
+			}
+			continue
+		}
+		other = append(other, code+": "+aws.ToString(e.ErrorMessage))
+	}
+	for _, fi := range out.Instances {
+		if len(fi.InstanceIds) == 0 {
+			continue
+		}
+		zone := ""
+		if fi.LaunchTemplateAndOverrides != nil && fi.LaunchTemplateAndOverrides.Overrides != nil {
+			zone = aws.ToString(fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone)
+		}
+		it := byName[string(fi.InstanceType)]
+		image := ""
+		if it != nil {
+			image = imageFor(nc, it.Requirements.Labels()[corev1.LabelArchStable])
+		}
+		return p.claimFor(fi.InstanceIds[0], it, string(fi.InstanceType), zone, capacityType, image, p.clock.Now()), nil
+	}
+	if len(other) > 0 {
+		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %s", claim.Name, strings.Join(other, "; "))
+	}
+	return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), claim.Name)}
+}
+
+// NodeClaimTag names the NodeClaim an instance was launched for.
+const NodeClaimTag = awsv1.TagNodeClaim
+
+// withTag is m plus one key.
+func withTag(m map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for a, b := range m {
+		out[a] = b
+	}
+	out[k] = v
+	return out
+}
+
+// clientToken makes CreateFleet idempotent per claim (64 characters at most).
+func clientToken(claim *karpv1.NodeClaim) string {
+	t := "capstan-" + claim.Name
+	if claim.UID != "" {
+		t = "capstan-" + string(claim.UID)
+	}
+	if len(t) > 64 {
+		t = t[:64]
+	}
+	return t
+}
+
+// typeInfo is the market's facts for a type.
+func (p *Provider) typeInfo(name string) (ec2types.InstanceTypeInfo, bool) {
+	p.marketMu.Lock()
+	defer p.marketMu.Unlock()
+	if p.market == nil {
+		return ec2types.InstanceTypeInfo{}, false
+	}
+	for _, t := range p.market.types {
+		if string(t.InstanceType) == name {
+			return t, true
+		}
+	}
+	return ec2types.InstanceTypeInfo{}, false
+}
+
+// claimFor is the NodeClaim view of a launched instance.
+func (p *Provider) claimFor(id string, it *cloudprovider.InstanceType, typeName, zone, capacityType, image string, launched time.Time) *karpv1.NodeClaim {
+	nc := &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}, CreationTimestamp: metav1.NewTime(launched)},
+		Status:     karpv1.NodeClaimStatus{ProviderID: fmt.Sprintf("aws:///%s/%s", zone, id), ImageID: image},
+	}
+	if it != nil {
+		for k, v := range it.Requirements.Labels() {
+			nc.Labels[k] = v
+		}
+		nc.Status.Capacity, nc.Status.Allocatable = it.Capacity.DeepCopy(), it.Allocatable()
+	}
+	nc.Labels[corev1.LabelInstanceTypeStable] = typeName
+	nc.Labels[karpv1.ZoneLabelKey] = zone
+	nc.Labels[karpv1.CapacityTypeLabelKey] = capacityType
+	nc.Labels[karpv1.RegionLabelKey] = p.clients.Region
+	return nc
+}
+
+// instanceClaim is the NodeClaim view of an instance found by tag (its class's types give its
+// capacity).
+func (p *Provider) instanceClaim(ctx context.Context, inst ec2types.Instance, nc *awsv1.EC2NodeClass) (*karpv1.NodeClaim, error) {
+	typeName := string(inst.InstanceType)
+	var it *cloudprovider.InstanceType
+	if nc != nil {
+		its, err := p.InstanceTypes(ctx, nc)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range its {
+			if t.Name == typeName {
+				it = t
+			}
+		}
+	}
+	ct := karpv1.CapacityTypeOnDemand
+	if inst.InstanceLifecycle == ec2types.InstanceLifecycleTypeSpot {
+		ct = karpv1.CapacityTypeSpot
+	}
+	zone := ""
+	if inst.Placement != nil {
+		zone = aws.ToString(inst.Placement.AvailabilityZone)
+	}
+	c := p.claimFor(aws.ToString(inst.InstanceId), it, typeName, zone, ct, aws.ToString(inst.ImageId), aws.ToTime(inst.LaunchTime))
+	c.Name = tagValue(inst.Tags, NodeClaimTag)
+	if np := tagValue(inst.Tags, karpv1.NodePoolLabelKey); np != "" {
+		c.Labels[karpv1.NodePoolLabelKey] = np
+	}
+	return c, nil
+}
+
+func tagValue(tags []ec2types.Tag, key string) string {
+	for _, t := range tags {
+		if aws.ToString(t.Key) == key {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// liveStates are the states of an instance that still exists for Capstan.
+var liveStates = []string{"pending", "running", "stopping", "stopped"}
+
+// launchedFor finds the live instance launched for a claim, if any.
+func (p *Provider) launchedFor(ctx context.Context, claim string) (*ec2types.Instance, error) {
+	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:" + NodeClaimTag), Values: []string{claim}},
+		{Name: aws.String("tag:kubernetes.io/cluster/" + p.opts.ClusterName), Values: []string{"owned"}},
+		{Name: aws.String("instance-state-name"), Values: liveStates},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("looking for the instance of NodeClaim %s: %w", claim, err)
+	}
+	if len(insts) == 0 {
+		return nil, nil
+	}
+	return &insts[0], nil
+}
+
+func (p *Provider) describe(ctx context.Context, in *ec2.DescribeInstancesInput) ([]ec2types.Instance, error) {
+	var out []ec2types.Instance
+	pg := ec2.NewDescribeInstancesPaginator(p.clients.EC2, in)
+	for pg.HasMorePages() {
+		page, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page.Reservations {
+			out = append(out, r.Instances...)
+		}
+	}
+	return out, nil
+}
+
+// instanceID parses aws:///<zone>/<id>.
+func instanceID(providerID string) (string, error) {
+	rest, ok := strings.CutPrefix(providerID, Name+":///")
+	if !ok {
+		return "", fmt.Errorf("provider ID %q is not an %s provider ID", providerID, Name)
+	}
+	i := strings.LastIndex(rest, "/")
+	if i < 0 || !strings.HasPrefix(rest[i+1:], "i-") {
+		return "", fmt.Errorf("provider ID %q has no instance ID", providerID)
+	}
+	return rest[i+1:], nil
+}
+
+// Get implements CloudProvider. A terminated or terminating instance is not found.
+func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
+	id, err := instanceID(providerID)
+	if err != nil {
+		return nil, err
+	}
+	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || !live(insts[0])) {
+		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("describing instance %s: %w", id, err)
+	}
+	return p.instanceClaim(ctx, insts[0], nil)
+}
+
+func live(inst ec2types.Instance) bool {
+	return inst.State != nil && slices.Contains(liveStates, string(inst.State.Name))
+}
+
+// List implements CloudProvider: the live instances tagged for this cluster and launched for a
+// NodeClaim.
+func (p *Provider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
+	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag-key"), Values: []string{NodeClaimTag}},
+		{Name: aws.String("tag:kubernetes.io/cluster/" + p.opts.ClusterName), Values: []string{"owned"}},
+		{Name: aws.String("instance-state-name"), Values: liveStates},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("listing instances: %w", err)
+	}
+	var out []*karpv1.NodeClaim
+	for _, inst := range insts {
+		c, err := p.instanceClaim(ctx, inst, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Delete implements CloudProvider.
+func (p *Provider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
+	id, err := instanceID(claim.Status.ProviderID)
+	if err != nil {
+		inst, lerr := p.launchedFor(ctx, claim.Name)
+		if lerr != nil {
+			return lerr
+		}
+		if inst == nil {
+			return &cloudprovider.NodeClaimNotFoundError{Err: errors.New("no instance launched for the NodeClaim")}
+		}
+		id = aws.ToString(inst.InstanceId)
+	}
+	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || insts[0].State == nil || insts[0].State.Name == ec2types.InstanceStateNameTerminated) {
+		return &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+	}
+	if err != nil {
+		return fmt.Errorf("describing instance %s: %w", id, err)
+	}
+	if insts[0].State.Name == ec2types.InstanceStateNameShuttingDown {
+		return nil
+	}
+	if _, err := p.clients.EC2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}}); err != nil {
+		if isCode(err, "InvalidInstanceID.NotFound") {
+			return &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+		}
+		return fmt.Errorf("terminating instance %s: %w", id, err)
+	}
+	return nil
+}
+
+// Drift reasons.
+const (
+	DriftAMI           cloudprovider.DriftReason = "AMIDrift"
+	DriftSubnet        cloudprovider.DriftReason = "SubnetDrift"
+	DriftSecurityGroup cloudprovider.DriftReason = "SecurityGroupDrift"
+)
+
+// IsDrifted implements CloudProvider: an instance drifts when its image, subnet or security
+// groups are no longer among what its EC2NodeClass resolves to.
+func (p *Provider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) (cloudprovider.DriftReason, error) {
+	nc, err := p.nodeClass(ctx, claim.Spec.NodeClassRef)
+	if err != nil {
+		return "", err
+	}
+	id, err := instanceID(claim.Status.ProviderID)
+	if err != nil {
+		return "", nil
+	}
+	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if err != nil || len(insts) == 0 {
+		return "", cloudprovider.IgnoreNodeClaimNotFound(err)
+	}
+	inst := insts[0]
+	if !slices.ContainsFunc(nc.Status.AMIs, func(a awsv1.AMI) bool { return a.ID == aws.ToString(inst.ImageId) }) {
+		return DriftAMI, nil
+	}
+	if !slices.ContainsFunc(nc.Status.Subnets, func(s awsv1.Subnet) bool { return s.ID == aws.ToString(inst.SubnetId) }) {
+		return DriftSubnet, nil
+	}
+	if len(inst.SecurityGroups) > 0 {
+		var have, want []string
+		for _, g := range inst.SecurityGroups {
+			have = append(have, aws.ToString(g.GroupId))
+		}
+		for _, g := range nc.Status.SecurityGroups {
+			want = append(want, g.ID)
+		}
+		sort.Strings(have)
+		sort.Strings(want)
+		if !slices.Equal(have, want) {
+			return DriftSecurityGroup, nil
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,280 @@
+package awsfake
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"mime/multipart"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// Kubelet plays the instances' kubelets: a running instance registers its Node as nodeadm and
+// the kubelet would from its user data — name from its private DNS name, labels and taints from
+// the kubelet flags, capacity from the machine, allocatable less the NodeConfig's reservations.
+type Kubelet struct {
+	Server *Server
+	Client client.Client
+	// BootDelay is how long an instance stays pending (default 1 s).
+	BootDelay time.Duration
+	// Interval is how often instances are looked at (default 200 ms).
+	Interval time.Duration
+	// HypervisorMemoryPercent is the share of memory the machine does not show the OS
+	// (default 0.075).
+	HypervisorMemoryPercent float64
+	// Kwok marks the Nodes for kwok, which then runs their pods (local clusters).
+	Kwok bool
+}
+
+// Start registers Nodes until ctx ends.
+func (k *Kubelet) Start(ctx context.Context) error {
+	interval := k.Interval
+	if interval == 0 {
+		interval = 200 * time.Millisecond
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			_ = k.Sync(ctx)
+		}
+	}
+}
+
+// Sync advances instance states and registers every running instance's Node.
+func (k *Kubelet) Sync(ctx context.Context) error {
+	boot := k.BootDelay
+	if boot == 0 {
+		boot = time.Second
+	}
+	k.Server.Advance(boot)
+	var errs []error
+	for _, inst := range k.Server.Instances() {
+		if inst.State != "running" {
+			continue
+		}
+		if err := k.register(ctx, inst); err != nil {
+			errs = append(errs, fmt.Errorf("registering %s: %w", inst.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// nodeConfig is what the fake reads of a NodeConfig.
+type nodeConfig struct {
+	Spec struct {
+		Cluster struct {
+			Name string `json:"name"`
+		} `json:"cluster"`
+		Kubelet struct {
+			Config map[string]any `json:"config"`
+			Flags  []string       `json:"flags"`
+		} `json:"kubelet"`
+	} `json:"spec"`
+}
+
+// ParseUserData merges the NodeConfig parts of base64 user data, later parts winning.
+func ParseUserData(b64 string) (config map[string]any, flags []string, err error) {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, nil, fmt.Errorf("user data is not base64: %w", err)
+	}
+	ud := strings.ReplaceAll(string(raw), "\r\n", "\n")
+	head, body, ok := strings.Cut(ud, "\n\n")
+	if !ok {
+		return nil, nil, errors.New("user data is not a MIME document")
+	}
+	var boundary string
+	for _, line := range strings.Split(head, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(strings.TrimSpace(k), "Content-Type") {
+			_, params, err := mime.ParseMediaType(strings.TrimSpace(v))
+			if err != nil {
+				return nil, nil, err
+			}
+			boundary = params["boundary"]
+		}
+	}
+	config = map[string]any{}
+	r := multipart.NewReader(strings.NewReader(strings.ReplaceAll(body, "\n", "\r\n")), boundary)
+	for {
+		part, err := r.NextPart()
+		if errors.Is(err, io.EOF) {
+			return config, flags, nil
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading user data: %w", err)
+		}
+		if !strings.HasPrefix(part.Header.Get("Content-Type"), "application/node.eks.aws") {
+			continue
+		}
+		b, err := io.ReadAll(part)
+		if err != nil {
+			return nil, nil, err
+		}
+		var nc nodeConfig
+		if err := yaml.Unmarshal(b, &nc); err != nil {
+			return nil, nil, fmt.Errorf("NodeConfig: %w", err)
+		}
+		for k, v := range nc.Spec.Kubelet.Config {
+			config[k] = v
+		}
+		flags = append(flags, nc.Spec.Kubelet.Flags...)
+	}
+}
+
+func flagValue(flags []string, name string) string {
+	v := ""
+	for _, f := range flags {
+		if rest, ok := strings.CutPrefix(f, "--"+name+"="); ok {
+			v = strings.Trim(rest, `"`)
+		}
+	}
+	return v
+}
+
+func (k *Kubelet) register(ctx context.Context, inst Instance) error {
+	node := &corev1.Node{}
+	if err := k.Client.Get(ctx, client.ObjectKey{Name: inst.PrivateDNS}, node); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	config, flags, err := ParseUserData(inst.Template["UserData"])
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{}
+	if l := flagValue(flags, "node-labels"); l != "" {
+		for _, kv := range strings.Split(l, ",") {
+			key, v, _ := strings.Cut(kv, "=")
+			labels[key] = v
+		}
+	}
+	var taints []corev1.Taint
+	if t := flagValue(flags, "register-with-taints"); t != "" {
+		for _, kv := range strings.Split(t, ",") {
+			key, rest, _ := strings.Cut(kv, "=")
+			v, effect, _ := strings.Cut(rest, ":")
+			taints = append(taints, corev1.Taint{Key: key, Value: v, Effect: corev1.TaintEffect(effect)})
+		}
+	}
+	it := k.Server.instanceType(inst.Type)
+	if it == nil {
+		return fmt.Errorf("unknown instance type %s", inst.Type)
+	}
+	arch := it.arch
+	labels[corev1.LabelHostname] = inst.PrivateDNS
+	labels[corev1.LabelInstanceTypeStable] = inst.Type
+	labels[corev1.LabelArchStable] = arch
+	labels[corev1.LabelOSStable] = "linux"
+	labels[corev1.LabelTopologyZone] = inst.Zone
+	labels[corev1.LabelTopologyRegion] = k.Server.region
+	capacity, allocatable, err := k.resources(it, inst, config)
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	node = &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: inst.PrivateDNS, Labels: labels},
+		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID(), Taints: taints},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: allocatable,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: now, LastTransitionTime: now}},
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", Architecture: arch, OperatingSystem: "linux"}},
+	}
+	if k.Kwok {
+		node.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
+	}
+	if err := k.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) instanceType(name string) *instanceType {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range s.types {
+		if it.name == name {
+			return it
+		}
+	}
+	return nil
+}
+
+// resources are the Node's capacity and allocatable from the machine and its NodeConfig.
+func (k *Kubelet) resources(it *instanceType, inst Instance, config map[string]any) (corev1.ResourceList, corev1.ResourceList, error) {
+	pct := k.HypervisorMemoryPercent
+	if pct == 0 {
+		pct = 0.075
+	}
+	mem := it.memMiB - int64(math.Ceil(float64(it.memMiB)*pct))
+	pods := it.enis*(it.ipsPerENI-1) + 2
+	if v, ok := config["maxPods"].(float64); ok {
+		pods = int64(v)
+	}
+	disk := int64(20)
+	if v, err := strconv.ParseInt(inst.Template["BlockDeviceMapping.1.Ebs.VolumeSize"], 10, 64); err == nil {
+		disk = v
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(it.vcpus, resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(mem<<20, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk<<30, resource.BinarySI),
+	}
+	if it.gpuCount > 0 && it.gpuManufacturer == "nvidia" {
+		capacity["nvidia.com/gpu"] = *resource.NewQuantity(it.gpuCount, resource.DecimalSI)
+	}
+	alloc := capacity.DeepCopy()
+	sub := func(name corev1.ResourceName, q resource.Quantity) {
+		a := alloc[name]
+		a.Sub(q)
+		alloc[name] = a
+	}
+	for _, key := range []string{"kubeReserved", "systemReserved"} {
+		m, _ := config[key].(map[string]any)
+		for name, v := range m {
+			q, err := resource.ParseQuantity(fmt.Sprint(v))
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
+			}
+			sub(corev1.ResourceName(name), q)
+		}
+	}
+	eviction, _ := config["evictionHard"].(map[string]any)
+	for signal, res := range map[string]corev1.ResourceName{"memory.available": corev1.ResourceMemory, "nodefs.available": corev1.ResourceEphemeralStorage} {
+		v, ok := eviction[signal]
+		if !ok {
+			continue
+		}
+		s := fmt.Sprint(v)
+		if p, ok := strings.CutSuffix(s, "%"); ok {
+			f, _ := strconv.ParseFloat(p, 64)
+			total := capacity[res]
+			sub(res, *resource.NewQuantity(int64(math.Ceil(float64(total.Value())*f/100)), resource.BinarySI))
+			continue
+		}
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("evictionHard.%s: %w", signal, err)
+		}
+		sub(res, q)
+	}
+	return capacity, alloc, nil
+}
