@@ -74,16 +74,16 @@ func (i *Instance) ProviderID() string { return fmt.Sprintf("aws:///%s/%s", i.Zo
 
 // instanceType holds the facts DescribeInstanceTypes reports.
 type instanceType struct {
-	name, arch, manufacturer             string
-	vcpus, memMiB                        int64
-	enis, ipsPerENI                      int64
-	clockGHz                             float64
-	ebsMbps, networkMbps, nvmeGB         int64
-	encryption, current                  bool
-	hypervisor                           string
-	gpuName, gpuManufacturer             string
-	gpuCount, gpuMemMiB                  int64
-	onDemand                             float64
+	name, arch, manufacturer     string
+	vcpus, memMiB                int64
+	enis, ipsPerENI              int64
+	clockGHz                     float64
+	ebsMbps, networkMbps, nvmeGB int64
+	encryption, current          bool
+	hypervisor                   string
+	gpuName, gpuManufacturer     string
+	gpuCount, gpuMemMiB          int64
+	onDemand                     float64
 }
 
 // fromCatalog turns a catalog entry back into DescribeInstanceTypes facts. The pod capacity the
@@ -301,4 +301,6 @@ func (s *Server) LaunchTemplates() map[string]LaunchTemplate {
 // spotFraction is a type's spot price as a fraction of on-demand in a zone (stable).
 var spotFraction = catalog.StableSpotFraction(0.30, 0.45)
 
-func (it *instanceType) spotPrice(zone string) float64 { return it.onDemand * spotFraction(it.name, zone) }
+func (it *instanceType) spotPrice(zone string) float64 {
+	return it.onDemand * spotFraction(it.name, zone)
+}
