@@ -208,7 +208,8 @@ func (it *instanceType) xml() *el {
 		E("vCpuInfo", T("defaultVCpus", strconv.FormatInt(it.vcpus, 10))),
 		E("memoryInfo", T("sizeInMiB", strconv.FormatInt(it.memMiB, 10))),
 		E("networkInfo", T("maximumNetworkInterfaces", strconv.FormatInt(it.enis, 10)), T("ipv4AddressesPerInterface", strconv.FormatInt(it.ipsPerENI, 10)),
-			T("encryptionInTransitSupported", boolText(it.encryption)),
+			T("encryptionInTransitSupported", boolText(it.encryption)), T("efaSupported", boolText(it.efa > 0)),
+			E("efaInfo", T("maximumEfaInterfaces", strconv.FormatInt(it.efa, 10))),
 			Set("networkCards", []*el{E("", T("networkCardIndex", "0"), T("maximumNetworkInterfaces", strconv.FormatInt(it.enis, 10)),
 				T("baselineBandwidthInGbps", strconv.FormatFloat(float64(it.networkMbps)/1000, 'f', -1, 64)))})),
 		E("ebsInfo", E("ebsOptimizedInfo", T("maximumBandwidthInMbps", strconv.FormatInt(it.ebsMbps, 10)),
@@ -218,10 +219,14 @@ func (it *instanceType) xml() *el {
 		e.kids = append(e.kids, T("instanceStorageSupported", "true"),
 			E("instanceStorageInfo", T("totalSizeInGB", strconv.FormatInt(it.nvmeGB, 10)), T("nvmeSupport", "required")))
 	}
-	if it.gpuCount > 0 {
+	if it.gpuName != "" {
 		e.kids = append(e.kids, E("gpuInfo", Set("gpus", []*el{E("", T("name", strings.ToUpper(it.gpuName)),
 			T("manufacturer", strings.ToUpper(it.gpuManufacturer[:1])+it.gpuManufacturer[1:]), T("count", strconv.FormatInt(it.gpuCount, 10)),
 			E("memoryInfo", T("sizeInMiB", strconv.FormatInt(it.gpuMemMiB, 10))))})))
+	}
+	if it.neuronCount > 0 {
+		e.kids = append(e.kids, E("neuronInfo", Set("neuronDevices", []*el{E("", T("name", strings.ToUpper(it.neuronName[:1])+it.neuronName[1:]),
+			T("count", strconv.FormatInt(it.neuronCount, 10)), E("coreInfo", T("count", strconv.FormatInt(it.neuronCores, 10))))})))
 	}
 	return e
 }

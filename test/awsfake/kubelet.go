@@ -217,7 +217,29 @@ func (s *Server) instanceType(name string) *instanceType {
 	return nil
 }
 
-// resources are the Node's capacity and allocatable from the machine and its NodeConfig.
+// nodeadmKubeReservedCPU is the kube-reserved CPU nodeadm gives a machine: 6% of the first
+// core, 1% of the second, 0.5% of the third and fourth, 0.25% of the rest.
+func nodeadmKubeReservedCPU(vcpus int64) int64 {
+	milli := 0.0
+	for c := int64(1); c <= vcpus; c++ {
+		switch {
+		case c == 1:
+			milli += 60
+		case c == 2:
+			milli += 10
+		case c <= 4:
+			milli += 5
+		default:
+			milli += 2.5
+		}
+	}
+	return int64(math.Round(milli))
+}
+
+// resources are the Node's capacity and allocatable as nodeadm and the kubelet set them: the
+// machine's resources, maxPods from its ENIs unless configured, kube-reserved from EKS's formulas
+// unless configured, system-reserved and hard eviction thresholds as configured (100Mi memory,
+// 10% of the root volume by default).
 func (k *Kubelet) resources(it *instanceType, inst Instance, config map[string]any) (corev1.ResourceList, corev1.ResourceList, error) {
 	pct := k.HypervisorMemoryPercent
 	if pct == 0 {
@@ -227,6 +249,9 @@ func (k *Kubelet) resources(it *instanceType, inst Instance, config map[string]a
 	pods := it.enis*(it.ipsPerENI-1) + 2
 	if v, ok := config["maxPods"].(float64); ok {
 		pods = int64(v)
+	}
+	if v, ok := config["podsPerCore"].(float64); ok && v > 0 {
+		pods = min(pods, int64(v)*it.vcpus)
 	}
 	disk := int64(20)
 	if v, err := strconv.ParseInt(inst.Template["BlockDeviceMapping.1.Ebs.VolumeSize"], 10, 64); err == nil {
@@ -241,36 +266,71 @@ func (k *Kubelet) resources(it *instanceType, inst Instance, config map[string]a
 	if it.gpuCount > 0 && it.gpuManufacturer == "nvidia" {
 		capacity["nvidia.com/gpu"] = *resource.NewQuantity(it.gpuCount, resource.DecimalSI)
 	}
+	if it.gpuCount > 0 && it.gpuManufacturer == "amd" {
+		capacity["amd.com/gpu"] = *resource.NewQuantity(it.gpuCount, resource.DecimalSI)
+	}
+	if it.neuronCount > 0 {
+		capacity["aws.amazon.com/neuron"] = *resource.NewQuantity(it.neuronCount, resource.DecimalSI)
+		capacity["aws.amazon.com/neuroncore"] = *resource.NewQuantity(it.neuronCount*it.neuronCores, resource.DecimalSI)
+	}
+	if it.efa > 0 {
+		capacity["vpc.amazonaws.com/efa"] = *resource.NewQuantity(it.efa, resource.DecimalSI)
+	}
+	reserved := map[string]string{
+		"cpu":               fmt.Sprintf("%dm", nodeadmKubeReservedCPU(it.vcpus)),
+		"memory":            fmt.Sprintf("%dMi", 11*pods+255),
+		"ephemeral-storage": "1Gi",
+	}
+	if m, ok := config["kubeReserved"].(map[string]any); ok {
+		for name, v := range m {
+			reserved[name] = fmt.Sprint(v)
+		}
+	}
+	if m, ok := config["systemReserved"].(map[string]any); ok {
+		for name, v := range m {
+			if q, err := resource.ParseQuantity(fmt.Sprint(v)); err == nil && reserved[name] != "" {
+				r := resource.MustParse(reserved[name])
+				r.Add(q)
+				reserved[name] = r.String()
+			} else {
+				reserved[name] = fmt.Sprint(v)
+			}
+		}
+	}
 	alloc := capacity.DeepCopy()
 	sub := func(name corev1.ResourceName, q resource.Quantity) {
 		a := alloc[name]
 		a.Sub(q)
 		alloc[name] = a
 	}
-	for _, key := range []string{"kubeReserved", "systemReserved"} {
-		m, _ := config[key].(map[string]any)
-		for name, v := range m {
-			q, err := resource.ParseQuantity(fmt.Sprint(v))
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
-			}
-			sub(corev1.ResourceName(name), q)
+	for name, v := range reserved {
+		if name == "pid" {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reserved %s: %w", name, err)
+		}
+		sub(corev1.ResourceName(name), q)
+	}
+	eviction := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}
+	if m, ok := config["evictionHard"].(map[string]any); ok {
+		for signal, v := range m {
+			eviction[signal] = fmt.Sprint(v)
 		}
 	}
-	eviction, _ := config["evictionHard"].(map[string]any)
 	for signal, res := range map[string]corev1.ResourceName{"memory.available": corev1.ResourceMemory, "nodefs.available": corev1.ResourceEphemeralStorage} {
 		v, ok := eviction[signal]
 		if !ok {
 			continue
 		}
-		s := fmt.Sprint(v)
-		if p, ok := strings.CutSuffix(s, "%"); ok {
+		if p, ok := strings.CutSuffix(v, "%"); ok {
 			f, _ := strconv.ParseFloat(p, 64)
 			total := capacity[res]
 			sub(res, *resource.NewQuantity(int64(math.Ceil(float64(total.Value())*f/100)), resource.BinarySI))
 			continue
 		}
-		q, err := resource.ParseQuantity(s)
+		q, err := resource.ParseQuantity(v)
 		if err != nil {
 			return nil, nil, fmt.Errorf("evictionHard.%s: %w", signal, err)
 		}

@@ -79,6 +79,8 @@ type Fault struct {
 	// Code and Message are the AWS error; Status the HTTP status (default 400).
 	Code, Message string
 	Status        int
+	// After makes the call take effect before failing, as a lost answer does.
+	After bool
 }
 
 // Request is a recorded call: the service, the action and its parameters (the query form for
@@ -246,9 +248,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		service != "pricing" && !regionOK:
 		fault = &Fault{Code: "AuthFailure", Message: fmt.Sprintf("Credential should be scoped to a valid region, not '%s'", region), Status: http.StatusUnauthorized}
 	}
-	if fault != nil {
+	if fault != nil && !fault.After {
 		s.writeError(w, service, *fault)
 		return
+	}
+	if fault != nil {
+		// Do the work, then answer with the error.
+		orig := w
+		w = &discard{header: http.Header{}}
+		defer s.writeError(orig, service, *fault)
 	}
 	switch service {
 	case "ec2":
@@ -319,3 +327,10 @@ func newID(prefix string) string {
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)[:17]
 }
+
+// discard is a ResponseWriter that drops the answer (a call whose answer is lost).
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}

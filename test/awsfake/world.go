@@ -83,6 +83,9 @@ type instanceType struct {
 	hypervisor                   string
 	gpuName, gpuManufacturer     string
 	gpuCount, gpuMemMiB          int64
+	neuronName                   string
+	efa                          int64
+	neuronCount, neuronCores     int64
 	onDemand                     float64
 }
 
@@ -104,6 +107,13 @@ func fromCatalog(e catalog.Entry) (*instanceType, bool) {
 		gpuName: e.Labels[awsv1.LabelInstanceGPUName], gpuManufacturer: e.Labels[awsv1.LabelInstanceGPUManufacturer],
 		gpuCount: num(awsv1.LabelInstanceGPUCount), gpuMemMiB: num(awsv1.LabelInstanceGPUMemory), onDemand: price,
 	}
+	if e.Labels[awsv1.LabelInstanceAcceleratorManufacturer] == "aws" {
+		it.neuronName, it.neuronCount = e.Labels[awsv1.LabelInstanceAcceleratorName], num(awsv1.LabelInstanceAcceleratorCount)
+		if cores, err := strconv.ParseInt(e.Allocatable["aws.amazon.com/neuroncore"], 10, 64); err == nil && it.neuronCount > 0 {
+			it.neuronCores = cores / it.neuronCount
+		}
+	}
+	it.efa, _ = strconv.ParseInt(e.Allocatable["vpc.amazonaws.com/efa"], 10, 64)
 	pods, _ := strconv.ParseInt(e.Allocatable["pods"], 10, 64)
 	it.enis, it.ipsPerENI = enisFor(pods)
 	return it, true

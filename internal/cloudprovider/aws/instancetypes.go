@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -236,16 +237,10 @@ func typeLabels(info ec2types.InstanceTypeInfo) map[string]string {
 			l[awsv1.LabelInstanceCPUSustainedClockSpeedMhz] = strconv.FormatInt(int64(math.Round(aws.ToFloat64(pi.SustainedClockSpeedInGhz)*1000)), 10)
 		}
 	}
-	// Category and generation: the letters before the family's first digit, and the digits.
-	base, _, _ := strings.Cut(family, "-")
-	i := strings.IndexAny(base, "0123456789")
-	if i > 0 {
-		l[awsv1.LabelInstanceCategory] = base[:i]
-		j := i
-		for j < len(base) && base[j] >= '0' && base[j] <= '9' {
-			j++
-		}
-		l[awsv1.LabelInstanceGeneration] = base[i:j]
+	// Category and generation: the family's leading letters and the digits after them, past a
+	// memory size segment ("u-6tb1": u, 1).
+	if m := familyRE.FindStringSubmatch(family); m != nil {
+		l[awsv1.LabelInstanceCategory], l[awsv1.LabelInstanceGeneration] = m[1], m[2]
 	}
 	l[awsv1.LabelInstanceCapabilityFlex] = strconv.FormatBool(strings.Contains(family, "flex"))
 	if v := info.VCpuInfo; v != nil {
@@ -266,6 +261,12 @@ func typeLabels(info ec2types.InstanceTypeInfo) map[string]string {
 	if si := info.InstanceStorageInfo; si != nil && si.TotalSizeInGB != nil && si.NvmeSupport != ec2types.EphemeralNvmeSupportUnsupported {
 		l[awsv1.LabelInstanceLocalNVME] = strconv.FormatInt(aws.ToInt64(si.TotalSizeInGB), 10)
 	}
+	if ni := info.NeuronInfo; ni != nil && len(ni.NeuronDevices) > 0 {
+		d := ni.NeuronDevices[0]
+		l[awsv1.LabelInstanceAcceleratorName] = strings.ToLower(aws.ToString(d.Name))
+		l[awsv1.LabelInstanceAcceleratorManufacturer] = "aws"
+		l[awsv1.LabelInstanceAcceleratorCount] = strconv.FormatInt(int64(aws.ToInt32(d.Count)), 10)
+	}
 	if gi := info.GpuInfo; gi != nil && len(gi.Gpus) > 0 {
 		g := gi.Gpus[0]
 		l[awsv1.LabelInstanceGPUName] = strings.ToLower(aws.ToString(g.Name))
@@ -277,6 +278,10 @@ func typeLabels(info ec2types.InstanceTypeInfo) map[string]string {
 	}
 	return l
 }
+
+// familyRE reads an instance family: category letters, an optional "-<n>tb" memory segment,
+// generation digits.
+var familyRE = regexp.MustCompile(`^([a-z]+)(?:-[0-9]+tb)?([0-9]+)`)
 
 // ENILimitedPods is the pod capacity the VPC CNI gives a type without prefix delegation:
 // ENIs × (IPv4 addresses per ENI − 1) + 2.
@@ -310,9 +315,10 @@ func rootVolume(nc *awsv1.EC2NodeClass) resource.Quantity {
 	return DefaultRootVolume.DeepCopy()
 }
 
-// Reserved is what a node's kubelet keeps from pods: the resources its NodeConfig declares as
-// kube-reserved, system-reserved and hard eviction thresholds. Capstan writes exactly these into
-// the node's user data, so the Node's allocatable is the NodeClaim's.
+// Reserved is what a node's kubelet keeps from pods: kube-reserved, system-reserved and the hard
+// eviction thresholds, as nodeadm sets them from the instance type (EKS's formulas) unless the
+// class's kubelet settings, which Capstan writes into the user data, say otherwise — so the
+// Node's allocatable is the NodeClaim's.
 type Reserved struct {
 	MaxPods        int64
 	KubeReserved   corev1.ResourceList
@@ -409,12 +415,33 @@ func (p *Provider) Capacity(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeCla
 	}
 	if gi := info.GpuInfo; gi != nil {
 		for _, g := range gi.Gpus {
+			if aws.ToInt32(g.Count) == 0 {
+				// A fractional GPU (g6f) is not a schedulable device.
+				continue
+			}
 			switch strings.ToLower(aws.ToString(g.Manufacturer)) {
 			case "nvidia":
 				c["nvidia.com/gpu"] = *resource.NewQuantity(int64(aws.ToInt32(g.Count)), resource.DecimalSI)
 			case "amd":
 				c["amd.com/gpu"] = *resource.NewQuantity(int64(aws.ToInt32(g.Count)), resource.DecimalSI)
 			}
+		}
+	}
+	if ni := info.NetworkInfo; ni != nil && ni.EfaInfo != nil && aws.ToInt32(ni.EfaInfo.MaximumEfaInterfaces) > 0 {
+		c["vpc.amazonaws.com/efa"] = *resource.NewQuantity(int64(aws.ToInt32(ni.EfaInfo.MaximumEfaInterfaces)), resource.DecimalSI)
+	}
+	if ni := info.NeuronInfo; ni != nil {
+		var devices, cores int64
+		for _, d := range ni.NeuronDevices {
+			n := int64(aws.ToInt32(d.Count))
+			devices += n
+			if d.CoreInfo != nil {
+				cores += n * int64(aws.ToInt32(d.CoreInfo.Count))
+			}
+		}
+		if devices > 0 {
+			c["aws.amazon.com/neuron"] = *resource.NewQuantity(devices, resource.DecimalSI)
+			c["aws.amazon.com/neuroncore"] = *resource.NewQuantity(cores, resource.DecimalSI)
 		}
 	}
 	return c

@@ -77,7 +77,11 @@ func kubeletLabel(key string) bool {
 // UserData is the machine's user data: the class's own parts first (a MIME multi-part document,
 // a NodeConfig or a shell script), then Capstan's NodeConfig, which nodeadm merges last so its
 // cluster, kubelet reservations, labels and taints win.
-func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, r Reserved) (string, error) {
+//
+// The kubelet settings written are the class's own: what the class leaves unset (maxPods,
+// kube-reserved, eviction thresholds) nodeadm derives from the instance type with the formulas
+// Reserved models, so one template serves every type of an image.
+func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (string, error) {
 	var b strings.Builder
 	w := multipart.NewWriter(&b)
 	if err := w.SetBoundary("//"); err != nil {
@@ -106,11 +110,23 @@ func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, r R
 	for _, t := range taints {
 		taintFlag = append(taintFlag, t.Key+"="+t.Value+":"+string(t.Effect))
 	}
-	cfg := map[string]any{"maxPods": r.MaxPods, "kubeReserved": quantities(r.KubeReserved), "evictionHard": r.EvictionHard}
-	if len(r.SystemReserved) > 0 {
-		cfg["systemReserved"] = quantities(r.SystemReserved)
-	}
+	cfg := map[string]any{}
 	if k := nc.Spec.Kubelet; k != nil {
+		if k.MaxPods != nil {
+			cfg["maxPods"] = *k.MaxPods
+		}
+		if k.PodsPerCore != nil {
+			cfg["podsPerCore"] = *k.PodsPerCore
+		}
+		if len(k.KubeReserved) > 0 {
+			cfg["kubeReserved"] = k.KubeReserved
+		}
+		if len(k.SystemReserved) > 0 {
+			cfg["systemReserved"] = k.SystemReserved
+		}
+		if len(k.EvictionHard) > 0 {
+			cfg["evictionHard"] = k.EvictionHard
+		}
 		if len(k.ClusterDNS) > 0 {
 			cfg["clusterDNS"] = k.ClusterDNS
 		}
@@ -156,14 +172,6 @@ func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, r R
 		return "", err
 	}
 	return b.String(), nil
-}
-
-func quantities(l corev1.ResourceList) map[string]string {
-	out := map[string]string{}
-	for k, v := range l {
-		out[string(k)] = v.String()
-	}
-	return out
 }
 
 // writeUserParts copies the class's user data into w: the parts of a MIME document, or the
@@ -234,8 +242,8 @@ type launchTemplate struct {
 }
 
 // templateFor builds the launch template for a class, claim and image.
-func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, image string, r Reserved) (*launchTemplate, error) {
-	ud, err := p.UserData(nc, claim, r)
+func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, image string) (*launchTemplate, error) {
+	ud, err := p.UserData(nc, claim)
 	if err != nil {
 		return nil, err
 	}

@@ -318,12 +318,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if image == "" {
 			continue
 		}
-		// The reservations depend on the type (pods, CPU); types sharing them share a template.
-		info, ok := p.typeInfo(c.it.Name)
-		if !ok {
-			continue
-		}
-		lt, err := p.templateFor(nc, claim, image, reserved(info, nc))
+		lt, err := p.templateFor(nc, claim, image)
 		if err != nil {
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
 		}

@@ -1,0 +1,475 @@
+package aws_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/catalog"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
+	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
+	"capstan.dev/capstan/internal/testenv"
+	"capstan.dev/capstan/test/awsfake"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// resolved stores the class under a name unique to the test and resolves it.
+func resolved(t *testing.T, f *awstest.Fixture, nc *awsv1.EC2NodeClass) *awsv1.EC2NodeClass {
+	t.Helper()
+	ctx := context.Background()
+	nc.Name = strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	if err := env.Client.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		got := &awsv1.EC2NodeClass{}
+		if env.Client.Get(ctx, client.ObjectKeyFromObject(nc), got) == nil {
+			got.Finalizers = nil
+			_ = env.Client.Update(ctx, got)
+			_ = env.Client.Delete(ctx, got)
+		}
+	})
+	c := &ec2nodeclass.Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
+	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}); err != nil {
+		t.Fatal(err)
+	}
+	got := &awsv1.EC2NodeClass{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(nc), got); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, awsv1.ConditionTypeReady) {
+		t.Fatalf("class not ready: %+v", got.Status.Conditions)
+	}
+	return got
+}
+
+// claimFor is a NodeClaim of the pool asking for requests.
+func claimFor(nc *awsv1.EC2NodeClass, np *karpv1.NodePool, name string, requests corev1.ResourceList) *karpv1.NodeClaim {
+	reqs := []karpv1.NodeSelectorRequirementWithMinValues{}
+	for _, r := range np.Spec.Template.Spec.Requirements {
+		reqs = append(reqs, r)
+	}
+	reqs = append(reqs, karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.NodePoolLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{np.Name}})
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
+			Labels: map[string]string{karpv1.NodePoolLabelKey: np.Name, "workload": "orders"}},
+		Spec: karpv1.NodeClaimSpec{
+			NodeClassRef: &karpv1.NodeClassReference{Group: awsv1.Group, Kind: "EC2NodeClass", Name: nc.Name},
+			Requirements: reqs, Taints: np.Spec.Template.Spec.Taints,
+			Resources: karpv1.ResourceRequirements{Requests: requests},
+		},
+	}
+}
+
+func TestOrdersLaunchIsOneFleetOfCurrentOnDemandTypes(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc = resolved(t, f, nc)
+	claim := claimFor(nc, np, "orders-a", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("6Gi")})
+	got, err := f.Provider.Create(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleets := f.AWS.Requests("CreateFleet")
+	if len(fleets) != 1 {
+		t.Fatalf("%d CreateFleet calls, want 1", len(fleets))
+	}
+	form := fleets[0].Form
+	if form.Get("Type") != "instant" || form.Get("TargetCapacitySpecification.DefaultTargetCapacityType") != "on-demand" ||
+		form.Get("OnDemandOptions.AllocationStrategy") != "lowest-price" || form.Get("TargetCapacitySpecification.TotalTargetCapacity") != "1" {
+		t.Errorf("fleet request: %v", form)
+	}
+	// Every override is an amd64 c, m or r type of generation > 5 that fits the claim.
+	entries, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]string{}
+	for _, e := range entries {
+		labels[e.Name] = e.Labels
+	}
+	n := 0
+	for k, v := range form {
+		if !strings.HasSuffix(k, ".InstanceType") {
+			continue
+		}
+		n++
+		l := labels[v[0]]
+		gen, _ := strconv.Atoi(l[awsv1.LabelInstanceGeneration])
+		if !slices.Contains([]string{"c", "m", "r"}, l[awsv1.LabelInstanceCategory]) || gen <= 5 || l[corev1.LabelArchStable] != "amd64" {
+			t.Errorf("override %s: %s", k, v[0])
+		}
+	}
+	if n == 0 || n > aws.MaxInstanceTypes*3 {
+		t.Errorf("%d overrides", n)
+	}
+	// The template requires IMDSv2 with a hop limit of 1 and boots the pinned image.
+	lts := f.AWS.LaunchTemplates()
+	if len(lts) != 1 {
+		t.Fatalf("%d launch templates", len(lts))
+	}
+	for _, lt := range lts {
+		if lt.Data["MetadataOptions.HttpTokens"] != "required" || lt.Data["MetadataOptions.HttpPutResponseHopLimit"] != "1" ||
+			lt.Data["ImageId"] != nc.Spec.AMISelectorTerms[0].ID || lt.Data["IamInstanceProfile.Name"] != nc.Status.InstanceProfile ||
+			lt.Data["SecurityGroupId.1"] != "sg-0nodes00000000001" {
+			t.Errorf("launch template data %v", lt.Data)
+		}
+		config, flags, err := awsfake.ParseUserData(lt.Data["UserData"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(flags, "--register-with-taints=karpenter.sh/unregistered=:NoExecute,workload=orders:NoSchedule") ||
+			!slices.ContainsFunc(flags, func(s string) bool { return strings.Contains(s, "workload=orders") && strings.HasPrefix(s, "--node-labels=") }) {
+			t.Errorf("kubelet flags %v", flags)
+		}
+		if len(config) != 0 {
+			t.Errorf("kubelet config %v: the class sets none; nodeadm derives it per type", config)
+		}
+	}
+	// The instance carries the class's tags and Capstan's.
+	insts := f.AWS.LiveInstances(aws.NodeClaimTag, "orders-a")
+	if len(insts) != 1 {
+		t.Fatalf("%d instances for the claim", len(insts))
+	}
+	tags := insts[0].Tags
+	for k, v := range map[string]string{"team": "orders", "cost-center": "4711", "karpenter.sh/nodepool": "orders", "karpenter.sh/nodeclaim": "orders-a",
+		"kubernetes.io/cluster/" + awstest.Cluster: "owned", "eks:eks-cluster-name": awstest.Cluster, "karpenter.k8s.aws/ec2nodeclass": nc.Name} {
+		if tags[k] != v {
+			t.Errorf("tag %s=%q, want %q", k, tags[k], v)
+		}
+	}
+	// The claim's view: provider ID, type labels, capacity, and the cheapest fitting type.
+	if got.Status.ProviderID != insts[0].ProviderID() || got.Labels[corev1.LabelInstanceTypeStable] != insts[0].Type ||
+		got.Labels[karpv1.CapacityTypeLabelKey] != karpv1.CapacityTypeOnDemand || got.Labels[karpv1.ZoneLabelKey] != insts[0].Zone {
+		t.Errorf("claim %+v labels %v; instance %+v", got.Status, got.Labels, insts[0])
+	}
+	if !cloudprovider.Fits(claim.Spec.Resources.Requests, got.Status.Allocatable) {
+		t.Errorf("allocatable %v does not hold the requests", got.Status.Allocatable)
+	}
+	its, err := f.Provider.InstanceTypes(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := got.Labels
+	cheapest := ""
+	best := 0.0
+	for _, it := range its {
+		l := it.Requirements.Labels()
+		gen, _ := strconv.Atoi(l[awsv1.LabelInstanceGeneration])
+		if !slices.Contains([]string{"c", "m", "r"}, l[awsv1.LabelInstanceCategory]) || gen <= 5 || l[corev1.LabelArchStable] != "amd64" ||
+			!cloudprovider.Fits(claim.Spec.Resources.Requests, it.Allocatable()) {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if o.CapacityType == karpv1.CapacityTypeOnDemand && (cheapest == "" || o.Price < best) {
+				cheapest, best = it.Name, o.Price
+			}
+		}
+	}
+	if reqs[corev1.LabelInstanceTypeStable] != cheapest {
+		t.Errorf("launched %s, the cheapest fitting type is %s", reqs[corev1.LabelInstanceTypeStable], cheapest)
+	}
+}
+
+func TestInsufficientCapacityFallsToTheNextAndIsRemembered(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc = resolved(t, f, nc)
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+	first, err := f.Provider.Create(ctx, claimFor(nc, np, "probe", requests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cheapest := first.Labels[corev1.LabelInstanceTypeStable]
+	f.AWS.SetInsufficientCapacity(cheapest, "", "on-demand", true)
+	got, err := f.Provider.Create(ctx, claimFor(nc, np, "after-ice", requests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[corev1.LabelInstanceTypeStable] == cheapest {
+		t.Fatalf("launched %s despite its insufficient capacity", cheapest)
+	}
+	unavailable := func() bool {
+		its, err := f.Provider.InstanceTypes(ctx, nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range its {
+			if it.Name != cheapest {
+				continue
+			}
+			for _, o := range it.Offerings {
+				if o.CapacityType == karpv1.CapacityTypeOnDemand && o.Zone == first.Labels[karpv1.ZoneLabelKey] {
+					return !o.Available
+				}
+			}
+		}
+		t.Fatalf("%s not offered", cheapest)
+		return false
+	}
+	if !unavailable() {
+		t.Fatal("the failed offering is still available")
+	}
+	// The next launch skips it without asking EC2 for it.
+	if _, err := f.Provider.Create(ctx, claimFor(nc, np, "skips", requests)); err != nil {
+		t.Fatal(err)
+	}
+	last := f.AWS.Requests("CreateFleet")
+	for k, v := range last[len(last)-1].Form {
+		if strings.HasSuffix(k, ".InstanceType") && v[0] == cheapest {
+			t.Fatalf("the fleet still lists %s (%s)", cheapest, k)
+		}
+	}
+	f.Clock.Step(cloudprovider.DefaultUnavailableTTL)
+	if unavailable() {
+		t.Error("the offering is still unavailable after its entry expired")
+	}
+	// With every candidate short, the launch fails with insufficient capacity naming offerings.
+	for _, z := range f.AWS.Zones() {
+		for k, v := range last[len(last)-1].Form {
+			if strings.HasSuffix(k, ".InstanceType") {
+				f.AWS.SetInsufficientCapacity(v[0], z.Name, "on-demand", true)
+			}
+		}
+	}
+	f.AWS.SetInsufficientCapacity(cheapest, "", "on-demand", true)
+	tiny := claimFor(nc, np, "none-left", requests)
+	tiny.Spec.Requirements = append(tiny.Spec.Requirements, karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable,
+		Operator: karpv1.NodeSelectorOpIn, Values: []string{cheapest}})
+	_, err = f.Provider.Create(ctx, tiny)
+	var ice *cloudprovider.InsufficientCapacityError
+	if !cloudprovider.IsInsufficientCapacity(err) {
+		t.Fatalf("got %v, want an insufficient capacity error", err)
+	}
+	_ = ice
+}
+
+func TestRetriedOrRestartedLaunchBuysOneInstance(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc = resolved(t, f, nc)
+	claim := claimFor(nc, np, "once", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+	// The fleet is created but its answer is lost (a timeout): the call fails.
+	f.AWS.InjectFault("CreateFleet", 1, awsfake.Fault{Code: "InternalError", Message: "lost answer", After: true})
+	if _, err := f.Provider.Create(ctx, claim); err == nil {
+		t.Fatal("the lost answer must fail the call")
+	}
+	// The SDK's own retries reuse the client token; Capstan's retry, and a restarted Capstan,
+	// find the instance by its tag.
+	again, err := f.Provider.Create(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := f.NewProvider(t, f.Clients)
+	third, err := restarted.Create(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts := f.AWS.LiveInstances(aws.NodeClaimTag, "once")
+	if len(insts) != 1 {
+		t.Fatalf("%d instances for one NodeClaim", len(insts))
+	}
+	if again.Status.ProviderID != insts[0].ProviderID() || third.Status.ProviderID != insts[0].ProviderID() {
+		t.Errorf("provider IDs %s, %s; instance %s", again.Status.ProviderID, third.Status.ProviderID, insts[0].ProviderID())
+	}
+	if third.Status.Allocatable.Cpu().IsZero() {
+		t.Errorf("the found instance's claim has no allocatable: %+v", third.Status)
+	}
+}
+
+func TestGetListDelete(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc = resolved(t, f, nc)
+	claim := claimFor(nc, np, "gld", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+	launched, err := f.Provider.Create(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Provider.Get(ctx, launched.Status.ProviderID)
+	if err != nil || got.Name != "gld" || got.Labels[karpv1.NodePoolLabelKey] != "orders" {
+		t.Fatalf("Get: %+v, %v", got, err)
+	}
+	list, err := f.Provider.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Status.ProviderID != launched.Status.ProviderID {
+		t.Fatalf("List: %v, %v", list, err)
+	}
+	claim.Status.ProviderID = launched.Status.ProviderID
+	if err := f.Provider.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	// Terminating: Delete again is fine, Get says gone.
+	if err := f.Provider.Delete(ctx, claim); err != nil {
+		t.Fatalf("second Delete while terminating: %v", err)
+	}
+	if _, err := f.Provider.Get(ctx, launched.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Fatalf("Get after Delete: %v", err)
+	}
+	f.Clock.Step(5 * time.Second)
+	f.AWS.Advance(time.Second)
+	if err := f.Provider.Delete(ctx, claim); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Fatalf("Delete of a terminated instance: %v", err)
+	}
+	if list, err := f.Provider.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("List after termination: %v, %v", list, err)
+	}
+	if _, err := f.Provider.Get(ctx, "aws:///us-east-1a/i-0doesnotexist0000"); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Fatalf("Get of an unknown instance: %v", err)
+	}
+	// A claim whose launch was never recorded is deleted through its tag.
+	unrecorded := claimFor(nc, np, "unrecorded", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+	if _, err := f.Provider.Create(ctx, unrecorded); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Provider.Delete(ctx, unrecorded); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.AWS.LiveInstances(aws.NodeClaimTag, "unrecorded")); n != 0 {
+		t.Fatalf("%d instances left", n)
+	}
+}
+
+func TestNodeRegistersWithTheClaimsAllocatable(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc.Spec.Kubelet = &awsv1.KubeletConfiguration{MaxPods: ptr(int32(40)), SystemReserved: awsv1.ReservedResources{"cpu": "100m", "memory": "200Mi"}}
+	nc = resolved(t, f, nc)
+	for i, requests := range []corev1.ResourceList{
+		{corev1.ResourceCPU: resource.MustParse("1")},
+		{corev1.ResourceCPU: resource.MustParse("7"), corev1.ResourceMemory: resource.MustParse("50Gi")},
+	} {
+		claim := claimFor(nc, np, fmt.Sprintf("kubelet-%d", i), requests)
+		got, err := f.Provider.Create(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := &awsfake.Kubelet{Server: f.AWS, Client: env.Client, BootDelay: time.Nanosecond}
+		f.Clock.Step(time.Second)
+		if err := k.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		inst := f.AWS.LiveInstances(aws.NodeClaimTag, claim.Name)[0]
+		node := &corev1.Node{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: inst.PrivateDNS}, node); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, node) })
+		if node.Spec.ProviderID != got.Status.ProviderID || node.Labels["workload"] != "orders" || node.Labels[karpv1.NodePoolLabelKey] != "orders" {
+			t.Errorf("node %s: providerID %s labels %v", node.Name, node.Spec.ProviderID, node.Labels)
+		}
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
+			a, b := node.Status.Allocatable[name], got.Status.Allocatable[name]
+			if a.Cmp(b) != 0 {
+				t.Errorf("%s: Node allocatable %s %s, NodeClaim's %s", inst.Type, name, a.String(), b.String())
+			}
+		}
+		if got.Status.Capacity.Pods().Value() != 40 {
+			t.Errorf("pods capacity %v, want maxPods 40", got.Status.Capacity.Pods())
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestLabelsAndAllocatableMatchTheCatalog(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, _ := f.Orders(t)
+	nc.Spec.AMISelectorTerms = []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}}
+	nc.Spec.AMIFamily = nil
+	nc = resolved(t, f, nc)
+	if len(nc.Status.AMIs) != 2 {
+		t.Fatalf("al2023@latest resolved to %+v, want one image per architecture", nc.Status.AMIs)
+	}
+	its, err := f.Provider.InstanceTypes(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]catalog.Entry{}
+	for _, e := range entries {
+		byName[e.Name] = e
+	}
+	if len(its) < 700 {
+		t.Fatalf("%d instance types", len(its))
+	}
+	var memOff []string
+	for _, it := range its {
+		e := byName[it.Name]
+		labels := it.Requirements.Labels()
+		for k, v := range e.Labels {
+			if labels[k] != v {
+				t.Errorf("%s: label %s=%q, catalog %q", it.Name, k, labels[k], v)
+			}
+		}
+		alloc := it.Allocatable()
+		for _, name := range []string{"cpu", "pods", "ephemeral-storage"} {
+			want := resource.MustParse(e.Allocatable[name])
+			if got := alloc[corev1.ResourceName(name)]; got.Cmp(want) != 0 {
+				t.Errorf("%s: allocatable %s %s, catalog %s", it.Name, name, got.String(), want.String())
+			}
+		}
+		for name, v := range e.Allocatable {
+			if name == "cpu" || name == "memory" || name == "pods" || name == "ephemeral-storage" || name == "vpc.amazonaws.com/pod-eni" {
+				continue
+			}
+			if got := alloc[corev1.ResourceName(name)]; got.Cmp(resource.MustParse(v)) != 0 {
+				t.Errorf("%s: allocatable %s %s, catalog %s", it.Name, name, got.String(), v)
+			}
+		}
+		// The catalog's Graviton types have 59Mi less memory than EKS's formula gives (the
+		// catalog's source measured them); x86 types match exactly.
+		want := resource.MustParse(e.Allocatable["memory"])
+		if got := alloc[corev1.ResourceMemory]; got.Cmp(want) != 0 {
+			if e.Labels[corev1.LabelArchStable] == "amd64" {
+				t.Errorf("%s: allocatable memory %s, catalog %s", it.Name, got.String(), want.String())
+			}
+			memOff = append(memOff, fmt.Sprintf("%s %s≠%s", it.Name, got.String(), want.String()))
+		}
+		od := false
+		for _, o := range it.Offerings {
+			od = od || o.CapacityType == karpv1.CapacityTypeOnDemand && o.Price == e.OnDemandPriceUSD[catalog.Region]
+		}
+		if !od {
+			t.Errorf("%s: no on-demand offering at the catalog's price %v: %+v", it.Name, e.OnDemandPriceUSD[catalog.Region], it.Offerings)
+		}
+	}
+	t.Logf("memory differs from the catalog for %d of %d types: %v", len(memOff), len(its), first(memOff, 10))
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+var _ = base64.StdEncoding
