@@ -140,7 +140,9 @@ func TestOrdersLaunchIsOneFleetOfCurrentOnDemandTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.Contains(flags, "--register-with-taints=karpenter.sh/unregistered=:NoExecute,workload=orders:NoSchedule") ||
-			!slices.ContainsFunc(flags, func(s string) bool { return strings.Contains(s, "workload=orders") && strings.HasPrefix(s, "--node-labels=") }) {
+			!slices.ContainsFunc(flags, func(s string) bool {
+				return strings.Contains(s, "workload=orders") && strings.HasPrefix(s, "--node-labels=")
+			}) {
 			t.Errorf("kubelet flags %v", flags)
 		}
 		if len(config) != 0 {
