@@ -6,6 +6,7 @@ package metrics
 import (
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -61,6 +62,10 @@ type Metrics struct {
 	AllowedDisruptions  *prometheus.GaugeVec
 	PodsDisrupted       *prometheus.CounterVec
 	DisruptionSavings   *prometheus.CounterVec
+
+	InterruptionReceived *prometheus.CounterVec
+	InterruptionDeleted  prometheus.Counter
+	InterruptionLatency  prometheus.Histogram
 }
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
@@ -109,11 +114,18 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			"Pods on nodes deleted by voluntary disruption (they are evicted by the drain), by NodePool and reason.", NodePool, Reason),
 		DisruptionSavings: counter("capstan_disruption_savings_dollars_per_hour",
 			"Hourly price saved by voluntary disruption commands, summed over the commands carried out, by NodePool and reason.", NodePool, Reason),
+		InterruptionReceived: counter("karpenter_interruption_received_messages_total",
+			"Messages received from the interruption queue, by message type (spot_interrupted, rebalance_recommendation, scheduled_change, instance_stopping, instance_stopped, instance_terminating, instance_terminated, unknown).", "message_type"),
+		InterruptionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "karpenter_interruption_deleted_messages_total",
+			Help: "Messages deleted from the interruption queue (handled, or unreadable)."}),
+		InterruptionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "karpenter_interruption_message_queue_duration_seconds",
+			Help: "Time from a message's arrival on the interruption queue until it was handled and deleted.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
 	}
 	for _, c := range []prometheus.Collector{m.NodeClaimsCreated, m.NodeClaimsLaunched, m.NodeClaimsRegistered, m.NodeClaimsInitialized,
 		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
 		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
-		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings} {
+		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings,
+		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -276,6 +288,24 @@ func (m *Metrics) DisruptionCommand(decision, reason, consolidationType string, 
 	for pool, v := range savingsByPool {
 		if v > 0 {
 			m.DisruptionSavings.WithLabelValues(pool, reason).Add(v)
+		}
+	}
+}
+
+// InterruptionMessage counts a message received from the interruption queue.
+func (m *Metrics) InterruptionMessage(messageType string) {
+	if m != nil {
+		m.InterruptionReceived.WithLabelValues(messageType).Inc()
+	}
+}
+
+// InterruptionDeletedMessage counts a message deleted from the queue, and how long it waited
+// there (a negative age, an unknown arrival, is not observed).
+func (m *Metrics) InterruptionDeletedMessage(age time.Duration) {
+	if m != nil {
+		m.InterruptionDeleted.Inc()
+		if age >= 0 {
+			m.InterruptionLatency.Observe(age.Seconds())
 		}
 	}
 }

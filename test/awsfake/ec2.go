@@ -693,6 +693,8 @@ func (s *Server) Advance(bootDelay time.Duration) {
 			inst.State = "running"
 		case inst.State == "shutting-down" && now.Sub(inst.TerminatedAt) >= 2*time.Second:
 			inst.State = "terminated"
+		case (inst.State == "running" || inst.State == "pending") && !inst.ReclaimAt.IsZero() && !now.Before(inst.ReclaimAt):
+			inst.State, inst.TerminatedAt = "shutting-down", now
 		}
 	}
 }

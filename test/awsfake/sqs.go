@@ -272,3 +272,77 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, url string, max
 		}
 	}
 }
+
+// Event is an EventBridge event as it lands on an interruption queue.
+type Event struct {
+	Version    string         `json:"version"`
+	ID         string         `json:"id"`
+	DetailType string         `json:"detail-type"`
+	Source     string         `json:"source"`
+	Account    string         `json:"account"`
+	Time       time.Time      `json:"time"`
+	Region     string         `json:"region"`
+	Resources  []string       `json:"resources"`
+	Detail     map[string]any `json:"detail"`
+}
+
+func (s *Server) event(source, detailType, instanceID string, detail map[string]any) string {
+	e := Event{Version: "0", ID: newUUID(), DetailType: detailType, Source: source, Account: s.account, Time: s.clock.Now().UTC(),
+		Region: s.region, Resources: []string{fmt.Sprintf("arn:aws:ec2:%s:%s:instance/%s", s.region, s.account, instanceID)}, Detail: detail}
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// SpotInterruptionWarning is the EventBridge message of a Spot interruption warning.
+func (s *Server) SpotInterruptionWarning(instanceID string) string {
+	return s.event("aws.ec2", "EC2 Spot Instance Interruption Warning", instanceID,
+		map[string]any{"instance-id": instanceID, "instance-action": "terminate"})
+}
+
+// RebalanceRecommendation is the EventBridge message of a rebalance recommendation.
+func (s *Server) RebalanceRecommendation(instanceID string) string {
+	return s.event("aws.ec2", "EC2 Instance Rebalance Recommendation", instanceID, map[string]any{"instance-id": instanceID})
+}
+
+// StateChange is the EventBridge message of an instance state change.
+func (s *Server) StateChange(instanceID, state string) string {
+	return s.event("aws.ec2", "EC2 Instance State-change Notification", instanceID, map[string]any{"instance-id": instanceID, "state": state})
+}
+
+// ScheduledChange is the AWS Health message of a scheduled change for instances.
+func (s *Server) ScheduledChange(instanceIDs ...string) string {
+	var entities []map[string]string
+	for _, id := range instanceIDs {
+		entities = append(entities, map[string]string{"entityValue": id})
+	}
+	e := Event{Version: "0", ID: newUUID(), DetailType: "AWS Health Event", Source: "aws.health", Account: s.account, Time: s.clock.Now().UTC(),
+		Region: s.region, Detail: map[string]any{"service": "EC2", "eventTypeCategory": "scheduledChange",
+			"eventTypeCode": "AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED", "affectedEntities": entities}}
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// SpotInterruptionWarningNotice is how long a Spot instance runs after its warning.
+const SpotInterruptionWarningNotice = 2 * time.Minute
+
+// InterruptSpot is the FIS drill aws:ec2:send-spot-instance-interruptions: the warning lands on
+// the queue and the instance terminates two minutes later (on the server's clock).
+func (s *Server) InterruptSpot(instanceID, queueName string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inst := s.instances[instanceID]
+	if inst == nil || inst.State == "terminated" || inst.State == "shutting-down" {
+		return fmt.Errorf("no live instance %s", instanceID)
+	}
+	if inst.Lifecycle != "spot" {
+		return fmt.Errorf("instance %s is not a Spot instance", instanceID)
+	}
+	q := s.queues[queueName]
+	if q == nil {
+		return fmt.Errorf("no queue %s", queueName)
+	}
+	s.send(q, s.event("aws.ec2", "EC2 Spot Instance Interruption Warning", instanceID,
+		map[string]any{"instance-id": instanceID, "instance-action": "terminate"}))
+	inst.ReclaimAt = s.clock.Now().Add(SpotInterruptionWarningNotice)
+	return nil
+}

@@ -67,6 +67,8 @@ type Instance struct {
 	Template map[string]string
 	// FleetToken is the client token of the CreateFleet that launched it.
 	FleetToken string
+	// ReclaimAt is when a Spot interruption terminates it (zero: never).
+	ReclaimAt time.Time
 }
 
 // ProviderID is the instance's Kubernetes provider ID.

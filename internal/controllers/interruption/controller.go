@@ -1,0 +1,292 @@
+// Package interruption consumes the AWS interruption queue: EventBridge messages about Spot
+// interruption warnings, rebalance recommendations, AWS Health scheduled changes and instance
+// state changes, delivered to an SQS queue. For a message about one of Capstan's machines it
+// deletes the NodeClaim (the termination controller drains it, provisioning replaces its pods),
+// marks an interrupted Spot offering unavailable, and records events; then it deletes the
+// message. A message whose handling fails is left on the queue: SQS redelivers it after its
+// visibility timeout and, past the queue's maxReceiveCount, moves it to the dead-letter queue.
+// A message that cannot be read is deleted (it would never succeed).
+package interruption
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/metrics"
+)
+
+// Message types, as karpenter_interruption_received_messages_total labels them.
+const (
+	SpotInterrupted         = "spot_interrupted"
+	RebalanceRecommendation = "rebalance_recommendation"
+	ScheduledChange         = "scheduled_change"
+	InstanceStopping        = "instance_stopping"
+	InstanceStopped         = "instance_stopped"
+	InstanceTerminating     = "instance_terminating"
+	InstanceTerminated      = "instance_terminated"
+	Unknown                 = "unknown"
+)
+
+// Message is what Capstan reads of a message: its type and the instances it is about.
+type Message struct {
+	Type      string
+	Instances []string
+	// Time is when the event happened (EventBridge's time).
+	Time time.Time
+}
+
+// envelope is an EventBridge event.
+type envelope struct {
+	Source     string          `json:"source"`
+	DetailType string          `json:"detail-type"`
+	Time       time.Time       `json:"time"`
+	Resources  []string        `json:"resources"`
+	Detail     json.RawMessage `json:"detail"`
+}
+
+// ErrUnreadable is wrapped by Parse's errors for messages that can never be handled.
+var ErrUnreadable = errors.New("unreadable interruption message")
+
+// Parse reads an EventBridge message body.
+func Parse(body string) (Message, error) {
+	var e envelope
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		return Message{}, fmt.Errorf("%w: %v", ErrUnreadable, err)
+	}
+	m := Message{Time: e.Time}
+	var d struct {
+		InstanceID       string `json:"instance-id"`
+		State            string `json:"state"`
+		Service          string `json:"service"`
+		Category         string `json:"eventTypeCategory"`
+		AffectedEntities []struct {
+			EntityValue string `json:"entityValue"`
+		} `json:"affectedEntities"`
+	}
+	if len(e.Detail) > 0 {
+		if err := json.Unmarshal(e.Detail, &d); err != nil {
+			return Message{}, fmt.Errorf("%w: detail: %v", ErrUnreadable, err)
+		}
+	}
+	switch {
+	case e.Source == "aws.ec2" && e.DetailType == "EC2 Spot Instance Interruption Warning":
+		m.Type, m.Instances = SpotInterrupted, []string{d.InstanceID}
+	case e.Source == "aws.ec2" && e.DetailType == "EC2 Instance Rebalance Recommendation":
+		m.Type, m.Instances = RebalanceRecommendation, []string{d.InstanceID}
+	case e.Source == "aws.ec2" && e.DetailType == "EC2 Instance State-change Notification":
+		switch d.State {
+		case "stopping":
+			m.Type = InstanceStopping
+		case "stopped":
+			m.Type = InstanceStopped
+		case "shutting-down":
+			m.Type = InstanceTerminating
+		case "terminated":
+			m.Type = InstanceTerminated
+		default:
+			// pending, running: nothing to do.
+			m.Type = Unknown
+		}
+		m.Instances = []string{d.InstanceID}
+	case e.Source == "aws.health" && e.DetailType == "AWS Health Event":
+		if d.Service != "EC2" || d.Category != "scheduledChange" {
+			m.Type = Unknown
+			break
+		}
+		m.Type = ScheduledChange
+		for _, a := range d.AffectedEntities {
+			m.Instances = append(m.Instances, a.EntityValue)
+		}
+	default:
+		return Message{}, fmt.Errorf("%w: source %q, detail-type %q", ErrUnreadable, e.Source, e.DetailType)
+	}
+	for _, id := range m.Instances {
+		if !strings.HasPrefix(id, "i-") {
+			return Message{}, fmt.Errorf("%w: %q is not an instance id", ErrUnreadable, id)
+		}
+	}
+	return m, nil
+}
+
+// Controller long-polls the queue and acts on its messages. It is a leader-only Runnable.
+type Controller struct {
+	Client      client.Client
+	SQS         awsprovider.SQSAPI
+	Queue       string
+	Clock       clock.Clock
+	Recorder    events.EventRecorder
+	Metrics     *metrics.Metrics
+	Unavailable *cloudprovider.UnavailableOfferings
+	// WaitTime is the long-poll wait (default 20 s, SQS's maximum).
+	WaitTime time.Duration
+	// Backoff is the pause after a failed receive (default 10 s).
+	Backoff time.Duration
+
+	queueURL string
+}
+
+// NeedLeaderElection makes only the leader consume the queue.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start receives until ctx ends.
+func (c *Controller) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithValues("controller", "interruption", "queue", c.Queue)
+	ctx = log.IntoContext(ctx, logger)
+	backoff := c.Backoff
+	if backoff == 0 {
+		backoff = 10 * time.Second
+	}
+	for ctx.Err() == nil {
+		if err := c.Poll(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "reading the interruption queue")
+			select {
+			case <-ctx.Done():
+			case <-c.Clock.After(backoff):
+			}
+		}
+	}
+	return nil
+}
+
+// Poll receives one batch (long-polling) and handles its messages concurrently.
+func (c *Controller) Poll(ctx context.Context) error {
+	if c.queueURL == "" {
+		out, err := c.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(c.Queue)})
+		if err != nil {
+			return fmt.Errorf("finding queue %s: %w", c.Queue, err)
+		}
+		c.queueURL = aws.ToString(out.QueueUrl)
+	}
+	wait := c.WaitTime
+	if wait == 0 {
+		wait = 20 * time.Second
+	}
+	out, err := c.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(c.queueURL), MaxNumberOfMessages: 10,
+		WaitTimeSeconds: int32(wait / time.Second), VisibilityTimeout: 20,
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameSentTimestamp}})
+	if err != nil {
+		return fmt.Errorf("receiving from queue %s: %w", c.Queue, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(out.Messages))
+	for i, msg := range out.Messages {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.handleMessage(ctx, msg)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Controller) handleMessage(ctx context.Context, msg sqstypes.Message) error {
+	logger := log.FromContext(ctx).WithValues("message-id", aws.ToString(msg.MessageId))
+	m, err := Parse(aws.ToString(msg.Body))
+	if err != nil {
+		c.Metrics.InterruptionMessage(Unknown)
+		logger.Error(err, "deleting an unreadable message")
+		return c.delete(ctx, msg)
+	}
+	c.Metrics.InterruptionMessage(m.Type)
+	if err := c.Handle(log.IntoContext(ctx, logger), m); err != nil {
+		// Left on the queue: redelivered after the visibility timeout, then dead-lettered.
+		return fmt.Errorf("handling %s message %s: %w", m.Type, aws.ToString(msg.MessageId), err)
+	}
+	return c.delete(ctx, msg)
+}
+
+func (c *Controller) delete(ctx context.Context, msg sqstypes.Message) error {
+	if _, err := c.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(c.queueURL), ReceiptHandle: msg.ReceiptHandle}); err != nil {
+		return fmt.Errorf("deleting message %s: %w", aws.ToString(msg.MessageId), err)
+	}
+	age := time.Duration(-1)
+	if ms, err := strconv.ParseInt(msg.Attributes[string(sqstypes.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+		age = c.Clock.Since(time.UnixMilli(ms))
+	}
+	c.Metrics.InterruptionDeletedMessage(age)
+	return nil
+}
+
+// Handle acts on a message: for each of Capstan's machines it names, an event, and — except for
+// a rebalance recommendation — the NodeClaim's deletion. Handling a message twice (a redelivery
+// after a crash) deletes nothing twice and launches nothing twice: a claim already being deleted
+// is left alone, and replacements come from the pods, not from the message.
+func (c *Controller) Handle(ctx context.Context, m Message) error {
+	claims := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, claims); err != nil {
+		return fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	var errs []error
+	for _, id := range m.Instances {
+		for i := range claims.Items {
+			nc := &claims.Items[i]
+			if !strings.HasSuffix(nc.Status.ProviderID, "/"+id) {
+				continue
+			}
+			if err := c.handleClaim(ctx, m, nc); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// eventOf is the event each message type records on its NodeClaim.
+var eventOf = map[string]struct{ reason, note string }{
+	SpotInterrupted:         {"SpotInterrupted", "Spot interruption warning: the instance is reclaimed in two minutes"},
+	RebalanceRecommendation: {"SpotRebalanceRecommendation", "Spot rebalance recommendation: the instance is at elevated risk of interruption"},
+	ScheduledChange:         {"InstanceScheduledChange", "AWS Health scheduled change for the instance"},
+	InstanceStopping:        {"InstanceStopping", "the instance is stopping"},
+	InstanceStopped:         {"InstanceStopped", "the instance stopped"},
+	InstanceTerminating:     {"InstanceTerminating", "the instance is terminating"},
+	InstanceTerminated:      {"InstanceTerminated", "the instance terminated"},
+}
+
+func (c *Controller) handleClaim(ctx context.Context, m Message, nc *karpv1.NodeClaim) error {
+	logger := log.FromContext(ctx).WithValues("NodeClaim", klog.KObj(nc), "message-type", m.Type)
+	ev, ok := eventOf[m.Type]
+	if !ok {
+		return nil
+	}
+	reason, note := ev.reason, ev.note
+	if c.Recorder != nil {
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, reason, "Interrupt", "%s", note)
+	}
+	if m.Type == RebalanceRecommendation {
+		return nil
+	}
+	if m.Type == SpotInterrupted && c.Unavailable != nil && nc.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeSpot {
+		c.Unavailable.MarkUnavailable(cloudprovider.OfferingKey{InstanceType: nc.Labels[corev1.LabelInstanceTypeStable],
+			Zone: nc.Labels[karpv1.ZoneLabelKey], CapacityType: karpv1.CapacityTypeSpot})
+	}
+	if !nc.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := c.Client.Delete(ctx, nc); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("deleting NodeClaim %s: %w", nc.Name, err))
+	}
+	c.Metrics.Disrupted(nc, "interruption")
+	logger.Info("disrupting nodeclaim(s)", "reason", m.Type)
+	return nil
+}
+
