@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 BIN := $(CURDIR)/bin
+CLOUD ?= sim
 # -count=1: the end-to-end tests build and run the capstan binary, which go test cannot track,
 # so a cached pass could hide a change.
 GO_TEST_FLAGS ?= -timeout 45m -count=1
@@ -39,5 +40,5 @@ cluster-down: ## Stop the local cluster and remove its state.
 	@hack/cluster.sh down
 
 .PHONY: run
-run: ## Run Capstan in the foreground on a local cluster with the simulated cloud (Ctrl-C stops all).
-	@hack/run.sh
+run: ## Run Capstan in the foreground on a local cluster with the simulated cloud (CLOUD=aws: on local AWS endpoints).
+	@CLOUD=$(CLOUD) hack/run.sh

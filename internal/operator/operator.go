@@ -191,8 +191,12 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		if err := (&simnodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk}).Register(mgr); err != nil {
 			return nil, err
 		}
-	default:
-		return nil, fmt.Errorf("--cloud-provider %q: the AWS provider is not built yet; use sim", o.CloudProvider)
+	case CloudProviderAWS:
+		p, err := newAWS(cfg, o, mgr, clk, unavailable, log, m)
+		if err != nil {
+			return nil, err
+		}
+		op.Cloud = p
 	}
 	c := mgr.GetClient()
 	launches := &nodeclaims.Launches{}

@@ -51,6 +51,13 @@ type Options struct {
 	FeatureGates        FeatureGates
 	SimStateFile        string
 	Kubeconfig          string
+	// AWS settings (Karpenter's names).
+	AWSRegion               string
+	AWSEndpointURL          string
+	ClusterEndpoint         string
+	ClusterCABundle         string
+	InterruptionQueue       string
+	VMMemoryOverheadPercent float64
 	// Disruption settings (Capstan's own; Karpenter hard-codes its equivalents).
 	DisruptionPollPeriod          time.Duration
 	DisruptionValidationPeriod    time.Duration
@@ -205,6 +212,13 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	dur(&o.DisruptionReplacementTimeout, "disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", 10*time.Minute, "how long a disruption waits for its replacements to initialize before it rolls back")
 	dur(&o.MultiNodeConsolidationTimeout, "multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", time.Minute, "bound on the time one round spends searching for a multi-node (and single-node) consolidation")
 	dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
+	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
+	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
+	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
+	str(&o.ClusterCABundle, "cluster-ca-bundle", "CLUSTER_CA_BUNDLE", "", "base64 PEM CA bundle new nodes trust for the API server (default: Capstan's own)")
+	str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
+	envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
+	fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
 	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
 	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
@@ -269,6 +283,12 @@ func (o Options) Validate() error {
 	}
 	if o.CloudProvider != CloudProviderSim && o.CloudProvider != CloudProviderAWS {
 		bad("cloud-provider", "CLOUD_PROVIDER", o.CloudProvider, "must be sim or aws")
+	}
+	if o.VMMemoryOverheadPercent < 0 || o.VMMemoryOverheadPercent >= 1 {
+		bad("vm-memory-overhead-percent", "VM_MEMORY_OVERHEAD_PERCENT", o.VMMemoryOverheadPercent, "must be a fraction in [0, 1)")
+	}
+	if o.InterruptionQueue != "" && o.CloudProvider != CloudProviderAWS {
+		bad("interruption-queue", "INTERRUPTION_QUEUE", o.InterruptionQueue, "needs --cloud-provider aws")
 	}
 	if o.BatchIdleDuration <= 0 {
 		bad("batch-idle-duration", "BATCH_IDLE_DURATION", o.BatchIdleDuration, "must be positive")

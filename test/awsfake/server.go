@@ -205,6 +205,10 @@ var pricingRegions = []string{"us-east-1", "ap-south-1", "eu-central-1"}
 
 // ServeHTTP dispatches by the service the request is signed for.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, AdminPrefix) {
+		s.admin(w, r)
+		return
+	}
 	m := scopeRE.FindStringSubmatch(r.Header.Get("Authorization"))
 	if m == nil {
 		http.Error(w, "missing SigV4 authorization", http.StatusForbidden)

@@ -1,0 +1,65 @@
+package operator
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
+	"capstan.dev/capstan/internal/controllers/interruption"
+	"capstan.dev/capstan/internal/metrics"
+)
+
+// newAWS builds the AWS provider and its controllers: EC2NodeClass resolution and, with
+// --interruption-queue, the interruption queue's consumer.
+func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, unavailable *cloudprovider.UnavailableOfferings,
+	log logr.Logger, m *metrics.Metrics) (*aws.Provider, error) {
+	clients, err := aws.NewClients(context.Background(), aws.ClientOptions{Region: o.AWSRegion, EndpointURL: o.AWSEndpointURL})
+	if err != nil {
+		return nil, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery client: %w", err)
+	}
+	endpoint, ca := o.ClusterEndpoint, o.ClusterCABundle
+	if endpoint == "" {
+		endpoint = cfg.Host
+	}
+	if ca == "" && len(cfg.CAData) > 0 {
+		ca = base64.StdEncoding.EncodeToString(cfg.CAData)
+	}
+	p := aws.NewProvider(mgr.GetClient(), clients, clk, unavailable, aws.Options{
+		ClusterName: o.ClusterName, ClusterEndpoint: endpoint, ClusterCABundle: ca,
+		VMMemoryOverheadPercent: o.VMMemoryOverheadPercent, Log: log.WithName("aws"),
+		KubernetesVersion: func(context.Context) (string, error) { return kubeMinorVersion(dc) },
+	})
+	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter")}).Register(mgr); err != nil {
+		return nil, err
+	}
+	if o.InterruptionQueue != "" {
+		if err := mgr.Add(&interruption.Controller{Client: mgr.GetClient(), SQS: clients.SQS, Queue: o.InterruptionQueue, Clock: clk,
+			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Unavailable: unavailable}); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// kubeMinorVersion is the API server's "major.minor" ("1.37"), as AMI aliases name it.
+func kubeMinorVersion(dc discovery.ServerVersionInterface) (string, error) {
+	v, err := dc.ServerVersion()
+	if err != nil {
+		return "", fmt.Errorf("reading the API server's version: %w", err)
+	}
+	return v.Major + "." + strings.TrimSuffix(v.Minor, "+"), nil
+}
