@@ -28,7 +28,8 @@ var ephemeralTaintKeys = []string{
 }
 
 // SchedulingTaints are the node's taints as pods will see them once it is up. The unregistered
-// taint goes away at registration; until its NodeClaim (nc, nil when unknown) is initialized, a
+// taint goes away at registration of a node whose NodeClaim lives; a node carrying it without one
+// (a machine that registered again after its claim was deleted) keeps it and takes no pods. Until its NodeClaim (nc, nil when unknown) is initialized, a
 // node is the in-flight capacity it is, so its startup taints and the ephemeral not-ready,
 // unreachable and uninitialized taints do not count — its pods are not planned onto a second
 // machine. On a Ready node the not-ready and unreachable taints are stale whatever its claim
@@ -36,10 +37,11 @@ var ephemeralTaintKeys = []string{
 // pass that saw them in that moment bought a machine for pods that had room.
 func SchedulingTaints(n *corev1.Node, nc *karpv1.NodeClaim) []corev1.Taint {
 	starting := nc != nil && !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
+	claimed := nc != nil && nc.DeletionTimestamp.IsZero()
 	ready := NodeReady(n)
 	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool {
 		if t.Key == karpv1.UnregisteredTaintKey {
-			return true
+			return claimed
 		}
 		if ready && (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable) {
 			return true

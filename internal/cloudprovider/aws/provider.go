@@ -565,14 +565,16 @@ func instanceID(providerID string) (string, error) {
 	return rest[i+1:], nil
 }
 
-// Get implements CloudProvider. A terminated or terminating instance is not found.
+// Get implements CloudProvider. A terminated instance is not found; one shutting down still is:
+// its kubelet may still run, and the termination controller must not delete its Node (which the
+// kubelet would register again) before it is gone.
 func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
 	id, err := instanceID(providerID)
 	if err != nil {
 		return nil, err
 	}
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
-	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || !live(insts[0])) {
+	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || terminated(insts[0])) {
 		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
 	}
 	if err != nil {
@@ -581,8 +583,8 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClai
 	return p.instanceClaim(ctx, insts[0], nil)
 }
 
-func live(inst ec2types.Instance) bool {
-	return inst.State != nil && slices.Contains(liveStates, string(inst.State.Name))
+func terminated(inst ec2types.Instance) bool {
+	return inst.State == nil || inst.State.Name == ec2types.InstanceStateNameTerminated
 }
 
 // List implements CloudProvider: the live instances tagged for this cluster and launched for a
@@ -621,7 +623,7 @@ func (p *Provider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
 		id = aws.ToString(inst.InstanceId)
 	}
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
-	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || insts[0].State == nil || insts[0].State.Name == ec2types.InstanceStateNameTerminated) {
+	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || terminated(insts[0])) {
 		return &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
 	}
 	if err != nil {

@@ -324,15 +324,18 @@ func TestGetListDelete(t *testing.T) {
 	if err := f.Provider.Delete(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	// Terminating: Delete again is fine, Get says gone.
+	// Shutting down: Delete again is fine, Get still finds it (its kubelet may still run).
 	if err := f.Provider.Delete(ctx, claim); err != nil {
 		t.Fatalf("second Delete while terminating: %v", err)
 	}
-	if _, err := f.Provider.Get(ctx, launched.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
-		t.Fatalf("Get after Delete: %v", err)
+	if _, err := f.Provider.Get(ctx, launched.Status.ProviderID); err != nil {
+		t.Fatalf("Get while shutting down: %v", err)
 	}
 	f.Clock.Step(5 * time.Second)
 	f.AWS.Advance(time.Second)
+	if _, err := f.Provider.Get(ctx, launched.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Fatalf("Get after termination: %v", err)
+	}
 	if err := f.Provider.Delete(ctx, claim); !cloudprovider.IsNodeClaimNotFound(err) {
 		t.Fatalf("Delete of a terminated instance: %v", err)
 	}

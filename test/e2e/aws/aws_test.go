@@ -1,0 +1,208 @@
+package aws
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/catalog"
+	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/test/awsfake"
+)
+
+// pool creates an EC2NodeClass (al2023@latest, the cluster's discovery-tagged subnets and
+// security group) and a NodePool labelling its machines pool=<name>.
+func pool(t *testing.T, name string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) {
+	t.Helper()
+	nc := &awsv1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: awsv1.EC2NodeClassSpec{
+		Role:                       "KarpenterNodeRole-" + cluster,
+		AMISelectorTerms:           []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}},
+		SubnetSelectorTerms:        []awsv1.SubnetSelectorTerm{{Tags: awsv1.SelectorTags{"karpenter.sh/discovery": cluster}}},
+		SecurityGroupSelectorTerms: []awsv1.SecurityGroupSelectorTerm{{Tags: awsv1.SelectorTags{"karpenter.sh/discovery": cluster}}},
+	}}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	np.Spec.Template.ObjectMeta.Labels = map[string]string{"pool": name}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: awsv1.Group, Kind: "EC2NodeClass", Name: name}
+	np.Spec.Template.Spec.Requirements = reqs
+	for _, o := range []client.Object{nc, np} {
+		if err := s.client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = s.client.Delete(ctx, np)
+		eventuallyGone(t, name)
+		_ = s.client.Delete(ctx, nc)
+	})
+}
+
+// eventuallyGone waits for a pool's claims to go and checks its instances went with them.
+func eventuallyGone(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(claims(t, name)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+	}
+	if n := len(s.aws.LiveInstances(karpv1.NodePoolLabelKey, name)); n != 0 && ctx.Err() == nil {
+		t.Errorf("pool %s left %d live instances", name, n)
+	}
+}
+
+func req(key string, op karpv1.NodeSelectorOperator, values ...string) karpv1.NodeSelectorRequirementWithMinValues {
+	return karpv1.NodeSelectorRequirementWithMinValues{Key: key, Operator: op, Values: values}
+}
+
+func TestOrdersRunbook(t *testing.T) {
+	fleetsBefore := len(s.aws.Requests("CreateFleet"))
+	objs := manifests(t, "orders.yaml", nil)
+	nc := objs[0].(*awsv1.EC2NodeClass)
+	eventually(t, "the orders EC2NodeClass Ready", time.Minute, func(ctx context.Context) (bool, error) {
+		got := &awsv1.EC2NodeClass{}
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(nc), got); err != nil {
+			return false, err
+		}
+		nc = got
+		return meta.IsStatusConditionTrue(got.Status.Conditions, awsv1.ConditionTypeReady), nil
+	})
+	if len(nc.Status.Subnets) != 3 || len(nc.Status.SecurityGroups) != 1 || len(nc.Status.AMIs) != 1 || nc.Status.AMIs[0].ID != nc.Spec.AMISelectorTerms[0].ID {
+		t.Errorf("status %+v", nc.Status)
+	}
+	manifests(t, "orders-worker.yaml", nil)
+	eventually(t, "the orders workers Running", 2*time.Minute, running(t, "orders-worker", 3))
+
+	ncs := claims(t, "orders")
+	fleets := s.aws.Requests("CreateFleet")[fleetsBefore:]
+	if len(ncs) == 0 || len(fleets) != len(ncs) {
+		t.Fatalf("%d NodeClaims, %d CreateFleet calls: want one fleet per claim", len(ncs), len(fleets))
+	}
+	entries, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]map[string]string{}
+	for _, e := range entries {
+		labels[e.Name] = e.Labels
+	}
+	for _, f := range fleets {
+		if f.Form.Get("TargetCapacitySpecification.DefaultTargetCapacityType") != "on-demand" {
+			t.Errorf("fleet capacity type %q", f.Form.Get("TargetCapacitySpecification.DefaultTargetCapacityType"))
+		}
+		for k, v := range f.Form {
+			if !strings.HasSuffix(k, ".InstanceType") {
+				continue
+			}
+			l := labels[v[0]]
+			gen, _ := strconv.Atoi(l[awsv1.LabelInstanceGeneration])
+			if !slices.Contains([]string{"c", "m", "r"}, l[awsv1.LabelInstanceCategory]) || gen <= 5 || l[corev1.LabelArchStable] != "amd64" {
+				t.Errorf("override %s=%s is not an amd64 c/m/r type of generation > 5", k, v[0])
+			}
+		}
+	}
+	for name, lt := range s.aws.LaunchTemplates() {
+		if !strings.HasPrefix(name, "capstan/"+cluster+"/") {
+			continue
+		}
+		if lt.Data["ImageId"] == nc.Status.AMIs[0].ID && (lt.Data["MetadataOptions.HttpTokens"] != "required" || lt.Data["MetadataOptions.HttpPutResponseHopLimit"] != "1") {
+			t.Errorf("launch template %s metadata options %v", name, lt.Data)
+		}
+	}
+	for _, claim := range ncs {
+		insts := s.aws.LiveInstances(aws.NodeClaimTag, claim.Name)
+		if len(insts) != 1 {
+			t.Fatalf("NodeClaim %s has %d instances", claim.Name, len(insts))
+		}
+		for k, v := range map[string]string{"team": "orders", "cost-center": "4711", "karpenter.sh/nodepool": "orders",
+			"kubernetes.io/cluster/" + cluster: "owned", "eks:eks-cluster-name": cluster} {
+			if insts[0].Tags[k] != v {
+				t.Errorf("instance %s tag %s=%q, want %q", insts[0].ID, k, insts[0].Tags[k], v)
+			}
+		}
+		node := &corev1.Node{}
+		if err := s.client.Get(t.Context(), client.ObjectKey{Name: claim.Status.NodeName}, node); err != nil {
+			t.Fatalf("node of %s: %v", claim.Name, err)
+		}
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
+			a, b := node.Status.Allocatable[r], claim.Status.Allocatable[r]
+			if a.Cmp(b) != 0 {
+				t.Errorf("node %s allocatable %s %s, NodeClaim's %s", node.Name, r, a.String(), b.String())
+			}
+		}
+	}
+}
+
+func TestSpotDrill(t *testing.T) {
+	pool(t, "spot", req(karpv1.CapacityTypeLabelKey, karpv1.NodeSelectorOpIn, karpv1.CapacityTypeSpot),
+		req(corev1.LabelArchStable, karpv1.NodeSelectorOpIn, "amd64"), req(awsv1.LabelInstanceCategory, karpv1.NodeSelectorOpIn, "c", "m"))
+	workers(t, "spot-workers", 2, map[string]string{"pool": "spot"}, nil)
+	eventually(t, "the spot workers Running", 2*time.Minute, running(t, "spot-workers", 2))
+	victim := claims(t, "spot")[0]
+	insts := s.aws.LiveInstances(aws.NodeClaimTag, victim.Name)
+	if len(insts) != 1 || insts[0].Lifecycle != "spot" {
+		t.Fatalf("instances of %s: %+v", victim.Name, insts)
+	}
+	id := insts[0].ID
+	if err := s.aws.InterruptSpot(id, queue); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(awsfake.SpotInterruptionWarningNotice)
+	eventually(t, "the interrupted machine drained and terminated", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		got := &karpv1.NodeClaim{}
+		err := s.client.Get(ctx, client.ObjectKeyFromObject(&victim), got)
+		return client.IgnoreNotFound(err) == nil && err != nil && len(s.aws.LiveInstances(aws.NodeClaimTag, victim.Name)) == 0, nil
+	})
+	if !time.Now().Before(deadline) {
+		t.Errorf("the instance was gone only after the interruption deadline")
+	}
+	eventually(t, "the spot workers Running on a replacement", 2*time.Minute, running(t, "spot-workers", 2))
+	if msgs := s.aws.Messages(queue); len(msgs) != 0 {
+		t.Errorf("messages left on the queue: %+v", msgs)
+	}
+	if dlq := s.aws.Messages(queue + "-dlq"); len(dlq) != 0 {
+		t.Errorf("messages dead-lettered: %+v", dlq)
+	}
+	for _, c := range claims(t, "spot") {
+		if c.Name == victim.Name {
+			t.Errorf("the interrupted claim %s is still there", c.Name)
+		}
+	}
+}
+
+func TestRestartMidLaunchBuysOneInstancePerClaim(t *testing.T) {
+	pool(t, "restart", req(karpv1.CapacityTypeLabelKey, karpv1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand))
+	before := s.aws.Calls("CreateFleet")
+	workers(t, "restart-workers", 4, map[string]string{"pool": "restart"}, nil)
+	eventually(t, "a fleet", time.Minute, func(context.Context) (bool, error) { return s.aws.Calls("CreateFleet") > before, nil })
+	stopCapstan(syscall.SIGKILL)
+	if err := startCapstan(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the workers Running after the restart", 2*time.Minute, running(t, "restart-workers", 4))
+	live := s.aws.LiveInstances(karpv1.NodePoolLabelKey, "restart")
+	perClaim := map[string]int{}
+	for _, inst := range live {
+		perClaim[inst.Tags[aws.NodeClaimTag]]++
+	}
+	ncs := claims(t, "restart")
+	for _, c := range ncs {
+		if perClaim[c.Name] != 1 {
+			t.Errorf("NodeClaim %s has %d live instances", c.Name, perClaim[c.Name])
+		}
+		delete(perClaim, c.Name)
+	}
+	if len(perClaim) != 0 {
+		t.Errorf("instances without a NodeClaim: %v", perClaim)
+	}
+}
