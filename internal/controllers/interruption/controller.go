@@ -289,4 +289,3 @@ func (c *Controller) handleClaim(ctx context.Context, m Message, nc *karpv1.Node
 	logger.Info("disrupting nodeclaim(s)", "reason", m.Type)
 	return nil
 }
-
