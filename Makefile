@@ -15,13 +15,14 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and controller-gen (cached).
+tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, controller-gen, staticcheck and helm (cached).
 	@hack/tools.sh
 
 .PHONY: generate
 generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+	rm -f charts/capstan-crd/templates/*.yaml && cp config/crd/*.yaml charts/capstan-crd/templates/
 
 .PHONY: verify
 verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout checks.

@@ -2,6 +2,7 @@ package aws
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,9 +10,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
@@ -204,5 +209,47 @@ func TestRestartMidLaunchBuysOneInstancePerClaim(t *testing.T) {
 	}
 	if len(perClaim) != 0 {
 		t.Errorf("instances without a NodeClaim: %v", perClaim)
+	}
+}
+
+// TestChartIdentityIsLeastPrivilege: Capstan, running as the chart's ServiceAccount, did every
+// test's job without a denied call, and what it does not need is denied.
+func TestChartIdentityIsLeastPrivilege(t *testing.T) {
+	b, err := os.ReadFile(s.capstanLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "forbidden") {
+			t.Errorf("a call was denied: %s", line)
+		}
+	}
+	cfg := rest.CopyConfig(s.cluster.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	as, err := client.New(cfg, client.Options{Scheme: s.client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for what, call := range map[string]func() error{
+		"list secrets": func() error { return as.List(ctx, &corev1.SecretList{}) },
+		"create a deployment": func() error {
+			return as.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}})
+		},
+		"update another lease": func() error {
+			return as.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "someone-else", Namespace: "default"}})
+		},
+		"delete a NodePool": func() error { return as.DeleteAllOf(ctx, &karpv1.NodePool{}) },
+		"write an EC2NodeClass spec": func() error {
+			return as.Create(ctx, &awsv1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
+		},
+	} {
+		if err := call(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s as %s: %v, want forbidden", what, serviceAccount, err)
+		}
+	}
+	// And what it needs is allowed (a sample; the other tests exercise the rest).
+	if err := as.List(ctx, &karpv1.NodeClaimList{}); err != nil {
+		t.Errorf("list NodeClaims: %v", err)
 	}
 }

@@ -39,11 +39,13 @@ const (
 
 type suite struct {
 	dir, binary, capstanLog string
-	cluster                 *localcluster.Cluster
-	client                  client.Client
-	aws                     *awsfake.Server
-	capstan                 *exec.Cmd
-	stopKubelet             context.CancelFunc
+	// kubeconfig impersonates the chart's ServiceAccount.
+	kubeconfig  string
+	cluster     *localcluster.Cluster
+	client      client.Client
+	aws         *awsfake.Server
+	capstan     *exec.Cmd
+	stopKubelet context.CancelFunc
 }
 
 var s suite
@@ -103,6 +105,9 @@ func run(m *testing.M) (int, error) {
 	s.stopKubelet = cancel
 	go func() { _ = (&awsfake.Kubelet{Server: s.aws, Client: s.client, Kwok: true}).Start(ctx) }()
 	defer cancel()
+	if err := installChart(root); err != nil {
+		return 0, err
+	}
 	s.capstanLog = filepath.Join(dir, "capstan.log")
 	if err := startCapstan(); err != nil {
 		return 0, err
@@ -135,7 +140,8 @@ func startCapstan() error {
 	}
 	metrics := l.Addr().String()
 	_ = l.Close()
-	cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--disable-leader-election",
+	// Capstan acts as the chart's ServiceAccount, with leader election as the chart runs it.
+	cmd := exec.Command(s.binary, "--kubeconfig", s.kubeconfig, "--leader-election-namespace="+chartNamespace,
 		"--metrics-bind-address="+metrics, "--health-probe-bind-address=127.0.0.1:0",
 		"--cloud-provider=aws", "--cluster-name="+cluster, "--aws-endpoint-url="+s.aws.URL(), "--aws-region="+s.aws.Region(),
 		"--interruption-queue="+queue, "--batch-idle-duration=1s", "--batch-max-duration=10s")
