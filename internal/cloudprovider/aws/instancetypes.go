@@ -63,7 +63,7 @@ func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
 		p.market = m
 	}
 	if m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL {
-		od, spot, err := p.describePrices(ctx, m)
+		od, spot, err := p.describePrices(ctx)
 		c := *m
 		if err != nil {
 			if !p.pricingFailing {
@@ -71,7 +71,7 @@ func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
 			}
 			p.pricingFailing = true
 			if c.onDemand == nil {
-				c.onDemand, c.spot = p.fallbackPrices(m), map[string]map[string]float64{}
+				c.onDemand, c.spot = p.fallbackPrices(), map[string]map[string]float64{}
 			}
 		} else {
 			p.pricingFailing = false
@@ -144,7 +144,7 @@ type priceDocument struct {
 	} `json:"terms"`
 }
 
-func (p *Provider) describePrices(ctx context.Context, m *market) (map[string]float64, map[string]map[string]float64, error) {
+func (p *Provider) describePrices(ctx context.Context) (map[string]float64, map[string]map[string]float64, error) {
 	od := map[string]float64{}
 	pg := pricing.NewGetProductsPaginator(p.clients.Pricing, &pricing.GetProductsInput{ServiceCode: aws.String("AmazonEC2"),
 		Filters: p.pricingFilters(), FormatVersion: aws.String("aws_v1")})
@@ -193,14 +193,13 @@ func (p *Provider) describePrices(ctx context.Context, m *market) (map[string]fl
 			spot[it][zone] = v
 		}
 	}
-	_ = m
 	return od, spot, nil
 }
 
 // fallbackPrices are the embedded catalog's on-demand prices (us-east-1's), used when the
 // Pricing API cannot be read before any success: better than no price, which would make every
 // type unlaunchable.
-func (p *Provider) fallbackPrices(m *market) map[string]float64 {
+func (p *Provider) fallbackPrices() map[string]float64 {
 	out := map[string]float64{}
 	entries, err := catalog.Load()
 	if err != nil {
@@ -211,7 +210,6 @@ func (p *Provider) fallbackPrices(m *market) map[string]float64 {
 			out[e.Name] = v
 		}
 	}
-	_ = m
 	return out
 }
 

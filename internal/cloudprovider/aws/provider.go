@@ -443,21 +443,6 @@ func clientToken(claim *karpv1.NodeClaim) string {
 	return t
 }
 
-// typeInfo is the market's facts for a type.
-func (p *Provider) typeInfo(name string) (ec2types.InstanceTypeInfo, bool) {
-	p.marketMu.Lock()
-	defer p.marketMu.Unlock()
-	if p.market == nil {
-		return ec2types.InstanceTypeInfo{}, false
-	}
-	for _, t := range p.market.types {
-		if string(t.InstanceType) == name {
-			return t, true
-		}
-	}
-	return ec2types.InstanceTypeInfo{}, false
-}
-
 // claimFor is the NodeClaim view of a launched instance.
 func (p *Provider) claimFor(id string, it *cloudprovider.InstanceType, typeName, zone, capacityType, image string, launched time.Time) *karpv1.NodeClaim {
 	nc := &karpv1.NodeClaim{
