@@ -63,19 +63,24 @@ func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
 		p.market = m
 	}
 	if m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL {
-		od, spot, err := p.describePrices(ctx)
 		c := *m
-		if err != nil {
-			if !p.pricingFailing {
-				p.log.Error(err, "reading prices; using the last known or the embedded catalog's")
-			}
-			p.pricingFailing = true
-			if c.onDemand == nil {
-				c.onDemand, c.spot = p.fallbackPrices(), map[string]map[string]float64{}
-			}
+		od, err := p.onDemandPrices(ctx)
+		switch {
+		case err == nil:
+			c.onDemand = od
+			p.warnOnce("on-demand", nil)
+		case c.onDemand == nil:
+			c.onDemand = p.fallbackPrices()
+			p.warnOnce("on-demand", fmt.Errorf("%w; using the embedded catalog's us-east-1 prices until it answers", err))
+		default:
+			p.warnOnce("on-demand", fmt.Errorf("%w; keeping the last prices read", err))
+		}
+		spot, err := p.spotPrices(ctx)
+		if err == nil {
+			c.spot = spot
+			p.warnOnce("spot", nil)
 		} else {
-			p.pricingFailing = false
-			c.onDemand, c.spot = od, spot
+			p.warnOnce("spot", fmt.Errorf("%w; keeping the last prices read (on-demand prices for types without one)", err))
 		}
 		c.priced = now
 		c.version = p.nextVersion()
@@ -144,19 +149,36 @@ type priceDocument struct {
 	} `json:"terms"`
 }
 
-func (p *Provider) describePrices(ctx context.Context) (map[string]float64, map[string]map[string]float64, error) {
+// warnOnce logs a price source's failure when it starts failing (err) and its recovery (nil),
+// not on every refresh.
+func (p *Provider) warnOnce(source string, err error) {
+	if p.priceFailures == nil {
+		p.priceFailures = map[string]bool{}
+	}
+	switch {
+	case err != nil && !p.priceFailures[source]:
+		p.log.Error(err, "reading prices", "source", source)
+		p.priceFailures[source] = true
+	case err == nil && p.priceFailures[source]:
+		p.log.Info("reading prices again", "source", source)
+		p.priceFailures[source] = false
+	}
+}
+
+// onDemandPrices reads on-demand prices from the Pricing API.
+func (p *Provider) onDemandPrices(ctx context.Context) (map[string]float64, error) {
 	od := map[string]float64{}
 	pg := pricing.NewGetProductsPaginator(p.clients.Pricing, &pricing.GetProductsInput{ServiceCode: aws.String("AmazonEC2"),
 		Filters: p.pricingFilters(), FormatVersion: aws.String("aws_v1")})
 	for pg.HasMorePages() {
 		out, err := pg.NextPage(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("reading on-demand prices: %w", err)
+			return nil, fmt.Errorf("reading on-demand prices: %w", err)
 		}
 		for _, doc := range out.PriceList {
 			var d priceDocument
 			if err := json.Unmarshal([]byte(doc), &d); err != nil {
-				return nil, nil, fmt.Errorf("reading on-demand prices: decoding a price list entry: %w", err)
+				return nil, fmt.Errorf("reading on-demand prices: decoding a price list entry: %w", err)
 			}
 			for _, term := range d.Terms.OnDemand {
 				for _, dim := range term.PriceDimensions {
@@ -167,6 +189,11 @@ func (p *Provider) describePrices(ctx context.Context) (map[string]float64, map[
 			}
 		}
 	}
+	return od, nil
+}
+
+// spotPrices reads the current spot prices from EC2's spot price history.
+func (p *Provider) spotPrices(ctx context.Context) (map[string]map[string]float64, error) {
 	spot := map[string]map[string]float64{}
 	newest := map[string]time.Time{}
 	sp := ec2.NewDescribeSpotPriceHistoryPaginator(p.clients.EC2, &ec2.DescribeSpotPriceHistoryInput{
@@ -174,7 +201,7 @@ func (p *Provider) describePrices(ctx context.Context) (map[string]float64, map[
 	for sp.HasMorePages() {
 		out, err := sp.NextPage(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("reading spot prices: %w", err)
+			return nil, fmt.Errorf("reading spot prices: %w", err)
 		}
 		for _, s := range out.SpotPriceHistory {
 			it, zone := string(s.InstanceType), aws.ToString(s.AvailabilityZone)
@@ -193,7 +220,7 @@ func (p *Provider) describePrices(ctx context.Context) (map[string]float64, map[
 			spot[it][zone] = v
 		}
 	}
-	return od, spot, nil
+	return spot, nil
 }
 
 // fallbackPrices are the embedded catalog's on-demand prices (us-east-1's), used when the
@@ -507,9 +534,15 @@ func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovide
 				case ec2types.UsageClassTypeOnDemand:
 					offerings = append(offerings, cloudprovider.Offering{Zone: z, CapacityType: karpv1.CapacityTypeOnDemand, Price: od, Available: true})
 				case ec2types.UsageClassTypeSpot:
+					// Before the spot price history was ever read, the on-demand price stands in
+					// (never cheaper than the truth); once read, a pool without a price is not
+					// offered.
 					sp, ok := m.spot[name][z]
-					if !ok {
+					if !ok && m.spot != nil {
 						continue
+					}
+					if !ok {
+						sp = od
 					}
 					offerings = append(offerings, cloudprovider.Offering{Zone: z, CapacityType: karpv1.CapacityTypeSpot, Price: sp, Available: true})
 				}

@@ -64,10 +64,10 @@ type Provider struct {
 	opts        Options
 	log         logr.Logger
 
-	marketMu       sync.Mutex
-	market         *market
-	versionSeq     int
-	pricingFailing bool
+	marketMu      sync.Mutex
+	market        *market
+	versionSeq    int
+	priceFailures map[string]bool
 
 	builtMu sync.Mutex
 	built   map[types.UID]builtTypes

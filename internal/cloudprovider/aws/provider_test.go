@@ -478,3 +478,52 @@ func first(s []string, n int) []string {
 }
 
 var _ = base64.StdEncoding
+
+func TestPricesFallBackWhenPricingIsUnreachable(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, _ := f.Orders(t)
+	nc = resolved(t, f, nc)
+	// The Pricing API fails (an isolated VPC); so does the spot price history, once.
+	f.AWS.InjectFault("GetProducts", 100, awsfake.Fault{Code: "AccessDeniedException", Message: "no pricing here", Status: 403})
+	f.AWS.InjectFault("DescribeSpotPriceHistory", 1, awsfake.Fault{Code: "UnauthorizedOperation", Message: "not allowed", Status: 403})
+	its, err := f.Provider.InstanceTypes(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := map[string]float64{}
+	for _, e := range entries {
+		price[e.Name] = e.OnDemandPriceUSD[catalog.Region]
+	}
+	if len(its) < 100 {
+		t.Fatalf("%d types without the Pricing API", len(its))
+	}
+	for _, it := range its {
+		for _, o := range it.Offerings {
+			if o.Price != price[it.Name] {
+				t.Fatalf("%s %s: %v, want the catalog's on-demand price %v (spot too, before any spot price was read)", it.Name, o.CapacityType, o.Price, price[it.Name])
+			}
+		}
+	}
+	// The next refresh reads spot prices again; on-demand stays on the fallback.
+	f.Clock.Step(11 * time.Minute)
+	its, err = f.Provider.InstanceTypes(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cheaper := 0
+	for _, it := range its {
+		for _, o := range it.Offerings {
+			if o.CapacityType == karpv1.CapacityTypeSpot && o.Price < price[it.Name] {
+				cheaper++
+			}
+		}
+	}
+	if cheaper == 0 {
+		t.Error("spot prices were not read again")
+	}
+}
