@@ -212,6 +212,46 @@ func TestRestartMidLaunchBuysOneInstancePerClaim(t *testing.T) {
 	}
 }
 
+func TestNewImageBehindTheAliasDriftsAndReplaces(t *testing.T) {
+	pool(t, "drift", req(karpv1.CapacityTypeLabelKey, karpv1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
+		req(corev1.LabelArchStable, karpv1.NodeSelectorOpIn, "amd64"))
+	workers(t, "drift-workers", 2, map[string]string{"pool": "drift"}, nil)
+	eventually(t, "the workers Running", 2*time.Minute, running(t, "drift-workers", 2))
+	old := claims(t, "drift")
+	// A new AL2023 release: the alias's parameter points at a new image.
+	param := "/aws/service/eks/optimized-ami/1.37/amazon-linux-2023/x86_64/standard/recommended/image_id"
+	prev := s.aws.Parameter(param)
+	s.aws.AddImage(awsfake.Image{ID: "ami-0e2edrift00000001", Name: "amazon-eks-node-al2023-x86_64-standard-1.37-v20261201",
+		Owner: "602401143452", Architecture: "x86_64", Created: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Tags: map[string]string{}})
+	s.aws.SetParameter(param, "ami-0e2edrift00000001")
+	t.Cleanup(func() { s.aws.SetParameter(param, prev) })
+	// The class is resolved again at its next resync; a change of the class brings it forward.
+	nc := &awsv1.EC2NodeClass{}
+	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "drift"}, nc); err != nil {
+		t.Fatal(err)
+	}
+	orig := nc.DeepCopy()
+	nc.Annotations = map[string]string{"e2e.capstan.dev/poke": "1"}
+	if err := s.client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the old claims replaced by claims on the new image", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		now := claims(t, "drift")
+		for _, c := range now {
+			for _, o := range old {
+				if c.Name == o.Name {
+					return false, nil
+				}
+			}
+			if c.Status.ImageID != "ami-0e2edrift00000001" {
+				return false, nil
+			}
+		}
+		return len(now) > 0, nil
+	})
+	eventually(t, "the workers Running after the drift", 2*time.Minute, running(t, "drift-workers", 2))
+}
+
 // TestChartIdentityIsLeastPrivilege: Capstan, running as the chart's ServiceAccount, did every
 // test's job without a denied call, and what it does not need is denied.
 func TestChartIdentityIsLeastPrivilege(t *testing.T) {

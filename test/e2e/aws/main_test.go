@@ -144,7 +144,8 @@ func startCapstan() error {
 	cmd := exec.Command(s.binary, "--kubeconfig", s.kubeconfig, "--leader-election-namespace="+chartNamespace,
 		"--metrics-bind-address="+metrics, "--health-probe-bind-address=127.0.0.1:0",
 		"--cloud-provider=aws", "--cluster-name="+cluster, "--aws-endpoint-url="+s.aws.URL(), "--aws-region="+s.aws.Region(),
-		"--interruption-queue="+queue, "--batch-idle-duration=1s", "--batch-max-duration=10s")
+		"--interruption-queue="+queue, "--batch-idle-duration=1s", "--batch-max-duration=10s",
+		"--disruption-validation-period=2s", "--disruption-poll-period=2s")
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=e2e", "AWS_SECRET_ACCESS_KEY=e2e", "AWS_EC2_METADATA_DISABLED=true")
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

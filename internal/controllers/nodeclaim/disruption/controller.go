@@ -48,9 +48,37 @@ func (c *Controller) Name() string { return "nodeclaim.disruption" }
 // Register adds the controller to a manager; changes of a NodePool's spec or annotations (its
 // template hash) requeue its NodeClaims. Its status changes do not: they follow every claim's
 // launch and termination, and requeueing the whole pool each time made a burst quadratic.
+//
+// A change of one of the provider's NodeClasses (its spec, or what its status resolved: a newer
+// image behind an alias, a subnet untagged) requeues the claims launched from it, so the
+// provider's drift check runs then rather than at the claim's next event.
 func (c *Controller) Register(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodeClaim{}).
-		Watches(&karpv1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	b := ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodeClaim{})
+	for _, gk := range c.Cloud.NodeClasses() {
+		versions := mgr.GetScheme().PrioritizedVersionsForGroup(gk.Group)
+		if len(versions) == 0 {
+			return fmt.Errorf("NodeClass group %s is not in the scheme", gk.Group)
+		}
+		obj, err := mgr.GetScheme().New(gk.WithVersion(versions[0].Version))
+		if err != nil {
+			return fmt.Errorf("NodeClass kind %s: %w", gk, err)
+		}
+		b = b.Watches(obj.(client.Object), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			ncs := &karpv1.NodeClaimList{}
+			if err := c.Client.List(ctx, ncs, client.UnsafeDisableDeepCopy); err != nil {
+				return nil
+			}
+			var reqs []reconcile.Request
+			for i := range ncs.Items {
+				ref := ncs.Items[i].Spec.NodeClassRef
+				if ref != nil && ref.Group == gk.Group && ref.Kind == gk.Kind && ref.Name == o.GetName() {
+					reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])})
+				}
+			}
+			return reqs
+		}))
+	}
+	return b.Watches(&karpv1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			ncs := &karpv1.NodeClaimList{}
 			// Only names are read: the cache's objects, not copies.
 			if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
