@@ -372,3 +372,45 @@ func (p *Provider) ResolveInstanceProfile(ctx context.Context, nc *awsv1.EC2Node
 	}
 	return name, nil
 }
+
+// Cleanup deletes what Capstan made for a class that is going away: its launch templates and,
+// when it gave a role, the instance profile it created. What is already gone is not an error.
+func (p *Provider) Cleanup(ctx context.Context, nc *awsv1.EC2NodeClass) error {
+	out, err := p.clients.EC2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:" + awsv1.TagEC2NodeClass), Values: []string{nc.Name}},
+		{Name: aws.String("tag:karpenter.k8s.aws/cluster"), Values: []string{p.opts.ClusterName}},
+	}})
+	if err != nil {
+		return fmt.Errorf("listing launch templates of EC2NodeClass %s: %w", nc.Name, err)
+	}
+	for _, lt := range out.LaunchTemplates {
+		name := aws.ToString(lt.LaunchTemplateName)
+		if _, err := p.clients.EC2.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: lt.LaunchTemplateName}); err != nil &&
+			!isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
+			return fmt.Errorf("deleting launch template %s: %w", name, err)
+		}
+		p.forgetTemplate(name)
+	}
+	if nc.Spec.Role == "" {
+		return nil
+	}
+	name := InstanceProfileName(p.opts.ClusterName, p.clients.Region, nc.Name)
+	got, err := p.clients.IAM.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String(name)})
+	var nse *iamtypes.NoSuchEntityException
+	if errors.As(err, &nse) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("instance profile %s: %w", name, err)
+	}
+	for _, r := range got.InstanceProfile.Roles {
+		if _, err := p.clients.IAM.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{
+			InstanceProfileName: aws.String(name), RoleName: r.RoleName}); err != nil && !errors.As(err, &nse) {
+			return fmt.Errorf("removing role %s from instance profile %s: %w", aws.ToString(r.RoleName), name, err)
+		}
+	}
+	if _, err := p.clients.IAM.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String(name)}); err != nil && !errors.As(err, &nse) {
+		return fmt.Errorf("deleting instance profile %s: %w", name, err)
+	}
+	return nil
+}

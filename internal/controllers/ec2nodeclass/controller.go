@@ -162,7 +162,8 @@ func (c *Controller) resolve(ctx context.Context, nc *awsv1.EC2NodeClass) []erro
 	return errs
 }
 
-// finalize waits for the class's NodeClaims to go, then lets the class go.
+// finalize waits for the class's NodeClaims to go, deletes the launch templates and instance
+// profile Capstan made for it, then lets the class go.
 func (c *Controller) finalize(ctx context.Context, nc *awsv1.EC2NodeClass) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(nc, Finalizer) {
 		return reconcile.Result{}, nil
@@ -185,6 +186,9 @@ func (c *Controller) finalize(ctx context.Context, nc *awsv1.EC2NodeClass) (reco
 		}
 		// The claims' deletions requeue the class (see Register); this is a safety net.
 		return reconcile.Result{RequeueAfter: time.Minute}, nil
+	}
+	if err := c.Provider.Cleanup(ctx, nc); err != nil {
+		return reconcile.Result{}, err
 	}
 	stored := nc.DeepCopy()
 	controllerutil.RemoveFinalizer(nc, Finalizer)

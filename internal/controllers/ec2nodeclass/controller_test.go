@@ -6,12 +6,16 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
@@ -187,5 +191,53 @@ func TestFailedCallsAreNamedAndRetried(t *testing.T) {
 	}
 	if n := f.AWS.Calls("DescribeSubnets"); n < 3 {
 		t.Errorf("DescribeSubnets called %d times, want the two throttled calls retried", n)
+	}
+}
+
+func TestClassInUseWaitsForItsClaimsThenCleansUp(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	c := &Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
+	nc, np := f.Orders(t)
+	nc = create(t, nc)
+	got, err := reconcileClass(t, c, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.Template.Spec.NodeClassRef.Name = nc.Name
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "uses-" + nc.Name, Labels: map[string]string{karpv1.NodePoolLabelKey: np.Name}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: np.Spec.Template.Spec.NodeClassRef, Requirements: np.Spec.Template.Spec.Requirements,
+			Resources: karpv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}
+	if _, err := f.Provider.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, claim) })
+	if len(f.AWS.LaunchTemplates()) == 0 {
+		t.Fatal("no launch template was made")
+	}
+	if err := env.Client.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	got, err = reconcileClass(t, c, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got.Finalizers, Finalizer) || len(f.AWS.LaunchTemplates()) == 0 || len(f.AWS.InstanceProfiles()) == 0 {
+		t.Fatalf("a class in use let go: finalizers %v, %d templates, %d profiles", got.Finalizers, len(f.AWS.LaunchTemplates()), len(f.AWS.InstanceProfiles()))
+	}
+	if err := env.Client.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(nc), &awsv1.EC2NodeClass{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the class is still there: %v", err)
+	}
+	if n, p := len(f.AWS.LaunchTemplates()), len(f.AWS.InstanceProfiles()); n != 0 || p != 0 {
+		t.Errorf("left behind: %d launch templates, %d instance profiles", n, p)
 	}
 }
