@@ -79,17 +79,17 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 		}))
 	}
 	return b.Watches(&karpv1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			ncs := &karpv1.NodeClaimList{}
-			// Only names are read: the cache's objects, not copies.
-			if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
-				return nil
-			}
-			reqs := make([]reconcile.Request, 0, len(ncs.Items))
-			for i := range ncs.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])})
-			}
-			return reqs
-		}), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).Complete(c)
+		ncs := &karpv1.NodeClaimList{}
+		// Only names are read: the cache's objects, not copies.
+		if err := c.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(ncs.Items))
+		for i := range ncs.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ncs.Items[i])})
+		}
+		return reqs
+	}), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).Complete(c)
 }
 
 // Reconcile sets or clears Drifted and Consolidatable.
