@@ -405,3 +405,16 @@ var capacityErrors = []string{"InsufficientInstanceCapacity", "InsufficientCapac
 	"UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "SpotMaxPriceTooLow"}
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// ValidateUserData checks that the class's user data can be merged with Capstan's (a MIME
+// document needs a multipart boundary and readable parts); the error names spec.userData.
+func ValidateUserData(nc *awsv1.EC2NodeClass) error {
+	if nc.Spec.UserData == nil || strings.TrimSpace(*nc.Spec.UserData) == "" {
+		return nil
+	}
+	var b strings.Builder
+	if err := writeUserParts(multipart.NewWriter(&b), *nc.Spec.UserData); err != nil {
+		return fmt.Errorf("spec.userData: %w", err)
+	}
+	return nil
+}

@@ -477,7 +477,7 @@ func first(s []string, n int) []string {
 	return s
 }
 
-var _ = base64.StdEncoding
+
 
 func TestPricesFallBackWhenPricingIsUnreachable(t *testing.T) {
 	ctx := context.Background()
@@ -525,5 +525,44 @@ func TestPricesFallBackWhenPricingIsUnreachable(t *testing.T) {
 	}
 	if cheaper == 0 {
 		t.Error("spot prices were not read again")
+	}
+}
+
+func TestUserDataKeepsTheClassPartsFirst(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	script := "#!/bin/bash\necho class-script\n"
+	nc.Spec.UserData = ptr("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n--BOUNDARY\n" +
+		"Content-Type: text/x-shellscript; charset=\"us-ascii\"\n\n" + script + "--BOUNDARY\n" +
+		"Content-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      shutdownGracePeriod: 30s\n--BOUNDARY--\n")
+	nc.Spec.Kubelet = &awsv1.KubeletConfiguration{MaxPods: ptr(int32(30))}
+	nc = resolved(t, f, nc)
+	if _, err := f.Provider.Create(ctx, claimFor(nc, np, "userdata", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})); err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range f.AWS.LaunchTemplates() {
+		raw, err := base64.StdEncoding.DecodeString(lt.Data["UserData"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ud := string(raw)
+		iScript, iClass, iCapstan := strings.Index(ud, "echo class-script"), strings.Index(ud, "shutdownGracePeriod"), strings.Index(ud, "apiServerEndpoint: https://kube.example:6443")
+		if iScript < 0 || iClass < 0 || iCapstan < 0 || !(iScript < iClass && iClass < iCapstan) {
+			t.Fatalf("want the class's script, then its NodeConfig, then Capstan's:\n%s", ud)
+		}
+		config, _, err := awsfake.ParseUserData(lt.Data["UserData"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if config["shutdownGracePeriod"] != "30s" || config["maxPods"] != float64(30) {
+			t.Errorf("merged kubelet config %v: want the class's shutdownGracePeriod and its kubelet.maxPods", config)
+		}
+	}
+	bad := &awsv1.EC2NodeClass{}
+	*bad = *nc
+	bad.Spec.UserData = ptr("MIME-Version: 1.0\nContent-Type: multipart/mixed\n\nno boundary")
+	if _, err := f.Provider.UserData(bad, claimFor(nc, np, "x", nil)); err == nil || !strings.Contains(err.Error(), "spec.userData") {
+		t.Errorf("a MIME document without a boundary: %v, want an error naming spec.userData", err)
 	}
 }

@@ -146,6 +146,12 @@ func (c *Controller) resolve(ctx context.Context, nc *awsv1.EC2NodeClass) []erro
 		errs = append(errs, err)
 	}
 	set(awsv1.ConditionTypeInstanceProfileReady, err, "InstanceProfileResolved")
+	err = aws.ValidateUserData(nc)
+	if err != nil {
+		err = &aws.ResolveError{Condition: awsv1.ConditionTypeValidationSucceeded, Reason: "UserDataInvalid", Empty: true, Err: err}
+		errs = append(errs, err)
+	}
+	set(awsv1.ConditionTypeValidationSucceeded, err, "ValidationSucceeded")
 	ready := metav1.Condition{Type: awsv1.ConditionTypeReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: nc.Generation, LastTransitionTime: now}
 	if len(errs) > 0 {
 		var msgs []string

@@ -241,3 +241,22 @@ func TestClassInUseWaitsForItsClaimsThenCleansUp(t *testing.T) {
 		t.Errorf("left behind: %d launch templates, %d instance profiles", n, p)
 	}
 }
+
+func TestUnreadableUserDataIsNamed(t *testing.T) {
+	f := awstest.New(t, env.Client)
+	c := &Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
+	nc, _ := f.Orders(t)
+	ud := "MIME-Version: 1.0\nContent-Type: multipart/mixed\n\nno boundary"
+	nc.Spec.UserData = &ud
+	nc = create(t, nc)
+	got, err := reconcileClass(t, c, nc)
+	if err != nil {
+		t.Fatalf("bad input is not a failed call: %v", err)
+	}
+	for _, ct := range []string{awsv1.ConditionTypeValidationSucceeded, awsv1.ConditionTypeReady} {
+		cond := meta.FindStatusCondition(got.Status.Conditions, ct)
+		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "spec.userData: a MIME document without a multipart boundary") {
+			t.Errorf("%s: %+v", ct, cond)
+		}
+	}
+}

@@ -252,6 +252,44 @@ func TestNewImageBehindTheAliasDriftsAndReplaces(t *testing.T) {
 	eventually(t, "the workers Running after the drift", 2*time.Minute, running(t, "drift-workers", 2))
 }
 
+func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
+	pool(t, "expired", req(karpv1.CapacityTypeLabelKey, karpv1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand))
+	eventually(t, "the class Ready", time.Minute, func(ctx context.Context) (bool, error) {
+		nc := &awsv1.EC2NodeClass{}
+		err := s.client.Get(ctx, client.ObjectKey{Name: "expired"}, nc)
+		return err == nil && meta.IsStatusConditionTrue(nc.Status.Conditions, awsv1.ConditionTypeReady), err
+	})
+	s.aws.ExpireCredentials("e2e", true)
+	restored := false
+	restore := func() {
+		if !restored {
+			s.aws.ExpireCredentials("e2e", false)
+			restored = true
+		}
+	}
+	t.Cleanup(restore)
+	workers(t, "expired-workers", 1, map[string]string{"pool": "expired"}, nil)
+	eventually(t, "the claim saying why it cannot launch", time.Minute, func(context.Context) (bool, error) {
+		for _, c := range claims(t, "expired") {
+			if cond := meta.FindStatusCondition(c.Status.Conditions, karpv1.ConditionTypeLaunched); cond != nil &&
+				cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "ExpiredToken") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	restore()
+	eventually(t, "the worker Running once the credentials work", 2*time.Minute, running(t, "expired-workers", 1))
+	for _, c := range claims(t, "expired") {
+		if n := len(s.aws.LiveInstances(aws.NodeClaimTag, c.Name)); n != 1 {
+			t.Errorf("NodeClaim %s has %d instances", c.Name, n)
+		}
+	}
+	if n, want := len(s.aws.LiveInstances(karpv1.NodePoolLabelKey, "expired")), len(claims(t, "expired")); n != want {
+		t.Errorf("%d live instances for %d claims", n, want)
+	}
+}
+
 // TestChartIdentityIsLeastPrivilege: Capstan, running as the chart's ServiceAccount, did every
 // test's job without a denied call, and what it does not need is denied.
 func TestChartIdentityIsLeastPrivilege(t *testing.T) {
