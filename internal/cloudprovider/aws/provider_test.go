@@ -477,8 +477,6 @@ func first(s []string, n int) []string {
 	return s
 }
 
-
-
 func TestPricesFallBackWhenPricingIsUnreachable(t *testing.T) {
 	ctx := context.Background()
 	f := awstest.New(t, env.Client)
