@@ -178,6 +178,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	}
 	str(&o.ClusterName, "cluster-name", "CLUSTER_NAME", "capstan-local", "name of the cluster, used to tag and find its machines")
 	str(&o.CloudProvider, "cloud-provider", "CLOUD_PROVIDER", CloudProviderSim, "cloud provider: sim or aws")
+	fs.StringVar(&o.CloudProvider, "cloud", CloudProviderSim, "short for --cloud-provider")
 	dur(&o.BatchIdleDuration, "batch-idle-duration", "BATCH_IDLE_DURATION", time.Second, "a batch of pending pods ends when none arrived for this long")
 	dur(&o.BatchMaxDuration, "batch-max-duration", "BATCH_MAX_DURATION", 10*time.Second, "the longest a batch of pending pods waits")
 	integer(&o.MetricsPort, "metrics-port", "METRICS_PORT", 8080, "port of the Prometheus /metrics endpoint")
@@ -244,6 +245,9 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["cloud"] {
+		set["cloud-provider"] = true
+	}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := envs[f.Name]

@@ -44,6 +44,30 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 	}
 }
 
+func TestAWSSettings(t *testing.T) {
+	o, err := Parse([]string{"--cloud", "aws"}, env(map[string]string{"CLOUD_PROVIDER": "sim", "AWS_REGION": "eu-west-1",
+		"AWS_ENDPOINT_URL": "http://127.0.0.1:4566", "CLUSTER_ENDPOINT": "https://k.example", "INTERRUPTION_QUEUE": "prod-east",
+		"VM_MEMORY_OVERHEAD_PERCENT": "0.05"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.CloudProvider != CloudProviderAWS || o.AWSRegion != "eu-west-1" || o.AWSEndpointURL != "http://127.0.0.1:4566" ||
+		o.ClusterEndpoint != "https://k.example" || o.InterruptionQueue != "prod-east" || o.VMMemoryOverheadPercent != 0.05 {
+		t.Fatalf("options %+v (--cloud must win over CLOUD_PROVIDER)", o)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cloud-provider=aws", "--vm-memory-overhead-percent=1.5"}, `--vm-memory-overhead-percent (VM_MEMORY_OVERHEAD_PERCENT) "1.5": must be a fraction in [0, 1)`},
+		{[]string{"--interruption-queue=q"}, `--interruption-queue (INTERRUPTION_QUEUE) "q": needs --cloud-provider aws`},
+	} {
+		if _, err := Parse(tc.args, env(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // A bad value is an error naming the variable or flag; several are all reported.
 func TestBadSettingsNameTheVariable(t *testing.T) {
 	for _, tc := range []struct {
