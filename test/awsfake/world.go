@@ -316,3 +316,24 @@ var spotFraction = catalog.StableSpotFraction(0.30, 0.45)
 func (it *instanceType) spotPrice(zone string) float64 {
 	return it.onDemand * spotFraction(it.name, zone)
 }
+
+// RunInstance adds a running instance as if launched outside Capstan's view (a launch whose
+// NodeClaim was lost); its ID, zone and times are filled in.
+func (s *Server) RunInstance(inst Instance) Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	inst.ID = newID("i-")
+	if inst.Zone == "" {
+		inst.Zone, inst.ZoneID = s.zones[0].Name, s.zones[0].ID
+	}
+	if inst.Lifecycle == "" {
+		inst.Lifecycle = "on-demand"
+	}
+	inst.State, inst.LaunchTime = "running", s.clock.Now()
+	inst.PrivateIP = fmt.Sprintf("10.0.%d.%d", s.seq/250, s.seq%250+1)
+	inst.PrivateDNS = "ip-" + strings.ReplaceAll(inst.PrivateIP, ".", "-") + ".ec2.internal"
+	c := inst
+	s.instances[inst.ID] = &c
+	return inst
+}

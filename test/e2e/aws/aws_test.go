@@ -254,11 +254,9 @@ func TestNewImageBehindTheAliasDriftsAndReplaces(t *testing.T) {
 
 func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
 	pool(t, "expired", req(karpv1.CapacityTypeLabelKey, karpv1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand))
-	eventually(t, "the class Ready", time.Minute, func(ctx context.Context) (bool, error) {
-		nc := &awsv1.EC2NodeClass{}
-		err := s.client.Get(ctx, client.ObjectKey{Name: "expired"}, nc)
-		return err == nil && meta.IsStatusConditionTrue(nc.Status.Conditions, awsv1.ConditionTypeReady), err
-	})
+	d := workers(t, "expired-workers", 1, map[string]string{"pool": "expired"}, nil)
+	eventually(t, "the first worker Running", 2*time.Minute, running(t, "expired-workers", 1))
+	// The credentials expire while Capstan runs (an IRSA token it can no longer refresh).
 	s.aws.ExpireCredentials("e2e", true)
 	restored := false
 	restore := func() {
@@ -268,8 +266,8 @@ func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
 		}
 	}
 	t.Cleanup(restore)
-	workers(t, "expired-workers", 1, map[string]string{"pool": "expired"}, nil)
-	eventually(t, "the claim saying why it cannot launch", time.Minute, func(context.Context) (bool, error) {
+	scaleTo(t, d, 3)
+	eventually(t, "a claim saying why it cannot launch", time.Minute, func(context.Context) (bool, error) {
 		for _, c := range claims(t, "expired") {
 			if cond := meta.FindStatusCondition(c.Status.Conditions, karpv1.ConditionTypeLaunched); cond != nil &&
 				cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "ExpiredToken") {
@@ -279,7 +277,7 @@ func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
 		return false, nil
 	})
 	restore()
-	eventually(t, "the worker Running once the credentials work", 2*time.Minute, running(t, "expired-workers", 1))
+	eventually(t, "the workers Running once the credentials work", 2*time.Minute, running(t, "expired-workers", 3))
 	for _, c := range claims(t, "expired") {
 		if n := len(s.aws.LiveInstances(aws.NodeClaimTag, c.Name)); n != 1 {
 			t.Errorf("NodeClaim %s has %d instances", c.Name, n)
@@ -288,6 +286,34 @@ func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
 	if n, want := len(s.aws.LiveInstances(karpv1.NodePoolLabelKey, "expired")), len(claims(t, "expired")); n != want {
 		t.Errorf("%d live instances for %d claims", n, want)
 	}
+}
+
+func scaleTo(t *testing.T, d *appsv1.Deployment, n int32) {
+	t.Helper()
+	cur := &appsv1.Deployment{}
+	if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(d), cur); err != nil {
+		t.Fatal(err)
+	}
+	orig := cur.DeepCopy()
+	cur.Spec.Replicas = &n
+	if err := s.client.Patch(t.Context(), cur, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOrphanInstanceIsCollected(t *testing.T) {
+	// An instance tagged for this cluster and a NodeClaim that does not exist (its claim lost),
+	// with no user data: it never registers a Node.
+	orphan := s.aws.RunInstance(awsfake.Instance{Type: "m6i.large", Tags: map[string]string{
+		"kubernetes.io/cluster/" + cluster: "owned", karpv1.NodePoolLabelKey: "gone", aws.NodeClaimTag: "gone-abcde"}})
+	eventually(t, "the orphan terminated by garbage collection", 2*time.Minute, func(context.Context) (bool, error) {
+		for _, i := range s.aws.Instances() {
+			if i.ID == orphan.ID {
+				return i.State == "shutting-down" || i.State == "terminated", nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // TestChartIdentityIsLeastPrivilege: Capstan, running as the chart's ServiceAccount, did every

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
@@ -51,6 +52,7 @@ type suite struct {
 var s suite
 
 func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
