@@ -36,7 +36,14 @@ type Kubelet struct {
 	HypervisorMemoryPercent float64
 	// Kwok marks the Nodes for kwok, which then runs their pods (local clusters).
 	Kwok bool
+
+	// checked is when each instance's Node was last found: a registered kubelet looks again
+	// only every few seconds (it registers again if its Node was deleted while it runs).
+	checked map[string]time.Time
 }
+
+// recheck is how often a registered instance's Node is looked for again.
+const recheck = 5 * time.Second
 
 // Start registers Nodes until ctx ends.
 func (k *Kubelet) Start(ctx context.Context) error {
@@ -63,14 +70,23 @@ func (k *Kubelet) Sync(ctx context.Context) error {
 		boot = time.Second
 	}
 	k.Server.Advance(boot)
+	if k.checked == nil {
+		k.checked = map[string]time.Time{}
+	}
 	var errs []error
 	for _, inst := range k.Server.Instances() {
 		if inst.State != "running" {
+			delete(k.checked, inst.ID)
+			continue
+		}
+		if t, ok := k.checked[inst.ID]; ok && time.Since(t) < recheck {
 			continue
 		}
 		if err := k.register(ctx, inst); err != nil {
 			errs = append(errs, fmt.Errorf("registering %s: %w", inst.ID, err))
+			continue
 		}
+		k.checked[inst.ID] = time.Now()
 	}
 	return errors.Join(errs...)
 }

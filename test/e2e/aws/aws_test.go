@@ -28,7 +28,7 @@ import (
 
 // pool creates an EC2NodeClass (al2023@latest, the cluster's discovery-tagged subnets and
 // security group) and a NodePool labelling its machines pool=<name>.
-func pool(t *testing.T, name string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) {
+func pool(t testing.TB, name string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) {
 	t.Helper()
 	nc := &awsv1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: awsv1.EC2NodeClassSpec{
 		Role:                       "KarpenterNodeRole-" + cluster,
@@ -54,7 +54,7 @@ func pool(t *testing.T, name string, reqs ...karpv1.NodeSelectorRequirementWithM
 }
 
 // eventuallyGone waits for a pool's claims to go and checks its instances went with them.
-func eventuallyGone(t *testing.T, name string) {
+func eventuallyGone(t testing.TB, name string) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
@@ -288,7 +288,7 @@ func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
 	}
 }
 
-func scaleTo(t *testing.T, d *appsv1.Deployment, n int32) {
+func scaleTo(t testing.TB, d *appsv1.Deployment, n int32) {
 	t.Helper()
 	cur := &appsv1.Deployment{}
 	if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(d), cur); err != nil {

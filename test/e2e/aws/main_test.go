@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,7 +83,14 @@ func run(m *testing.M) (int, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("building capstan: %v\n%s", err, out)
 	}
-	s.cluster, err = localcluster.Start(context.Background(), localcluster.Options{Dir: filepath.Join(dir, "cluster"), AssetsDir: assets, Log: logr.Discard()})
+	opts := localcluster.Options{Dir: filepath.Join(dir, "cluster"), AssetsDir: assets, Log: logr.Discard()}
+	if q := os.Getenv("CAPSTAN_E2E_KCM_QPS"); q != "" {
+		// For benchmarks: how fast the controller manager may create a Deployment's pods.
+		if opts.ControllerManagerQPS, err = strconv.Atoi(q); err != nil {
+			return 0, fmt.Errorf("CAPSTAN_E2E_KCM_QPS=%q: %w", q, err)
+		}
+	}
+	s.cluster, err = localcluster.Start(context.Background(), opts)
 	if err != nil {
 		return 0, err
 	}
@@ -178,7 +186,7 @@ func eventually(t testing.TB, what string, timeout time.Duration, cond func(cont
 
 // manifests reads a file of examples/aws with the placeholders filled and creates its objects,
 // deleting them when the test ends (the NodePool's machines first).
-func manifests(t *testing.T, file string, edit func(client.Object)) []client.Object {
+func manifests(t testing.TB, file string, edit func(client.Object)) []client.Object {
 	t.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -261,7 +269,13 @@ func running(t testing.TB, app string, n int) func(context.Context) (bool, error
 
 // workers is a deployment of n pods of one CPU that select the pool's label and tolerate its
 // taint (if any).
-func workers(t *testing.T, name string, n int32, selector map[string]string, tolerations []corev1.Toleration) *appsv1.Deployment {
+func workers(t testing.TB, name string, n int32, selector map[string]string, tolerations []corev1.Toleration) *appsv1.Deployment {
+	t.Helper()
+	return workersOf(t, name, n, "1", "1Gi", selector, tolerations)
+}
+
+// workersOf is workers with pods requesting cpu and mem.
+func workersOf(t testing.TB, name string, n int32, cpu, mem string, selector map[string]string, tolerations []corev1.Toleration) *appsv1.Deployment {
 	t.Helper()
 	labels := map[string]string{"app": name}
 	grace := int64(0)
@@ -271,7 +285,7 @@ func workers(t *testing.T, name string, n int32, selector map[string]string, tol
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 				TerminationGracePeriodSeconds: &grace, NodeSelector: selector, Tolerations: tolerations,
 				Containers: []corev1.Container{{Name: "w", Image: "pause", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}},
 			}}},
 	}
 	if err := s.client.Create(t.Context(), d); err != nil {

@@ -1,0 +1,79 @@
+package aws
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider/aws"
+)
+
+// BenchmarkThousandPendingPodsAWS is the 1,000-pod burst (250m/256Mi, amd64, spot and
+// on-demand) on the AWS provider through the local endpoints: time to the last NodeClaim and to
+// all pods Running, NodeClaims, CreateFleet calls, instances per claim (must be 1), Nodes whose
+// allocatable differs from their claim's (must be 0), and Capstan's CPU time.
+//
+//	CAPSTAN_E2E_KCM_QPS=200 go test -run XXX -bench ThousandPendingPodsAWS -benchtime 1x ./test/e2e/aws/
+func BenchmarkThousandPendingPodsAWS(b *testing.B) {
+	for i := 0; b.Loop(); i++ {
+		name := fmt.Sprintf("bench-%d", i)
+		pool(b, name, req(corev1.LabelArchStable, karpv1.NodeSelectorOpIn, "amd64"))
+		fleets, cpu := s.aws.Calls("CreateFleet"), capstanCPU(b)
+		start := time.Now()
+		d := workersOf(b, name, 1000, "250m", "256Mi", map[string]string{"pool": name}, nil)
+		eventually(b, "1,000 pods Running", 20*time.Minute, running(b, name, 1000))
+		took := time.Since(start)
+		var last time.Time
+		ncs := claims(b, name)
+		mismatched, extra := 0, 0
+		for _, nc := range ncs {
+			if nc.CreationTimestamp.After(last) {
+				last = nc.CreationTimestamp.Time
+			}
+			if n := len(s.aws.LiveInstances(aws.NodeClaimTag, nc.Name)); n != 1 {
+				extra++
+			}
+			if nc.Status.NodeName == "" {
+				continue
+			}
+			node := &corev1.Node{}
+			if err := s.client.Get(b.Context(), client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil ||
+				!equality.Semantic.DeepEqual(node.Status.Allocatable, nc.Status.Allocatable) {
+				mismatched++
+			}
+		}
+		b.ReportMetric(last.Sub(start.Truncate(time.Second)).Seconds(), "s-to-last-nodeclaim")
+		b.ReportMetric(took.Seconds(), "s-to-all-running")
+		b.ReportMetric(float64(len(ncs)), "nodeclaims")
+		b.ReportMetric(float64(s.aws.Calls("CreateFleet")-fleets), "createfleet-calls")
+		b.ReportMetric(float64(extra), "claims-without-one-instance")
+		b.ReportMetric(float64(mismatched), "nodes-not-their-machine")
+		b.ReportMetric((capstanCPU(b) - cpu).Seconds(), "capstan-cpu-s")
+		scaleTo(b, d, 0)
+	}
+}
+
+// capstanCPU is the CPU time (user + system) the running capstan process has used so far.
+func capstanCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.capstan.Process.Pid))
+	if err != nil {
+		tb.Fatalf("reading capstan's CPU time: %v", err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("parsing /proc/<pid>/stat: %v %v", err1, err2)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
