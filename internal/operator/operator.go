@@ -224,7 +224,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	dis := &disruptionctl.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
 		Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Options: disruptionctl.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
-			NodeCost: o.NodeCost,
+			NodeCost:        o.NodeCost,
+			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
 				EvictionMemory: churnMemory(o.ConsolidationChurnMemory),

@@ -261,6 +261,7 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 			continue
 		}
 		pool := nc.Labels[karpv1.NodePoolLabelKey]
+		remembered := false
 		if node, err := nodeclaims.NodeFor(ctx, c.Client, nc); err == nil && node != nil {
 			onNode := &corev1.PodList{}
 			if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err == nil {
@@ -270,9 +271,17 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 						evicted[pool]++
 						if st.Reason == karpv1.DisruptionReasonUnderutilized {
 							c.remember(p)
+							remembered = true
 						}
 					}
 				}
+			}
+		}
+		if remembered {
+			// Saved before the claim goes: a crash in between must not forget these pods.
+			if err := c.saveMemory(ctx); err != nil {
+				errs = append(errs, err)
+				continue
 			}
 		}
 		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {

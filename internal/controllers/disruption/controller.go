@@ -40,6 +40,9 @@ type Options struct {
 	Decision disruption.Options
 	// NodeCost is the per-node cost of pools without the annotation.
 	NodeCost float64
+	// MemoryConfigMap is where the churn guard's evictions are kept across restarts and
+	// failovers; empty keeps them in this process only.
+	MemoryConfigMap client.ObjectKey
 }
 
 func (o Options) withDefaults() Options {
@@ -81,8 +84,10 @@ type Controller struct {
 	active *commandState
 	// backoffUntil pauses new decisions after a rollback.
 	backoffUntil time.Time
-	// evictions are the pods consolidation evicted, for the churn guard.
-	evictions []disruption.Eviction
+	// evictions are the pods consolidation evicted, for the churn guard; memoryLoaded says
+	// whether those a previous leader saved were read.
+	evictions    []disruption.Eviction
+	memoryLoaded bool
 	// told remembers the last explanation emitted per node, to emit once per change.
 	told map[string]string
 	// done remembers commands finished or rolled back here, so that a cache that still shows
@@ -125,6 +130,9 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	opts := c.Options.withDefaults()
+	if err := c.loadMemory(ctx); err != nil {
+		return opts.PollPeriod, err
+	}
 	inFlight, wait, err := c.advance(ctx, opts)
 	if err != nil || inFlight {
 		return wait, err

@@ -1,12 +1,14 @@
 package disruption
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -231,5 +233,48 @@ func TestFinishedCommandIsNotRunAgainFromAStaleView(t *testing.T) {
 	f.round(f.ctrl)
 	if got := f.claim("stale-lagging"); got == nil || !got.DeletionTimestamp.IsZero() {
 		t.Fatal("a claim showing a finished command's annotation was deleted again")
+	}
+}
+
+func TestChurnMemorySurvivesARestart(t *testing.T) {
+	f := newFixture(t, "memory", nil)
+	key := client.ObjectKey{Namespace: "memory", Name: MemoryConfigMapName}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	})
+	c := f.controller()
+	c.Options.MemoryConfigMap = key
+	f.node("memory-big", "m5.2xlarge", "500m")
+	f.round(c)
+	repl := f.replacements()
+	if len(repl) != 1 {
+		t.Fatalf("%d replacements, want 1", len(repl))
+	}
+	f.initialize(&repl[0])
+	f.round(c)
+	if nc := f.claim("memory-big"); nc != nil && nc.DeletionTimestamp.IsZero() {
+		t.Fatal("the candidate was not deleted")
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(t.Context(), key, cm); err != nil {
+		t.Fatalf("the memory was not saved: %v", err)
+	}
+	if !strings.Contains(cm.Data["evictions.json"], `"Name":"memory-big-0"`) {
+		t.Fatalf("saved memory %q does not name the moved pod", cm.Data["evictions.json"])
+	}
+	// A restarted (or newly elected) controller starts from the saved memory.
+	restarted := f.controller()
+	restarted.Options.MemoryConfigMap = key
+	f.round(restarted)
+	if len(restarted.evictions) != 1 || restarted.evictions[0].Name != "memory-big-0" || restarted.evictions[0].Owner == "" {
+		t.Fatalf("restarted with evictions %+v, want the moved pod with its owner", restarted.evictions)
+	}
+	// Past the memory, nothing is loaded.
+	f.clk.Step(2 * time.Hour)
+	later := f.controller()
+	later.Options.MemoryConfigMap = key
+	f.round(later)
+	if len(later.evictions) != 0 {
+		t.Fatalf("evictions older than the memory were loaded: %+v", later.evictions)
 	}
 }
