@@ -444,18 +444,30 @@ func (p *Provider) Delete(_ context.Context, nc *karpv1.NodeClaim) error {
 }
 
 // IsDrifted implements CloudProvider: a machine drifts when its SimNodeClass no longer offers its
-// instance type or zone.
+// instance type, or not in its zone — judged against the class's instance types as they are
+// resolved (spec.zones and spec.instanceTypes, or the menu of instanceTypesFrom, whose zones are
+// its own).
 func (p *Provider) IsDrifted(ctx context.Context, nc *karpv1.NodeClaim) (cloudprovider.DriftReason, error) {
 	snc, err := p.nodeClass(ctx, nc.Spec.NodeClassRef)
 	if err != nil {
 		return "", err
 	}
-	zone := nc.Labels[karpv1.ZoneLabelKey]
-	if len(snc.Spec.Zones) > 0 && zone != "" && !slices.Contains(snc.Spec.Zones, zone) {
+	itName, zone := nc.Labels[karpv1.InstanceTypeLabelKey], nc.Labels[karpv1.ZoneLabelKey]
+	if itName == "" {
+		return "", nil
+	}
+	its, err := p.InstanceTypes(ctx, snc)
+	if err != nil {
+		return "", err
+	}
+	for _, it := range its {
+		if it.Name != itName {
+			continue
+		}
+		if zone == "" || slices.ContainsFunc(it.Offerings, func(o cloudprovider.Offering) bool { return o.Zone == zone }) {
+			return "", nil
+		}
 		return "ZoneNotOffered", nil
 	}
-	if it := nc.Labels[karpv1.InstanceTypeLabelKey]; len(snc.Spec.InstanceTypes) > 0 && it != "" && !slices.Contains(snc.Spec.InstanceTypes, it) {
-		return "InstanceTypeNotOffered", nil
-	}
-	return "", nil
+	return "InstanceTypeNotOffered", nil
 }

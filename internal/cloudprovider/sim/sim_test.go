@@ -479,3 +479,52 @@ func TestJoinerRegistersTheRestWhenOneFails(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
 }
+
+// A class reading a kwok menu offers the menu's zones (CRD-defaulted spec.zones are not its): a
+// machine launched from it is not drifted, and one whose type or zone left the menu is.
+func TestDriftFollowsTheMenuOfInstanceTypesFrom(t *testing.T) {
+	ctx := t.Context()
+	const menu = `[{"name": "c-4x", "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+ "offerings": [{"Price": 0.03, "Available": true, "Requirements": [
+   {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+   {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]}]}]}]`
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "drift-menu"}, Data: map[string]string{"instance_types.json": menu}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+	snc := nodeClass(t, "drift-menu", func(s *simv1alpha1.SimNodeClass) {
+		s.Spec.InstanceTypes = nil
+		s.Spec.InstanceTypesFrom = &simv1alpha1.InstanceTypesSource{ConfigMap: simv1alpha1.ConfigMapKeyReference{Namespace: "default", Name: "drift-menu"}}
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	cloud, err := NewCloud(clk, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProvider(env.Client, cloud, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(snc), got); err != nil {
+		t.Fatal(err)
+	}
+	launched, err := p.Create(ctx, claim("drift-menu-a", "drift-menu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := claim("drift-menu-a", "drift-menu")
+	nc.Labels = launched.Labels
+	if reason, err := p.IsDrifted(ctx, nc); err != nil || reason != "" {
+		t.Fatalf("a machine just launched from the menu (zone %s; class zones %v): drift %q, %v", nc.Labels[karpv1.ZoneLabelKey], got.Spec.Zones, reason, err)
+	}
+	nc.Labels[karpv1.ZoneLabelKey] = "test-zone-z"
+	if reason, _ := p.IsDrifted(ctx, nc); reason != "ZoneNotOffered" {
+		t.Errorf("zone not in the menu: %q", reason)
+	}
+	nc.Labels[karpv1.InstanceTypeLabelKey] = "c-99x"
+	if reason, _ := p.IsDrifted(ctx, nc); reason != "InstanceTypeNotOffered" {
+		t.Errorf("type not in the menu: %q", reason)
+	}
+}
