@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -387,11 +388,55 @@ func (p *Provider) ensureTemplate(ctx context.Context, lt *launchTemplate, tags 
 	return nil
 }
 
+// usedTemplate records that a launch used a template, for its garbage collection.
+func (p *Provider) usedTemplate(name string) {
+	p.templatesMu.Lock()
+	defer p.templatesMu.Unlock()
+	p.templateUse[name] = p.clock.Now()
+}
+
+// TemplateTTL is how long a launch template no launch has used is kept.
+const TemplateTTL = time.Hour
+
+// GarbageCollectTemplates deletes the class's launch templates that no launch used for
+// TemplateTTL (by this process; a template this process never used counts from its creation):
+// a class whose claims' labels or taints change would otherwise pile them up. A template
+// deleted while a launch is about to use it is recreated by that launch's retry.
+func (p *Provider) GarbageCollectTemplates(ctx context.Context, nc *awsv1.EC2NodeClass) error {
+	out, err := p.clients.EC2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:" + awsv1.TagEC2NodeClass), Values: []string{nc.Name}},
+		{Name: aws.String("tag:karpenter.k8s.aws/cluster"), Values: []string{p.opts.ClusterName}},
+	}})
+	if err != nil {
+		return fmt.Errorf("listing launch templates of EC2NodeClass %s: %w", nc.Name, err)
+	}
+	now := p.clock.Now()
+	for _, lt := range out.LaunchTemplates {
+		name := aws.ToString(lt.LaunchTemplateName)
+		p.templatesMu.Lock()
+		last, ok := p.templateUse[name]
+		p.templatesMu.Unlock()
+		if !ok {
+			last = aws.ToTime(lt.CreateTime)
+		}
+		if now.Sub(last) < TemplateTTL {
+			continue
+		}
+		if _, err := p.clients.EC2.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: lt.LaunchTemplateName}); err != nil &&
+			!isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
+			return fmt.Errorf("deleting launch template %s: %w", name, err)
+		}
+		p.forgetTemplate(name)
+	}
+	return nil
+}
+
 // forgetTemplate drops a template from the cache (deleted behind Capstan's back).
 func (p *Provider) forgetTemplate(name string) {
 	p.templatesMu.Lock()
 	defer p.templatesMu.Unlock()
 	delete(p.templates, name)
+	delete(p.templateUse, name)
 }
 
 // isCode reports whether err is an AWS API error with this code.

@@ -74,6 +74,8 @@ type Provider struct {
 
 	templatesMu sync.Mutex
 	templates   map[string]bool
+	// templateUse is when a launch last used each template.
+	templateUse map[string]time.Time
 }
 
 type builtTypes struct {
@@ -96,7 +98,7 @@ func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, u
 		o.PricingTTL = 10 * time.Minute
 	}
 	return &Provider{kube: kube, clients: clients, clock: clk, unavailable: unavailable, opts: o, log: o.Log,
-		built: map[types.UID]builtTypes{}, templates: map[string]bool{}}
+		built: map[types.UID]builtTypes{}, templates: map[string]bool{}, templateUse: map[string]time.Time{}}
 }
 
 // Name implements CloudProvider.
@@ -347,6 +349,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if err := p.ensureTemplate(ctx, g.lt, tags); err != nil {
 			return nil, err
 		}
+		p.usedTemplate(name)
 		configs = append(configs, ec2types.FleetLaunchTemplateConfigRequest{
 			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")},
 			Overrides:                   g.overrides})

@@ -564,3 +564,47 @@ func TestUserDataKeepsTheClassPartsFirst(t *testing.T) {
 		t.Errorf("a MIME document without a boundary: %v, want an error naming spec.userData", err)
 	}
 }
+
+func TestUnusedLaunchTemplatesAreCollected(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc = resolved(t, f, nc)
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	if _, err := f.Provider.Create(ctx, claimFor(nc, np, "lt-a", requests)); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.AWS.LaunchTemplates()) != 1 {
+		t.Fatalf("%d templates", len(f.AWS.LaunchTemplates()))
+	}
+	// Used recently: kept.
+	f.Clock.Step(aws.TemplateTTL / 2)
+	if err := f.Provider.GarbageCollectTemplates(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.AWS.LaunchTemplates()) != 1 {
+		t.Fatal("a template used half a TTL ago was deleted")
+	}
+	// Unused for a TTL: deleted; the next launch makes it again.
+	f.Clock.Step(aws.TemplateTTL)
+	if err := f.Provider.GarbageCollectTemplates(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.AWS.LaunchTemplates()) != 0 {
+		t.Fatal("an unused template was kept")
+	}
+	if _, err := f.Provider.Create(ctx, claimFor(nc, np, "lt-b", requests)); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.AWS.LaunchTemplates()) != 1 {
+		t.Fatal("the next launch did not make its template again")
+	}
+	// A restarted Capstan, which never used it, counts from its creation.
+	f.Clock.Step(aws.TemplateTTL / 2)
+	if err := f.NewProvider(t, f.Clients).GarbageCollectTemplates(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.AWS.LaunchTemplates()) != 1 {
+		t.Fatal("a template created half a TTL ago was deleted after a restart")
+	}
+}

@@ -81,6 +81,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching EC2NodeClass status: %w", err))
 		}
 	}
+	if len(errs) == 0 {
+		if err := c.Provider.GarbageCollectTemplates(ctx, nc); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if err := errors.Join(errs...); err != nil && !onlyEmpty(errs) {
 		// A failed call (throttling, an endpoint down, expired credentials) is retried with
 		// backoff; a selector matching nothing waits for the next resync.
