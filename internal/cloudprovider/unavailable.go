@@ -1,6 +1,7 @@
 package cloudprovider
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -43,4 +44,22 @@ func (u *UnavailableOfferings) IsUnavailable(k OfferingKey) bool {
 		return false
 	}
 	return ok
+}
+
+// Apply returns copies of its whose offerings are marked unavailable where an entry says so; the
+// types themselves (often cached by a provider) are not touched. A nil cache marks nothing.
+func (u *UnavailableOfferings) Apply(its []*InstanceType) []*InstanceType {
+	out := make([]*InstanceType, len(its))
+	for i, it := range its {
+		c := *it
+		c.Offerings = slices.Clone(it.Offerings)
+		for j := range c.Offerings {
+			o := &c.Offerings[j]
+			if u != nil && u.IsUnavailable(OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
+				o.Available = false
+			}
+		}
+		out[i] = &c
+	}
+	return out
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -525,7 +527,7 @@ func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovide
 			continue
 		}
 		var offerings []cloudprovider.Offering
-		for _, z := range sortedZones(zones) {
+		for _, z := range slices.Sorted(maps.Keys(zones)) {
 			if !m.zones[name][z] {
 				continue
 			}
@@ -555,14 +557,5 @@ func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovide
 		capacity := p.Capacity(info, nc, r)
 		out = append(out, cloudprovider.NewInstanceType(name, labels, capacity, Overhead(capacity, r), offerings))
 	}
-	return out
-}
-
-func sortedZones(z map[string]bool) []string {
-	out := make([]string, 0, len(z))
-	for k := range z {
-		out = append(out, k)
-	}
-	sortStrings(out)
 	return out
 }

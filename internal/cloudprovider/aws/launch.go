@@ -12,7 +12,6 @@ import (
 	"mime/multipart"
 	"net/textproto"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -448,8 +447,6 @@ func isCode(err error, code string) bool {
 // capacityErrors are CreateFleet error codes that mean "no capacity for this offering now".
 var capacityErrors = []string{"InsufficientInstanceCapacity", "InsufficientCapacity", "MaxSpotInstanceCountExceeded",
 	"UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "SpotMaxPriceTooLow"}
-
-func sortStrings(s []string) { sort.Strings(s) }
 
 // ValidateUserData checks that the class's user data can be merged with Capstan's (a MIME
 // document needs a multipart boundary and readable parts); the error names spec.userData.

@@ -166,19 +166,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, nc *awsv1.EC2NodeClass) ([
 			p.builtMu.Unlock()
 		}
 	}
-	out := make([]*cloudprovider.InstanceType, len(b.its))
-	for i, it := range b.its {
-		c := *it
-		c.Offerings = slices.Clone(it.Offerings)
-		for j := range c.Offerings {
-			o := &c.Offerings[j]
-			if p.unavailable != nil && p.unavailable.IsUnavailable(cloudprovider.OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
-				o.Available = false
-			}
-		}
-		out[i] = &c
-	}
-	return out, nil
+	return p.unavailable.Apply(b.its), nil
 }
 
 // GetInstanceTypes implements CloudProvider.

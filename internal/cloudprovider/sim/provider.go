@@ -143,19 +143,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, snc *simv1alpha1.SimNodeCl
 		}
 	}
 	// Each caller gets its own types and offerings: availability changes from call to call.
-	out := make([]*cloudprovider.InstanceType, len(b.its))
-	for i, it := range b.its {
-		c := *it
-		c.Offerings = slices.Clone(it.Offerings)
-		for j := range c.Offerings {
-			o := &c.Offerings[j]
-			if p.unavailable != nil && p.unavailable.IsUnavailable(cloudprovider.OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
-				o.Available = false
-			}
-		}
-		out[i] = &c
-	}
-	return out, nil
+	return p.unavailable.Apply(b.its), nil
 }
 
 // build computes a SimNodeClass's instance types from the catalog (or the ConfigMap source),

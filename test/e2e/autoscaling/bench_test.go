@@ -1,11 +1,7 @@
 package autoscaling
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/test/e2e"
 )
 
 // BenchmarkThousandPendingPods measures, on the local cluster, the time from creating a
@@ -87,37 +84,19 @@ func burst(b *testing.B, name string, n int32, limit string) {
 // capstanCPU is the CPU time (user + system) the running capstan process has used so far.
 func capstanCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.capstan.Process.Pid))
+	d, err := e2e.ProcessCPU(s.capstan.Process.Pid)
 	if err != nil {
-		tb.Fatalf("reading capstan's CPU time: %v", err)
+		tb.Fatal(err)
 	}
-	// Fields after the command (which is in parentheses and may hold spaces): utime and stime
-	// are the 12th and 13th of them, in clock ticks (100 per second on Linux).
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		tb.Fatalf("parsing /proc/<pid>/stat: %v %v", err1, err2)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 // capstanPeakRSS is the capstan process's peak resident set size in bytes since it started.
 func capstanPeakRSS(tb testing.TB) int64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.capstan.Process.Pid))
+	n, err := e2e.ProcessPeakRSS(s.capstan.Process.Pid)
 	if err != nil {
-		tb.Fatalf("reading capstan's memory: %v", err)
+		tb.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				tb.Fatalf("parsing VmHWM %q: %v", v, err)
-			}
-			return kb << 10
-		}
-	}
-	tb.Fatal("no VmHWM in /proc/<pid>/status")
-	return 0
+	return n
 }

@@ -1,11 +1,7 @@
 package aws
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +11,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/test/e2e"
 )
 
 // BenchmarkThousandPendingPodsAWS is the 1,000-pod burst (250m/256Mi, amd64, spot and
@@ -65,15 +62,9 @@ func BenchmarkThousandPendingPodsAWS(b *testing.B) {
 // capstanCPU is the CPU time (user + system) the running capstan process has used so far.
 func capstanCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.capstan.Process.Pid))
+	d, err := e2e.ProcessCPU(s.capstan.Process.Pid)
 	if err != nil {
-		tb.Fatalf("reading capstan's CPU time: %v", err)
+		tb.Fatal(err)
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		tb.Fatalf("parsing /proc/<pid>/stat: %v %v", err1, err2)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
