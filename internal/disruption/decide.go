@@ -91,6 +91,13 @@ type Decision struct {
 	// Settling says why consolidation waited this round (machines starting, pending pods about
 	// to be placed), or "".
 	Settling string
+	// Planned are the nodes later rounds are expected to remove, set when the command is a
+	// consolidation (see planAhead). The controller marks them nodeclaims.PlannedTaint, so that
+	// the pods the command moves go to nodes that stay instead of moving twice.
+	Planned []*Node
+	// KeepPlanned says the marks of an earlier round still stand: the round made no command while
+	// nodes being disrupted still have pods to move, or the cluster is settling.
+	KeepPlanned bool
 }
 
 type decider struct {
@@ -133,6 +140,13 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 			d.out.Command = cmd
 			break
 		}
+	}
+	switch cmd := d.out.Command; {
+	case d.opts.DisablePlanning:
+	case cmd != nil && (cmd.Method == MethodMultiNode || cmd.Method == MethodSingleNode):
+		d.planAhead(cmd)
+	case cmd == nil && (d.out.Settling != "" || len(d.inProgress) > 0):
+		d.out.KeepPlanned = true
 	}
 	d.out.Solves = d.sim.solves
 	return d.out

@@ -22,6 +22,8 @@ type simulation struct {
 	// its position. Nodes being disrupted are not among them: their pods move.
 	nodes []solver.ExistingNode
 	index map[*Node]int
+	// last are nodes (by position) the pods try after all others: nodes planned to go.
+	last map[int]bool
 	// moving are the pods of nodes being disrupted; pending the pods waiting for a node.
 	moving, pending []*corev1.Pod
 	// wellKnown and pools are the solver's input that every simulation shares.
@@ -161,7 +163,12 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 	pods = append(pods, s.pending...)
 	nodes := make([]solver.ExistingNode, 0, len(s.nodes))
 	for i := range s.nodes {
-		if !out[i] {
+		if !out[i] && !s.last[i] {
+			nodes = append(nodes, s.nodes[i])
+		}
+	}
+	for i := range s.nodes {
+		if !out[i] && s.last[i] {
 			nodes = append(nodes, s.nodes[i])
 		}
 	}

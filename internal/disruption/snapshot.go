@@ -89,6 +89,9 @@ type Options struct {
 	// EvictionMemory is how long a pod consolidation evicted protects the pod that replaced it
 	// from another consolidation (default one hour).
 	EvictionMemory time.Duration
+	// DisablePlanning turns off the look past budgets (Decision.Planned); benchmarks and replays
+	// compare with it.
+	DisablePlanning bool
 	// Solver are the solver's options (preferences, minValues policy).
 	Solver solver.Options
 	// Elapsed reports the time spent so far in the decision; the controller passes a real

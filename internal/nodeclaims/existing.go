@@ -21,13 +21,25 @@ func Disrupted(n *corev1.Node) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
 }
 
+// PlannedTaint marks a node that consolidation expects to remove in a later round, when
+// disruption budgets hold it back now: the kube-scheduler prefers the other nodes for the pods
+// consolidation moves meanwhile, so they move once. Capstan's own solver ignores it: the node's
+// room is real until it is disrupted, and no machine is bought to avoid it.
+var PlannedTaint = corev1.Taint{Key: "capstan.dev/consolidation-planned", Effect: corev1.TaintEffectPreferNoSchedule}
+
+// Planned reports whether the node carries PlannedTaint.
+func Planned(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&PlannedTaint) })
+}
+
 // ephemeralTaintKeys are taints a starting node carries until its kubelet and network are up.
 var ephemeralTaintKeys = []string{
 	corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable,
 	"node.cloudprovider.kubernetes.io/uninitialized",
 }
 
-// SchedulingTaints are the node's taints as pods will see them once it is up. The unregistered
+// SchedulingTaints are the node's taints as pods will see them once it is up, without
+// PlannedTaint (a preference among nodes that all have room, not a reason to buy). The unregistered
 // taint goes away at registration of a node whose NodeClaim lives; a node carrying it without one
 // (a machine that registered again after its claim was deleted) keeps it and takes no pods. Until its NodeClaim (nc, nil when unknown) is initialized, a
 // node is the in-flight capacity it is, so its startup taints and the ephemeral not-ready,
@@ -40,6 +52,9 @@ func SchedulingTaints(n *corev1.Node, nc *karpv1.NodeClaim) []corev1.Taint {
 	claimed := nc != nil && nc.DeletionTimestamp.IsZero()
 	ready := NodeReady(n)
 	return slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool {
+		if t.MatchTaint(&PlannedTaint) {
+			return true
+		}
 		if t.Key == karpv1.UnregisteredTaintKey {
 			return claimed
 		}

@@ -29,3 +29,17 @@ func TestUnregisteredTaintCountsOnlyWithoutALiveClaim(t *testing.T) {
 		t.Errorf("with a deleted claim: %v, want the unregistered taint kept", got)
 	}
 }
+
+// A node planned for a later consolidation still has room the provisioner counts: the mark only
+// steers the kube-scheduler among nodes with room, and must not make Capstan buy a machine.
+func TestPlannedTaintDoesNotHideRoom(t *testing.T) {
+	node := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{PlannedTaint,
+		{Key: "other", Effect: corev1.TaintEffectPreferNoSchedule}}}}
+	if !Planned(node) {
+		t.Fatal("Planned = false for a node with the planned taint")
+	}
+	got := SchedulingTaints(node, &karpv1.NodeClaim{})
+	if slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&PlannedTaint) }) || len(got) != 1 {
+		t.Errorf("scheduling taints %v, want only the other PreferNoSchedule taint", got)
+	}
+}

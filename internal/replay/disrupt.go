@@ -36,7 +36,17 @@ func (c *Cluster) disrupt() {
 		}
 		return
 	}
-	if dec := disruption.Decide(snap, c.cfg.Disruption); dec.Command != nil {
+	dec := disruption.Decide(snap, c.cfg.Disruption)
+	if !dec.KeepPlanned {
+		planned := map[string]bool{}
+		for _, n := range dec.Planned {
+			planned[n.NodeClaim.Name] = true
+		}
+		for _, m := range c.machines {
+			m.planned = planned[m.node.NodeClaim.Name]
+		}
+	}
+	if dec.Command != nil {
 		c.decided, c.decidedAt = dec.Command, c.now
 	}
 }
@@ -103,6 +113,10 @@ func (c *Cluster) finish(e *execution) {
 		m := c.machine(cand.NodeClaim.Name)
 		for _, p := range m.node.Pods {
 			c.report.Evictions++
+			if c.moved[p] {
+				c.report.Reevictions++
+				delete(c.moved, p)
+			}
 			if e.cmd.Reason == karpv1.DisruptionReasonUnderutilized {
 				c.evictions = append(c.evictions, disruption.Eviction{Namespace: p.Namespace, Name: p.Name,
 					Owner: metav1.GetControllerOf(p).UID, At: c.now})
@@ -110,6 +124,7 @@ func (c *Cluster) finish(e *execution) {
 			dep := c.deps[p.Labels["app"]]
 			c.seq++
 			fresh := newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
+			c.moved[fresh] = true
 			c.pending = append(c.pending, fresh)
 			pods := c.byDep[dep.Name]
 			if i := slices.Index(pods, p); i >= 0 {

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -54,8 +55,9 @@ type Config struct {
 type Report struct {
 	// CostHours is the summed hourly price of the machines over the trace, in dollars.
 	CostHours float64
-	// Evictions counts pods evicted by disruption commands.
-	Evictions int
+	// Evictions counts pods evicted by disruption commands; Reevictions those of them that
+	// had been evicted before (the pod that replaced an evicted pod), pods moved twice.
+	Evictions, Reevictions int
 	// PendingPodSeconds sums, over steps, pending pods times the step.
 	PendingPodSeconds float64
 	// Commands counts the commands carried out, per method.
@@ -74,6 +76,9 @@ type machine struct {
 	// nominated pods wait for the machine to be ready.
 	nominated []*corev1.Pod
 	leaving   bool
+	// planned is set while the last decision planned the machine for a later round
+	// (disruption.Decision.Planned): the scheduler prefers other machines.
+	planned bool
 }
 
 // Cluster is the replayed cluster's state.
@@ -92,6 +97,8 @@ type Cluster struct {
 	decidedAt time.Time
 	executing *execution
 	evictions []disruption.Eviction
+	// moved are the pods created to replace evicted pods.
+	moved map[*corev1.Pod]bool
 }
 
 type execution struct {
@@ -118,7 +125,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("reading the NodePool's requirements: %w", err)
 	}
 	c := &Cluster{cfg: cfg, now: cfg.Start, byDep: map[string][]*corev1.Pod{}, deps: map[string]Deployment{},
-		report: Report{Commands: map[disruption.Method]int{}}}
+		report: Report{Commands: map[disruption.Method]int{}}, moved: map[*corev1.Pod]bool{}}
 	c.pool = disruption.Pool{NodePool: cfg.NodePool, Solver: solver.NodePool{Name: cfg.NodePool.Name, Requirements: reqs,
 		InstanceTypes: cfg.InstanceTypes, Taints: cfg.NodePool.Spec.Template.Spec.Taints}}
 	return c, nil
@@ -215,6 +222,7 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 
 // remove deletes a pod wherever it is.
 func (c *Cluster) remove(p *corev1.Pod) {
+	delete(c.moved, p)
 	c.pending = slices.DeleteFunc(c.pending, func(q *corev1.Pod) bool { return q == p })
 	for _, m := range c.machines {
 		before := len(m.node.Pods) + len(m.nominated)
@@ -278,14 +286,35 @@ func (c *Cluster) bind(p *corev1.Pod, m *machine) {
 }
 
 // schedule places pending pods: on ready machines with room (as the kube-scheduler), nominated to
-// machines starting, or on new machines (as the provisioner), in one solve.
+// machines starting, or on new machines (as the provisioner), in one solve. Machines are offered
+// in the kube-scheduler's order of preference: machines not planned for removal first (the
+// planned ones carry a PreferNoSchedule taint), then the least allocated (its default
+// LeastAllocated scoring spreads pods).
 func (c *Cluster) schedule() {
 	if len(c.pending) == 0 {
 		return
 	}
 	in := solver.Input{Pods: c.pending, NodePools: []solver.NodePool{c.pool.Solver}}
 	byName := map[string]*machine{}
-	for _, m := range c.machines {
+	order := slices.Clone(c.machines)
+	free := func(m *machine) float64 {
+		alloc := m.node.NodeClaim.Status.Allocatable.Cpu().AsApproximateFloat64()
+		if alloc <= 0 {
+			return 0
+		}
+		used := solver.Requests(append(slices.Clip(m.node.Pods), m.nominated...))
+		return 1 - used.Cpu().AsApproximateFloat64()/alloc
+	}
+	slices.SortStableFunc(order, func(a, b *machine) int {
+		if a.planned != b.planned {
+			if a.planned {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(free(b), free(a))
+	})
+	for _, m := range order {
 		if m.leaving {
 			continue
 		}

@@ -163,6 +163,7 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 	dopts.Elapsed = func() time.Duration { return c.Clock.Since(start) }
 	dec := disruption.Decide(snap, dopts)
 	c.report(ctx, snap, dec)
+	c.plan(ctx, snap, dec)
 	if dec.Command == nil {
 		return opts.PollPeriod, nil
 	}

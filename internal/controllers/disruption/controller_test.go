@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -276,5 +277,54 @@ func TestChurnMemorySurvivesARestart(t *testing.T) {
 	f.round(later)
 	if len(later.evictions) != 0 {
 		t.Fatalf("evictions older than the memory were loaded: %+v", later.evictions)
+	}
+}
+
+// With a budget of one node, the round deletes one light node and marks the nodes later rounds
+// are expected to remove — the other light node and the node emptied by a scale-down — so that
+// the scheduler puts the moving pods on the node that stays. A round with nothing to do clears
+// the marks.
+func TestPlannedNodesAreMarkedAndUnmarked(t *testing.T) {
+	f := newFixture(t, "plan", func(np *karpv1.NodePool) { np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "1"}} })
+	emptied, _ := f.node("plan-emptied", "m5.xlarge")
+	meta.RemoveStatusCondition(&emptied.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+	if err := env.Client.Status().Update(t.Context(), emptied); err != nil {
+		t.Fatal(err)
+	}
+	f.node("plan-a", "m5.xlarge", "1")
+	f.node("plan-b", "m5.xlarge", "1")
+	f.node("plan-big", "m5.2xlarge", "1", "1", "1", "1", "1", "1", "500m")
+	f.round(f.ctrl)
+	var gone, left string
+	for _, name := range []string{"plan-a", "plan-b"} {
+		if nc := f.claim(name); nc == nil || !nc.DeletionTimestamp.IsZero() {
+			gone = name
+		} else {
+			left = name
+		}
+	}
+	if gone == "" || left == "" {
+		t.Fatalf("one of the light nodes should go (budget 1): gone %q, left %q", gone, left)
+	}
+	for name, want := range map[string]bool{left: true, "plan-emptied": true, "plan-big": false} {
+		if got := f.planned(name); got != want {
+			t.Errorf("node %s planned = %v, want %v", name, got, want)
+		}
+	}
+	// Budgets now allow nothing: no command, nothing in flight, so no plan either.
+	np := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(f.pool), np); err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "0"}}
+	if err := env.Client.Update(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Step(time.Minute)
+	f.round(f.ctrl)
+	for _, name := range []string{left, "plan-emptied", "plan-big"} {
+		if f.planned(name) {
+			t.Errorf("node %s is still marked planned", name)
+		}
 	}
 }

@@ -189,6 +189,15 @@ func (f *fixture) tainted(name string) bool {
 	return nodeclaims.Disrupted(n)
 }
 
+// planned reports whether the node carries nodeclaims.PlannedTaint.
+func (f *fixture) planned(name string) bool {
+	n := &corev1.Node{}
+	if err := env.Client.Get(f.t.Context(), client.ObjectKey{Name: name}, n); err != nil {
+		f.t.Fatal(err)
+	}
+	return nodeclaims.Planned(n)
+}
+
 // replacements are the pool's NodeClaims launched by disruption.
 func (f *fixture) replacements() []karpv1.NodeClaim {
 	ncs := &karpv1.NodeClaimList{}

@@ -59,6 +59,11 @@ func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value s
 // taint adds (or removes) karpenter.sh/disrupted:NoSchedule on the node; a node that is gone
 // needs nothing.
 func (c *Controller) taint(ctx context.Context, name string, on bool) error {
+	return c.setTaint(ctx, name, karpv1.DisruptedNoScheduleTaint, on)
+}
+
+// setTaint adds (or removes) the taint on the node; a node that is gone needs nothing.
+func (c *Controller) setTaint(ctx context.Context, name string, taint corev1.Taint, on bool) error {
 	if name == "" {
 		return nil
 	}
@@ -67,14 +72,14 @@ func (c *Controller) taint(ctx context.Context, name string, on bool) error {
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if nodeclaims.Disrupted(node) == on {
+		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&taint) }) == on {
 			return nil
 		}
 		orig := node.DeepCopy()
 		if on {
-			node.Spec.Taints = append(node.Spec.Taints, karpv1.DisruptedNoScheduleTaint)
+			node.Spec.Taints = append(node.Spec.Taints, taint)
 		} else {
-			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
+			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&taint) })
 		}
 		err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) && attempt < 3 {
@@ -201,4 +206,27 @@ func (c *Controller) report(ctx context.Context, snap *disruption.Snapshot, dec 
 		}
 	}
 	c.Metrics.DisruptionRound(eligible, allowed)
+}
+
+// plan marks the decision's planned nodes (disruption.Decision.Planned) with
+// nodeclaims.PlannedTaint and clears it from every other node of the pools, unless the decision
+// keeps the marks of an earlier round. Failures are logged; the next round tries again.
+func (c *Controller) plan(ctx context.Context, snap *disruption.Snapshot, dec *disruption.Decision) {
+	if dec.KeepPlanned {
+		return
+	}
+	want := map[string]bool{}
+	for _, n := range dec.Planned {
+		if n.Node != nil {
+			want[n.Node.Name] = true
+		}
+	}
+	for _, n := range snap.Nodes {
+		if n.Node == nil || nodeclaims.Planned(n.Node) == want[n.Node.Name] {
+			continue
+		}
+		if err := c.setTaint(ctx, n.Node.Name, nodeclaims.PlannedTaint, want[n.Node.Name]); err != nil {
+			log.FromContext(ctx).Error(err, "marking node planned for consolidation", "Node", n.Node.Name, "planned", want[n.Node.Name])
+		}
+	}
 }
