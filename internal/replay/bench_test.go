@@ -98,14 +98,15 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				b.ReportMetric(before, "$/h-before")
 				b.ReportMetric(c.Price(), "$/h-after")
 				b.ReportMetric(c.Price()/workload.LPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), "after/LP")
+				b.ReportMetric(c.Price()/workload.FitLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), "after/fitLP")
 				b.ReportMetric(float64(dec.Solves), "solves")
 				if size.pods > 5000 || policy == karpv1.ConsolidationPolicyWhenEmpty {
 					return
 				}
 				// Then rounds, a minute apart, until nothing is left to do; with the churn guard
 				// (default) and without it. The yardstick is a fresh plan of the same pods by the
-				// solver: the LP bound is loose for this mix (2-CPU pods cannot use the cheapest
-				// 2-vCPU types the relaxation buys fractions of).
+				// solver; the LP bound is loose for this mix (2-CPU pods cannot use the cheapest
+				// 2-vCPU types the relaxation buys fractions of), FitLPBound is not.
 				settle := func(c *replay.Cluster, opts disruption.Options, label string) {
 					rounds, start := 1, time.Now()
 					for ; rounds < 500; rounds++ {
@@ -121,6 +122,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 					b.ReportMetric(float64(rounds), "rounds-"+label)
 					b.ReportMetric(time.Since(start).Seconds(), "s-"+label)
 					b.ReportMetric(c.Price(), "$/h-"+label)
+					b.ReportMetric(c.Price()/workload.FitLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), label+"/fitLP")
 				}
 				settle(c, disruption.Options{}, "settled")
 				c2 := fragmented(b, policy, size.pods)
@@ -133,6 +135,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				fresh := solver.Solve(solver.Input{Pods: c2.Pods(), NodePools: []solver.NodePool{{Name: np.Name, Requirements: reqs, InstanceTypes: simCatalog(b)}}}, solver.Options{})
 				b.ReportMetric(fresh.Price(), "$/h-fresh-plan")
 				b.ReportMetric(fresh.Price()/workload.LPBound(poolCatalog(b, np), c2.Pods()), "fresh/LP")
+				b.ReportMetric(fresh.Price()/workload.FitLPBound(poolCatalog(b, np), c2.Pods()), "fresh/fitLP")
 			})
 		}
 	}

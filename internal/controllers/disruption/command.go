@@ -98,6 +98,7 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 		nc.GenerateName = ""
 		nc.Name = fmt.Sprintf("%s-%s-%d", np.Name, st.ID, len(claims))
 		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)
+		nodeclaims.ReservePods(nc, r.Pods)
 		claims = append(claims, nc)
 		st.Replacements = append(st.Replacements, nc.Name)
 	}

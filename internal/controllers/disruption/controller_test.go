@@ -17,6 +17,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 func TestEmptyNodeIsDeletedAfterTheValidationPeriod(t *testing.T) {
@@ -66,6 +67,14 @@ func TestReplaceLaunchesFirstAndSurvivesARestart(t *testing.T) {
 	repl := f.replacements()
 	if len(repl) != 1 {
 		t.Fatalf("%d replacements, want 1", len(repl))
+	}
+	// The replacement keeps its room for the pod it is launched for (the provisioner reads it).
+	movingPod := &corev1.Pod{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "replace-big-0"}, movingPod); err != nil {
+		t.Fatal(err)
+	}
+	if got := repl[0].Annotations[nodeclaims.ReservedPodsAnnotationKey]; got != string(movingPod.UID) {
+		t.Errorf("replacement reserves %q, want the moving pod's UID %s", got, movingPod.UID)
 	}
 	big := f.claim("replace-big")
 	st := commandOf(t, big)

@@ -2,6 +2,7 @@ package provisioning
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 )
 
@@ -288,5 +290,89 @@ func TestNominatedPodsAreNotPlannedAgain(t *testing.T) {
 	}
 	if replanned != 6 {
 		t.Fatalf("%d of the six pods of deleted claims planned again, want 6", replanned)
+	}
+}
+
+// A disruption replacement in flight keeps its room for the pods its command moves there, while
+// they still run on the node it replaces: pods that arrive meanwhile get a machine of their own,
+// and the moving pods will not need a second one.
+func TestReplacementRoomIsKeptForTheMovingPods(t *testing.T) {
+	np := pool("prov-reserve", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}}
+	})
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	// A claim sized for three 500m pods, standing in for a replacement.
+	pendingPods(t, ns, "sizing", 3, "500m", nil)
+	first, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Created) != 1 {
+		t.Fatalf("want one claim for three pods, got %d", len(first.Created))
+	}
+	repl := first.Created[0]
+	pods := &corev1.PodList{}
+	if err := env.Client.List(t.Context(), pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if err := env.Client.Delete(t.Context(), &pods.Items[i], client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The three pods the command moves run on the node being replaced.
+	var moving []*corev1.Pod
+	for i := range 3 {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("moving-%d", i), Namespace: ns},
+			Spec: corev1.PodSpec{NodeName: "old-node", Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}}}}}
+		if err := env.Client.Create(t.Context(), pod); err != nil {
+			t.Fatal(err)
+		}
+		moving = append(moving, pod)
+	}
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(repl), nc); err != nil {
+		t.Fatal(err)
+	}
+	nodeclaims.ReservePods(nc, moving)
+	if err := env.Client.Update(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	// Two pods arrive: the replacement's room is taken.
+	pendingPods(t, ns, "late", 2, "500m", nil)
+	second, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range second.Plan.Bindings {
+		if strings.HasSuffix(b.Node, repl.Name) {
+			t.Errorf("pod %s planned onto the replacement's reserved room", b.Pod.Name)
+		}
+	}
+	if len(second.Created) != 1 {
+		t.Errorf("want one new claim for the two late pods, got %d", len(second.Created))
+	}
+	// Once the moving pods are gone (evicted; their successors come back pending), the room is
+	// the replacement's again.
+	for _, pod := range moving {
+		if err := env.Client.Delete(t.Context(), pod, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pendingPods(t, ns, "after", 2, "500m", nil)
+	third, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	onReplacement := 0
+	for _, b := range third.Plan.Bindings {
+		if strings.HasSuffix(b.Node, repl.Name) {
+			onReplacement++
+		}
+	}
+	if len(third.Created) != 0 || onReplacement == 0 {
+		t.Errorf("after the moving pods left: %d new claim(s), %d of 2 pods onto the replacement; want none and some", len(third.Created), onReplacement)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -66,11 +68,13 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		}
 	}
 	byProvider := map[string]*corev1.Node{}
+	nodeIndex := map[string]int{}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		if n.Spec.ProviderID != "" {
 			byProvider[n.Spec.ProviderID] = n
 		}
+		nodeIndex[n.Name] = len(st.nodes)
 		st.nodes = append(st.nodes, solver.ExistingNode{
 			Name: n.Name, Labels: n.Labels, Taints: nodeclaims.SchedulingTaints(n, claimByProvider[n.Spec.ProviderID]), Allocatable: n.Status.Allocatable,
 			Pods:          bound[n.Name],
@@ -92,7 +96,40 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 			st.nodes = append(st.nodes, en)
 		}
 	}
+	st.reserve(ncs.Items, bound, nodeIndex, byProvider)
 	return st, nil
+}
+
+// reserve counts, on each disruption replacement (in flight or registered), the pods its command
+// moves there that still run on the nodes it replaces (nodeclaims.ReservedPods).
+func (st *clusterState) reserve(claims []karpv1.NodeClaim, bound map[string][]*corev1.Pod, nodeIndex map[string]int, byProvider map[string]*corev1.Node) {
+	var byUID map[types.UID]*corev1.Pod
+	for i := range claims {
+		nc := &claims[i]
+		if nc.Annotations[nodeclaims.ReservedPodsAnnotationKey] == "" || !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		idx, ok := st.inFlight[nc.Name]
+		if n := byProvider[nc.Status.ProviderID]; nc.Status.ProviderID != "" && n != nil {
+			idx, ok = nodeIndex[n.Name]
+		}
+		if !ok {
+			continue
+		}
+		if byUID == nil {
+			byUID = map[types.UID]*corev1.Pod{}
+			for _, pods := range bound {
+				for _, p := range pods {
+					byUID[p.UID] = p
+				}
+			}
+		}
+		if pods := nodeclaims.ReservedPods(nc, byUID); len(pods) > 0 {
+			en := &st.nodes[idx]
+			en.Pods = append(slices.Clip(en.Pods), pods...)
+			en.Requested = nil
+		}
+	}
 }
 
 // DaemonSetPods are one pod per DaemonSet, its template, as the solver charges them to machines.
