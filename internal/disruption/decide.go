@@ -95,8 +95,9 @@ type Decision struct {
 	// consolidation (see planAhead). The controller marks them nodeclaims.PlannedTaint, so that
 	// the pods the command moves go to nodes that stay instead of moving twice.
 	Planned []*Node
-	// KeepPlanned says the marks of an earlier round still stand: the round made no command while
-	// nodes being disrupted still have pods to move, or the cluster is settling.
+	// KeepPlanned says the marks of an earlier round still stand: the round made no
+	// consolidation while nodes being disrupted still have pods to move, or the cluster is
+	// settling.
 	KeepPlanned bool
 }
 
@@ -145,7 +146,7 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 	case d.opts.DisablePlanning:
 	case cmd != nil && (cmd.Method == MethodMultiNode || cmd.Method == MethodSingleNode):
 		d.planAhead(cmd)
-	case cmd == nil && (d.out.Settling != "" || len(d.inProgress) > 0):
+	case d.out.Settling != "" || len(d.inProgress) > 0:
 		d.out.KeepPlanned = true
 	}
 	d.out.Solves = d.sim.solves

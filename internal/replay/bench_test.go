@@ -123,6 +123,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 					b.ReportMetric(time.Since(start).Seconds(), "s-"+label)
 					b.ReportMetric(c.Price(), "$/h-"+label)
 					b.ReportMetric(c.Price()/workload.FitLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), label+"/fitLP")
+					b.ReportMetric(c.Price()/workload.ConfigLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods(), 200), label+"/configLP")
 				}
 				settle(c, disruption.Options{}, "settled")
 				c2 := fragmented(b, policy, size.pods)
@@ -136,6 +137,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				b.ReportMetric(fresh.Price(), "$/h-fresh-plan")
 				b.ReportMetric(fresh.Price()/workload.LPBound(poolCatalog(b, np), c2.Pods()), "fresh/LP")
 				b.ReportMetric(fresh.Price()/workload.FitLPBound(poolCatalog(b, np), c2.Pods()), "fresh/fitLP")
+				b.ReportMetric(fresh.Price()/workload.ConfigLPBound(poolCatalog(b, np), c2.Pods(), 200), "fresh/configLP")
 			})
 		}
 	}

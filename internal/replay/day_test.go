@@ -42,16 +42,29 @@ func diurnal(seed uint64) []replay.Deployment {
 // BenchmarkReplayDay plays the seeded day through provisioning and each consolidation policy (and
 // none) on a one-minute step, and reports the day's cost, evictions and pod-seconds pending.
 func BenchmarkReplayDay(b *testing.B) {
-	for _, policy := range []string{"none", string(karpv1.ConsolidationPolicyWhenEmpty), string(karpv1.ConsolidationPolicyBalanced),
-		string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)} {
-		b.Run(fmt.Sprintf("policy=%s", policy), func(b *testing.B) {
+	type run struct {
+		policy     string
+		noPlanning bool
+	}
+	runs := []run{{policy: "none"}, {policy: string(karpv1.ConsolidationPolicyWhenEmpty)}, {policy: string(karpv1.ConsolidationPolicyBalanced)},
+		{policy: string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)},
+		{policy: string(karpv1.ConsolidationPolicyBalanced), noPlanning: true},
+		{policy: string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized), noPlanning: true}}
+	for _, rn := range runs {
+		name := fmt.Sprintf("policy=%s", rn.policy)
+		if rn.noPlanning {
+			name += "/planning=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			policy := rn.policy
 			var r replay.Report
 			for b.Loop() {
 				np := onDemandPool(karpv1.ConsolidationPolicy(policy))
 				if policy == "none" {
 					np = onDemandPool(karpv1.ConsolidationPolicyWhenEmpty)
 				}
-				c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(b), Step: time.Minute, DisableDisruption: policy == "none"})
+				c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(b), Step: time.Minute, DisableDisruption: policy == "none",
+					Disruption: disruption.Options{DisablePlanning: rn.noPlanning}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -63,6 +76,7 @@ func BenchmarkReplayDay(b *testing.B) {
 			}
 			b.ReportMetric(r.CostHours, "$-day")
 			b.ReportMetric(float64(r.Evictions), "evictions")
+			b.ReportMetric(float64(r.Reevictions), "evictions-twice")
 			b.ReportMetric(r.PendingPodSeconds, "pod-s-pending")
 			b.ReportMetric(float64(commands), "commands")
 			b.ReportMetric(float64(r.Commands[disruption.MethodEmptiness]), "empty")

@@ -84,11 +84,38 @@ func (ri *resourceIndex) list(v vec) corev1.ResourceList {
 // podRequests are a pod's requests as kube-scheduler counts them — max(init containers,
 // containers + sidecars) + overhead — plus one for the pod count.
 func podRequests(p *corev1.Pod) corev1.ResourceList {
+	if plainRequests(p) {
+		// What the helper computes for such a pod, without its intermediate lists: the sum of
+		// the containers' requests.
+		rl := make(corev1.ResourceList, 4)
+		for i := range p.Spec.Containers {
+			for n, q := range p.Spec.Containers[i].Resources.Requests {
+				if cur, ok := rl[n]; ok {
+					cur.Add(q)
+					rl[n] = cur
+				} else {
+					rl[n] = q.DeepCopy()
+				}
+			}
+		}
+		rl[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
+		return rl
+	}
 	// As kube-scheduler (InPlacePodVerticalScaling is on): a resizing pod counts the larger of
 	// its desired, allocated and actuated requests.
 	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true})
 	rl[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
 	return rl
+}
+
+// plainRequests reports whether the pod's requests are just its containers' summed: no init
+// containers, overhead, pod-level resources, resource claims, container or pod resource status,
+// or pending resize (a pending pod as most workloads make it).
+func plainRequests(p *corev1.Pod) bool {
+	return len(p.Spec.InitContainers) == 0 && p.Spec.Overhead == nil && p.Spec.Resources == nil && len(p.Spec.ResourceClaims) == 0 &&
+		len(p.Status.ContainerStatuses) == 0 && len(p.Status.InitContainerStatuses) == 0 && p.Status.Resources == nil &&
+		p.Status.AllocatedResources == nil &&
+		!slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodResizePending })
 }
 
 // Requests sums the pods' requests as the solver counts them on an existing node (each pod's

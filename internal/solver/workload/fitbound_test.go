@@ -2,6 +2,7 @@ package workload
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/solver"
 )
 
 func boundType(name, cpu string, price float64) *cloudprovider.InstanceType {
@@ -68,5 +70,46 @@ func TestFitLPBoundIsABound(t *testing.T) {
 	}
 	if fit > sum {
 		t.Errorf("FitLPBound %.4f above a whole-machine plan's %.4f", fit, sum)
+	}
+}
+
+// Three 1.5-CPU pods on 4-CPU machines: two fit on a machine, so the configuration LP needs 1.5
+// machines where the resource LPs buy 4.5 CPUs' worth (1.125); the best whole plan is 2.
+func TestConfigLPBoundCountsWholePods(t *testing.T) {
+	its := []*cloudprovider.InstanceType{boundType("four", "4", 1)}
+	var pods []*corev1.Pod
+	for range 3 {
+		pods = append(pods, Pod("p", "1500m", "1Gi", nil))
+	}
+	if got := LPBound(its, pods); math.Abs(got-1.125) > 1e-6 {
+		t.Errorf("LPBound = %.4f, want 1.125", got)
+	}
+	if got := ConfigLPBound(its, pods, 20); math.Abs(got-1.5) > 1e-6 {
+		t.Errorf("ConfigLPBound = %.4f, want 1.5", got)
+	}
+}
+
+// On random workloads the bounds are ordered — LPBound ≤ FitLPBound ≤ ConfigLPBound — and no
+// bound is above the solver's plan.
+func TestBoundsAreOrderedAndBelowAPlan(t *testing.T) {
+	its := FakeInstanceTypes(30)
+	shapes := []struct{ cpu, mem string }{{"250m", "512Mi"}, {"1500m", "1Gi"}, {"3", "2Gi"}, {"500m", "6Gi"}, {"7", "3Gi"}}
+	for seed := range uint64(5) {
+		rng := rand.New(rand.NewPCG(seed, seed))
+		var pods []*corev1.Pod
+		for _, sh := range shapes {
+			for range rng.IntN(40) {
+				pods = append(pods, Pod("p", sh.cpu, sh.mem, nil))
+			}
+		}
+		lo, fit, conf := LPBound(its, pods), FitLPBound(its, pods), ConfigLPBound(its, pods, 30)
+		plan := solver.Solve(solver.Input{Pods: pods, NodePools: []solver.NodePool{UnlimitedPool("p", its)}}, solver.Options{})
+		if len(plan.Unschedulable) > 0 {
+			t.Fatalf("seed %d: %d pods unplaced", seed, len(plan.Unschedulable))
+		}
+		t.Logf("seed %d: LP %.4f, fit %.4f, config %.4f, plan %.4f", seed, lo, fit, conf, plan.Price())
+		if lo > fit+1e-9 || fit > conf+1e-6 || conf > plan.Price()+1e-6 {
+			t.Errorf("seed %d: LP %.4f, fit %.4f, config %.4f, plan %.4f: want them in this order", seed, lo, fit, conf, plan.Price())
+		}
 	}
 }
