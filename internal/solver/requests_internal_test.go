@@ -14,7 +14,9 @@ import (
 // with and without the features that disable it (init containers, overhead, statuses, resizes).
 func TestPodRequestsMatchesTheHelper(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	q := func(unit string) resource.Quantity { return resource.MustParse(fmt.Sprintf("%d%s", 1+rng.IntN(4000), unit)) }
+	q := func(unit string) resource.Quantity {
+		return resource.MustParse(fmt.Sprintf("%d%s", 1+rng.IntN(4000), unit))
+	}
 	list := func() corev1.ResourceList {
 		rl := corev1.ResourceList{}
 		if rng.IntN(5) > 0 {
