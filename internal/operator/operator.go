@@ -228,8 +228,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
-				EvictionMemory: churnMemory(o.ConsolidationChurnMemory),
-				Solver:         solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
+				EvictionMemory:  churnMemory(o.ConsolidationChurnMemory),
+				DisablePlanning: !o.ConsolidationPlanning,
+				Solver:          solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 			},
 		}}
 	if o.DisruptionValidationPeriod == 0 {

@@ -64,6 +64,9 @@ type Options struct {
 	DisruptionReplacementTimeout  time.Duration
 	MultiNodeConsolidationTimeout time.Duration
 	ConsolidationChurnMemory      time.Duration
+	// ConsolidationPlanning marks the nodes later consolidation rounds are expected to remove
+	// (capstan.dev/consolidation-planned:PreferNoSchedule), so that moved pods go to nodes that stay.
+	ConsolidationPlanning bool
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
 	// BuildVersion and BuildCommit describe the binary, for karpenter_build_info.
@@ -213,6 +216,8 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	dur(&o.DisruptionReplacementTimeout, "disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", 10*time.Minute, "how long a disruption waits for its replacements to initialize before it rolls back")
 	dur(&o.MultiNodeConsolidationTimeout, "multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", time.Minute, "bound on the time one round spends searching for a multi-node (and single-node) consolidation")
 	dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
+	envs["consolidation-planning"] = "CONSOLIDATION_PLANNING"
+	fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
 	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
 	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
 	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")

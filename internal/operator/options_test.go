@@ -188,3 +188,18 @@ func TestGatesEnabledWithoutEffectAreNamed(t *testing.T) {
 		t.Fatalf("gates without effect %v, want [NodeRepair] (ReservedCapacity is on by default)", got)
 	}
 }
+
+// Consolidation planning is on unless turned off by flag or variable; a bad value names both.
+func TestConsolidationPlanningSetting(t *testing.T) {
+	o, err := Parse(nil, env(nil))
+	if err != nil || !o.ConsolidationPlanning {
+		t.Fatalf("default: planning %v, err %v; want on", o.ConsolidationPlanning, err)
+	}
+	o, err = Parse(nil, env(map[string]string{"CONSOLIDATION_PLANNING": "false"}))
+	if err != nil || o.ConsolidationPlanning {
+		t.Fatalf("CONSOLIDATION_PLANNING=false: planning %v, err %v; want off", o.ConsolidationPlanning, err)
+	}
+	if _, err := Parse([]string{"--consolidation-planning=maybe"}, env(nil)); err == nil || !strings.Contains(err.Error(), "consolidation-planning") {
+		t.Errorf("bad value: %v, want an error naming the flag", err)
+	}
+}
