@@ -23,7 +23,8 @@ import (
 	"capstan.dev/capstan/internal/periodic"
 )
 
-// GracePeriod is how long a machine may exist without a NodeClaim recording it.
+// GracePeriod is how long a machine, or a Node Capstan registered, may exist without a
+// NodeClaim recording it.
 const GracePeriod = 30 * time.Second
 
 // Controller sweeps orphans on an interval.
@@ -111,6 +112,13 @@ func (c *Controller) Sync(ctx context.Context) error {
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		if !controllerutil.ContainsFinalizer(n, karpv1.TerminationFinalizer) || byProvider[n.Spec.ProviderID] {
+			continue
+		}
+		// The claims were listed before the nodes, and the two caches lag separately: a node
+		// registering now may be ahead of its claim's launch record. Only a node that has had
+		// the grace window to be matched is released (a 1,000-machine burst released four live
+		// nodes this way).
+		if c.Clock.Since(n.CreationTimestamp.Time) < GracePeriod {
 			continue
 		}
 		log.FromContext(ctx).Info("releasing node whose nodeclaim is gone", "Node", n.Name)
