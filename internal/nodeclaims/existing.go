@@ -16,10 +16,13 @@ import (
 // InFlightPrefix starts the solver's name of an in-flight NodeClaim (InFlight).
 const InFlightPrefix = "nodeclaim/"
 
-// Disrupted reports whether the node carries karpenter.sh/disrupted:NoSchedule.
-func Disrupted(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) })
+// HasTaint reports whether the node carries the taint (key and effect).
+func HasTaint(n *corev1.Node, taint *corev1.Taint) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(taint) })
 }
+
+// Disrupted reports whether the node carries karpenter.sh/disrupted:NoSchedule.
+func Disrupted(n *corev1.Node) bool { return HasTaint(n, &karpv1.DisruptedNoScheduleTaint) }
 
 // PlannedTaint marks a node that consolidation expects to remove in a later round, when
 // disruption budgets hold it back now: the kube-scheduler prefers the other nodes for the pods
@@ -28,9 +31,7 @@ func Disrupted(n *corev1.Node) bool {
 var PlannedTaint = corev1.Taint{Key: "capstan.dev/consolidation-planned", Effect: corev1.TaintEffectPreferNoSchedule}
 
 // Planned reports whether the node carries PlannedTaint.
-func Planned(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&PlannedTaint) })
-}
+func Planned(n *corev1.Node) bool { return HasTaint(n, &PlannedTaint) }
 
 // ephemeralTaintKeys are taints a starting node carries until its kubelet and network are up.
 var ephemeralTaintKeys = []string{

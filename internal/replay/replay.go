@@ -297,13 +297,12 @@ func (c *Cluster) schedule() {
 	in := solver.Input{Pods: c.pending, NodePools: []solver.NodePool{c.pool.Solver}}
 	byName := map[string]*machine{}
 	order := slices.Clone(c.machines)
-	free := func(m *machine) float64 {
-		alloc := m.node.NodeClaim.Status.Allocatable.Cpu().AsApproximateFloat64()
-		if alloc <= 0 {
-			return 0
+	free := make(map[*machine]float64, len(order))
+	for _, m := range order {
+		if alloc := m.node.NodeClaim.Status.Allocatable.Cpu().AsApproximateFloat64(); alloc > 0 {
+			used := solver.Requests(append(slices.Clip(m.node.Pods), m.nominated...))
+			free[m] = 1 - used.Cpu().AsApproximateFloat64()/alloc
 		}
-		used := solver.Requests(append(slices.Clip(m.node.Pods), m.nominated...))
-		return 1 - used.Cpu().AsApproximateFloat64()/alloc
 	}
 	slices.SortStableFunc(order, func(a, b *machine) int {
 		if a.planned != b.planned {
@@ -312,7 +311,7 @@ func (c *Cluster) schedule() {
 			}
 			return -1
 		}
-		return cmp.Compare(free(b), free(a))
+		return cmp.Compare(free[b], free[a])
 	})
 	for _, m := range order {
 		if m.leaving {

@@ -72,7 +72,7 @@ func (c *Controller) setTaint(ctx context.Context, name string, taint corev1.Tai
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&taint) }) == on {
+		if nodeclaims.HasTaint(node, &taint) == on {
 			return nil
 		}
 		orig := node.DeepCopy()

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"maps"
 	"math"
 	"slices"
 
@@ -24,36 +25,17 @@ import (
 // some pod fits no type. Each distinct request vector is a shape: it is meant for workloads of a
 // few shapes (the knapsack searches grow with their number).
 func ConfigLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod, iterations int) float64 {
-	type shape struct {
-		req   corev1.ResourceList
-		count float64
+	shapes := shapesOf(pods)
+	if len(shapes) == 0 {
+		return 0
 	}
-	byKey := map[string]*shape{}
-	var keys []string
-	names := map[corev1.ResourceName]bool{corev1.ResourcePods: true}
-	for _, p := range pods {
-		rl := podRequestsWithSlot(p)
-		k := shapeKey(rl)
-		if byKey[k] == nil {
-			byKey[k] = &shape{req: rl}
-			keys = append(keys, k)
-		}
-		byKey[k].count++
-		for n := range rl {
+	names := map[corev1.ResourceName]bool{}
+	for _, sh := range shapes {
+		for n := range sh.req {
 			names[n] = true
 		}
 	}
-	if len(keys) == 0 {
-		return 0
-	}
-	slices.Sort(keys)
-	res := slices.Sorted(func(yield func(corev1.ResourceName) bool) {
-		for n := range names {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	res := slices.Sorted(maps.Keys(names))
 	vec := func(rl corev1.ResourceList) []int64 {
 		v := make([]int64, len(res))
 		for i, n := range res {
@@ -62,22 +44,16 @@ func ConfigLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod, iterat
 		}
 		return v
 	}
-	req := make([][]int64, len(keys))
-	demand := make([]float64, len(keys))
-	for i, k := range keys {
-		req[i], demand[i] = vec(byKey[k].req), byKey[k].count
+	req := make([][]int64, len(shapes))
+	demand := make([]float64, len(shapes))
+	for i, sh := range shapes {
+		req[i], demand[i] = vec(sh.req), float64(sh.count)
 	}
 	var price []float64
 	var alloc [][]int64
 	for _, it := range its {
-		best := math.Inf(1)
-		for _, o := range it.Offerings {
-			if o.Available && o.Price < best {
-				best = o.Price
-			}
-		}
-		if !math.IsInf(best, 1) {
-			price = append(price, best)
+		if p, ok := cheapestPrice(it); ok {
+			price = append(price, p)
 			alloc = append(alloc, vec(it.Allocatable()))
 		}
 	}
@@ -96,7 +72,7 @@ func ConfigLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod, iterat
 		}
 		return n
 	}
-	for s := range keys {
+	for s := range shapes {
 		// The cheapest single-shape configuration per shape, so that the master is feasible.
 		bestT, bestCost := -1, math.Inf(1)
 		for t := range price {
@@ -107,7 +83,7 @@ func ConfigLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod, iterat
 		if bestT < 0 {
 			return math.Inf(1)
 		}
-		k := make([]float64, len(keys))
+		k := make([]float64, len(shapes))
 		k[s] = float64(fits(alloc[bestT], s))
 		cols = append(cols, column{bestT, k})
 	}

@@ -1,14 +1,12 @@
 package workload
 
 import (
-	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/lp"
@@ -26,26 +24,10 @@ const maxFitSets = 64
 // less than FitLPBound, and FitLPBound ≥ LPBound. It returns +Inf when no mix of types covers the
 // requests.
 func FitLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
-	type shape struct {
-		req   corev1.ResourceList
-		count int64
-	}
-	shapes := map[string]*shape{}
+	shapes := shapesOf(pods)
 	demand := corev1.ResourceList{}
-	for _, p := range pods {
-		rl := podRequestsWithSlot(p)
-		key := shapeKey(rl)
-		s := shapes[key]
-		if s == nil {
-			s = &shape{req: rl}
-			shapes[key] = s
-		}
-		s.count++
-		for k, q := range rl {
-			cur := demand[k]
-			cur.Add(q)
-			demand[k] = cur
-		}
+	for _, sh := range shapes {
+		addTimes(demand, sh.req, sh.count)
 	}
 	var names []corev1.ResourceName
 	for k, q := range demand {
@@ -54,71 +36,41 @@ func FitLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
 		}
 	}
 	slices.Sort(names)
-	var priced []*cloudprovider.InstanceType
+	var alloc []corev1.ResourceList
 	var c []float64
 	for _, it := range its {
-		price := math.Inf(1)
-		for _, o := range it.Offerings {
-			if o.Available && o.Price < price {
-				price = o.Price
-			}
-		}
-		if !math.IsInf(price, 1) {
-			priced = append(priced, it)
+		if price, ok := cheapestPrice(it); ok {
+			alloc = append(alloc, it.Allocatable())
 			c = append(c, price)
 		}
 	}
-	alloc := make([]corev1.ResourceList, len(priced))
-	for i, it := range priced {
-		alloc[i] = it.Allocatable()
-	}
-	// Fit sets, one per distinct set of types that some shape fits, with the shapes that fit
-	// within each.
+	// Fit sets, one per distinct set of types that some shape fits, with what the shapes that
+	// fit only within each request.
 	type fitSet struct {
 		in      []bool
 		covered corev1.ResourceList
 	}
 	var sets []*fitSet
 	bySet := map[string]*fitSet{}
-	shapeSets := map[*shape][]bool{}
-	for _, key := range slices.Sorted(maps.Keys(shapes)) {
-		s := shapes[key]
-		in := make([]bool, len(priced))
+	fitsOf := make([][]bool, len(shapes))
+	for i, sh := range shapes {
+		in := make([]bool, len(alloc))
 		var b strings.Builder
-		for i := range priced {
-			in[i] = cloudprovider.Fits(s.req, alloc[i])
-			if in[i] {
-				b.WriteByte('1')
-			} else {
-				b.WriteByte('0')
-			}
+		for t := range alloc {
+			in[t] = cloudprovider.Fits(sh.req, alloc[t])
+			b.WriteByte("01"[boolIndex(in[t])])
 		}
-		shapeSets[s] = in
+		fitsOf[i] = in
 		if bySet[b.String()] == nil && len(sets) < maxFitSets {
 			f := &fitSet{in: in, covered: corev1.ResourceList{}}
 			bySet[b.String()] = f
 			sets = append(sets, f)
 		}
 	}
-	subset := func(a, b []bool) bool {
-		for i := range a {
-			if a[i] && !b[i] {
-				return false
-			}
-		}
-		return true
-	}
 	for _, f := range sets {
-		for s, in := range shapeSets {
-			if !subset(in, f.in) {
-				continue
-			}
-			for k, q := range s.req {
-				total := f.covered[k]
-				for range s.count {
-					total.Add(q)
-				}
-				f.covered[k] = total
+		for i, sh := range shapes {
+			if subset(fitsOf[i], f.in) {
+				addTimes(f.covered, sh.req, sh.count)
 			}
 		}
 	}
@@ -145,8 +97,8 @@ func FitLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
 			b = append(b, float64(need.MilliValue())/float64(d.MilliValue()))
 		}
 	}
-	a := make([][]float64, len(priced))
-	for t := range priced {
+	a := make([][]float64, len(alloc))
+	for t := range alloc {
 		a[t] = make([]float64, len(rows))
 		for r, row := range rows {
 			a[t][r] = row(t)
@@ -159,19 +111,28 @@ func FitLPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
 	return sol.Cost
 }
 
-// shapeKey identifies a request vector.
-func shapeKey(rl corev1.ResourceList) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(rl)) {
-		q := rl[k]
-		fmt.Fprintf(&b, "%s=%d;", k, q.MilliValue())
+// addTimes adds n times rl to sum.
+func addTimes(sum, rl corev1.ResourceList, n int64) {
+	for k, q := range rl {
+		cur := sum[k]
+		cur.Add(*resource.NewMilliQuantity(q.MilliValue()*n, q.Format))
+		sum[k] = cur
 	}
-	return b.String()
 }
 
-// podRequestsWithSlot is the pod's requests with the one pod slot it takes.
-func podRequestsWithSlot(p *corev1.Pod) corev1.ResourceList {
-	rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-	rl[corev1.ResourcePods] = *oneQuantity()
-	return rl
+// subset reports whether every type in a is in b.
+func subset(a, b []bool) bool {
+	for i := range a {
+		if a[i] && !b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/lp"
@@ -18,9 +17,7 @@ import (
 func LPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
 	demand := corev1.ResourceList{}
 	for _, p := range pods {
-		rl := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-		rl[corev1.ResourcePods] = *oneQuantity()
-		for k, q := range rl {
+		for k, q := range podRequestsWithSlot(p) {
 			cur := demand[k]
 			cur.Add(q)
 			demand[k] = cur
@@ -37,13 +34,8 @@ func LPBound(its []*cloudprovider.InstanceType, pods []*corev1.Pod) float64 {
 	var a [][]float64
 	var c []float64
 	for _, it := range its {
-		price := math.Inf(1)
-		for _, o := range it.Offerings {
-			if o.Available && o.Price < price {
-				price = o.Price
-			}
-		}
-		if math.IsInf(price, 1) {
+		price, ok := cheapestPrice(it)
+		if !ok {
 			continue
 		}
 		alloc := it.Allocatable()

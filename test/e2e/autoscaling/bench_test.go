@@ -6,9 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/test/e2e"
@@ -56,22 +54,8 @@ func burst(b *testing.B, name string, n int32, limit string) {
 	d := deployment(b, name, name, n, "250m", "256Mi", nil)
 	eventually(b, fmt.Sprintf("%d pods Running", n), 20*time.Minute, running(b, name, int(n)))
 	running := time.Since(start)
-	var last time.Time
 	ncs := claims(b, name)
-	mismatched := 0
-	for _, nc := range ncs {
-		if nc.CreationTimestamp.After(last) {
-			last = nc.CreationTimestamp.Time
-		}
-		if nc.Status.NodeName == "" {
-			continue // not registered yet (a claim for pods that already run elsewhere)
-		}
-		node := &corev1.Node{}
-		if err := s.client.Get(b.Context(), client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil ||
-			!equality.Semantic.DeepEqual(node.Status.Allocatable, nc.Status.Allocatable) {
-			mismatched++
-		}
-	}
+	last, mismatched := e2e.ClaimFigures(b.Context(), s.client, ncs)
 	b.ReportMetric(last.Sub(start.Truncate(time.Second)).Seconds(), "s-to-last-nodeclaim")
 	b.ReportMetric(running.Seconds(), "s-to-all-running")
 	b.ReportMetric(float64(len(ncs)), "nodeclaims")

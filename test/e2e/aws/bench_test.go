@@ -6,8 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
@@ -29,23 +27,12 @@ func BenchmarkThousandPendingPodsAWS(b *testing.B) {
 		d := workersOf(b, name, 1000, "250m", "256Mi", map[string]string{"pool": name}, nil)
 		eventually(b, "1,000 pods Running", 20*time.Minute, running(b, name, 1000))
 		took := time.Since(start)
-		var last time.Time
 		ncs := claims(b, name)
-		mismatched, extra := 0, 0
+		last, mismatched := e2e.ClaimFigures(b.Context(), s.client, ncs)
+		extra := 0
 		for _, nc := range ncs {
-			if nc.CreationTimestamp.After(last) {
-				last = nc.CreationTimestamp.Time
-			}
 			if n := len(s.aws.LiveInstances(aws.NodeClaimTag, nc.Name)); n != 1 {
 				extra++
-			}
-			if nc.Status.NodeName == "" {
-				continue
-			}
-			node := &corev1.Node{}
-			if err := s.client.Get(b.Context(), client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil ||
-				!equality.Semantic.DeepEqual(node.Status.Allocatable, nc.Status.Allocatable) {
-				mismatched++
 			}
 		}
 		b.ReportMetric(last.Sub(start.Truncate(time.Second)).Seconds(), "s-to-last-nodeclaim")
