@@ -186,6 +186,14 @@ func (r *Requirement) Intersect(o *Requirement) Requirement {
 	return out
 }
 
+// Equal reports whether the requirements are the same: same key, values, bounds, absence and
+// minValues.
+func (r *Requirement) Equal(o *Requirement) bool {
+	return r.Key == o.Key && r.complement == o.complement && r.absentOK == o.absentOK &&
+		r.greaterThan == o.greaterThan && r.lessThan == o.lessThan && r.MinValues == o.MinValues &&
+		slices.Equal(r.values, o.values)
+}
+
 // Empty reports whether no node can satisfy the requirement: no value is allowed and the label may
 // not be absent.
 func (r *Requirement) Empty() bool {

@@ -105,6 +105,53 @@ func TestIntersectsAgreesWithIntersect(t *testing.T) {
 	}
 }
 
+// Equal is what the solver uses to skip re-filtering a claim's candidates on a key a pod did not
+// narrow: equal requirements must allow the same, a requirement intersected with itself must stay
+// equal, and one narrowed to fewer values must not be.
+func TestEqualMeansUnchanged(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	values := []string{"1", "2", "3", "5", "8", "a", "b"}
+	ops := []Operator{In, NotIn, Exists, DoesNotExist, Gt, Lt}
+	random := func() Requirement {
+		op := ops[r.IntN(len(ops))]
+		switch op {
+		case Exists, DoesNotExist:
+			return MustNew("k", op)
+		case Gt, Lt:
+			return MustNew("k", op, strconv.Itoa(r.IntN(10)))
+		}
+		return MustNew("k", op, values[r.IntN(len(values))], values[r.IntN(len(values))])
+	}
+	equal := 0
+	for range 5000 {
+		a, b := random(), random()
+		if self := a.Intersect(&a); !a.Equal(&self) {
+			t.Fatalf("%s ∩ itself = %s, not Equal", a.String(), self.String())
+		}
+		if !a.Equal(&b) {
+			if a.IsFinite() && len(a.Values()) > 1 {
+				one := Single("k", a.Values()[0])
+				if narrowed := a.Intersect(&one); a.Equal(&narrowed) {
+					t.Fatalf("%s narrowed to %s counts as Equal", a.String(), narrowed.String())
+				}
+			}
+			continue
+		}
+		equal++
+		if a.AllowsAbsent() != b.AllowsAbsent() {
+			t.Fatalf("%s and %s are Equal but differ on absence", a.String(), b.String())
+		}
+		for _, v := range values {
+			if a.Allows(v) != b.Allows(v) {
+				t.Fatalf("%s and %s are Equal but differ on %q", a.String(), b.String(), v)
+			}
+		}
+	}
+	if equal == 0 {
+		t.Fatal("no two random requirements were Equal: the test checked nothing")
+	}
+}
+
 func TestIntersectNarrows(t *testing.T) {
 	a := MustNew("k", In, "a", "b", "c")
 	b := MustNew("k", NotIn, "b")

@@ -7,19 +7,21 @@ import (
 	"capstan.dev/capstan/internal/requirements"
 )
 
-// filterCandidates keeps the candidates that can hold need and satisfy reqs on the changed keys
-// (the others were checked when the candidates were chosen).
-func (s *solver) filterCandidates(cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
-	return s.filterCandidatesInto(make([]*itInfo, 0, len(cands)), cands, need, reqs, changed)
-}
-
-// filterCandidatesInto is filterCandidates appending to out.
+// filterCandidatesInto appends to out the candidates that can hold need and satisfy reqs on the
+// changed keys (the others were checked when the candidates were chosen). out may share cands'
+// array from its start: it never overtakes the candidate being read.
 func (s *solver) filterCandidatesInto(out, cands []*itInfo, need vec, reqs requirements.Requirements, changed []string) []*itInfo {
 	offerings := false
+	keyReqs := make([]requirements.Requirement, 0, len(changed))
 	for _, k := range changed {
-		if k == karpv1.ZoneLabelKey || k == karpv1.CapacityTypeLabelKey {
-			offerings = true
+		offeringKey := k == karpv1.ZoneLabelKey || k == karpv1.CapacityTypeLabelKey
+		offerings = offerings || offeringKey
+		if offeringKey && s.offerings.ok {
+			// The offering mask checks the type's own requirement on the key too.
+			continue
 		}
+		r, _ := reqs.Get(k)
+		keyReqs = append(keyReqs, r)
 	}
 	var of offeringReqs
 	var mask uint64
@@ -27,15 +29,11 @@ func (s *solver) filterCandidatesInto(out, cands []*itInfo, need vec, reqs requi
 		of = offeringFilter(reqs)
 		mask = s.offerings.mask(reqs)
 	}
-	keyReqs := make([]requirements.Requirement, len(changed))
-	for i, k := range changed {
-		keyReqs[i], _ = reqs.Get(k)
-	}
 	for _, info := range cands {
 		if !need.lessEq(info.alloc) {
 			continue
 		}
-		if len(changed) > 0 && !typeAllowsKeys(info, keyReqs) {
+		if len(keyReqs) > 0 && !typeAllowsKeys(info, keyReqs) {
 			continue
 		}
 		if offerings && !s.offerings.offers(info, mask, &of) {

@@ -179,7 +179,14 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 	need := s.scratch
 	copy(need, t.used)
 	need.add(v.class.req)
-	cands := s.filterCandidatesInto(s.candScratch[:0], t.candidates, need, reqs, changed)
+	narrowed := narrowedKeys(t.reqs, reqs, changed)
+	if len(narrowed) == 0 && len(v.class.hostPorts) == 0 && need.lessEq(t.minAlloc) {
+		// Every candidate still holds the claim and the pod narrowed nothing: the candidates,
+		// and so their minValues, are what they were.
+		s.commit(v, t, pod, t.candidates, &reqs, changed != nil)
+		return joined
+	}
+	cands := s.filterCandidatesInto(s.candScratch[:0], t.candidates, need, reqs, narrowed)
 	if len(v.class.hostPorts) > 0 {
 		// The pod's host ports must not clash with those of the DaemonSets a candidate runs.
 		kept := cands[:0]
@@ -205,6 +212,29 @@ func (s *solver) tryClaim(v *variant, t *target, pod *corev1.Pod) joinResult {
 	copy(own, cands)
 	s.commit(v, t, pod, own, &reqs, changed != nil)
 	return joined
+}
+
+// narrowedKeys are the keys of changed on which after differs from before: only those can rule a
+// candidate out.
+func narrowedKeys(before, after requirements.Requirements, changed []string) []string {
+	var out []string
+	for i, k := range changed {
+		if b, ok := before.Get(k); ok {
+			if a, _ := after.Get(k); b.Equal(&a) {
+				if out == nil {
+					out = append(make([]string, 0, len(changed)), changed[:i]...)
+				}
+				continue
+			}
+		}
+		if out != nil {
+			out = append(out, k)
+		}
+	}
+	if out == nil {
+		return changed
+	}
+	return out
 }
 
 // tryNew plans a new claim from pool p for the pod, or says why it cannot.
@@ -254,7 +284,8 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 			keys = append(keys, n.key)
 		}
 		changed = true
-		cands = s.filterCandidates(cands, need, reqs, keys)
+		// cands is this claim's own: filter it in place.
+		cands = s.filterCandidatesInto(cands[:0], cands, need, reqs, keys)
 		if len(cands) == 0 {
 			return "no instance type offers the zone the topology constraints need"
 		}

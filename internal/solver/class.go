@@ -1,7 +1,7 @@
 package solver
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -97,17 +97,6 @@ type preference struct {
 }
 
 // signature is what makes two pods interchangeable for the solver.
-type signature struct {
-	NS          string                            `json:"n"`
-	Labels      map[string]string                 `json:"l,omitempty"`
-	Requests    corev1.ResourceList               `json:"r"`
-	Selector    map[string]string                 `json:"s,omitempty"`
-	Affinity    *corev1.Affinity                  `json:"a,omitempty"`
-	Tolerations []corev1.Toleration               `json:"t,omitempty"`
-	Spread      []corev1.TopologySpreadConstraint `json:"p,omitempty"`
-	Ports       []hostPort                        `json:"h,omitempty"`
-}
-
 func podHostPorts(p *corev1.Pod) []hostPort {
 	var out []hostPort
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
@@ -126,26 +115,85 @@ func podHostPorts(p *corev1.Pod) []hostPort {
 	return out
 }
 
+// podSignature is a key equal for two pods exactly when the solver treats them alike: namespace,
+// labels, requests, node selector, affinity, tolerations, topology spread and host ports. Strings
+// are length-prefixed; the API structs are written in their protobuf encoding, which is
+// deterministic (map keys sorted) and needs no reflection.
 func podSignature(p *corev1.Pod, req corev1.ResourceList) string {
+	b := make([]byte, 0, 256)
+	b = appendSigString(b, p.Namespace)
+	b = appendSigMap(b, p.Labels)
+	names := make([]string, 0, len(req))
+	for n := range req {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, n := range names {
+		q := req[corev1.ResourceName(n)]
+		b = appendSigString(b, n)
+		b = appendSigString(b, q.String())
+	}
+	b = appendSigMap(b, p.Spec.NodeSelector)
+	if a := p.Spec.Affinity; a != nil {
+		b = append(b, 1)
+		b = appendSigProto(b, a)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Spec.Tolerations)))
+	for i := range p.Spec.Tolerations {
+		b = appendSigProto(b, &p.Spec.Tolerations[i])
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Spec.TopologySpreadConstraints)))
+	for i := range p.Spec.TopologySpreadConstraints {
+		b = appendSigProto(b, &p.Spec.TopologySpreadConstraints[i])
+	}
 	hp := podHostPorts(p)
-	sig := signature{
-		NS: p.Namespace, Labels: p.Labels, Requests: req, Selector: p.Spec.NodeSelector,
-		Affinity: p.Spec.Affinity, Tolerations: p.Spec.Tolerations, Spread: p.Spec.TopologySpreadConstraints,
-	}
-	if len(hp) > 0 {
-		sig.Ports = hp
-	}
-	b, err := json.Marshal(sig)
-	if err != nil {
-		// Unreachable for API types; fall back to a unique key so the pod gets its own class.
-		return fmt.Sprintf("%s/%s/%p", p.Namespace, p.Name, p)
+	b = binary.AppendUvarint(b, uint64(len(hp)))
+	for _, h := range hp {
+		b = appendSigString(b, string(h.protocol))
+		b = appendSigString(b, h.ip)
+		b = binary.AppendVarint(b, int64(h.port))
 	}
 	return string(b)
 }
 
-// MarshalJSON lets hostPort take part in signatures.
-func (h hostPort) MarshalJSON() ([]byte, error) {
-	return []byte(fmt.Sprintf("%q", fmt.Sprintf("%s/%s/%d", h.protocol, h.ip, h.port))), nil
+func appendSigString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendSigMap(b []byte, m map[string]string) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = appendSigString(b, k)
+		b = appendSigString(b, m[k])
+	}
+	return b
+}
+
+// sigProto is an API struct's generated protobuf encoder.
+type sigProto interface {
+	Size() int
+	MarshalToSizedBuffer([]byte) (int, error)
+}
+
+func appendSigProto(b []byte, m sigProto) []byte {
+	n := m.Size()
+	b = binary.AppendUvarint(b, uint64(n))
+	b = slices.Grow(b, n)
+	// The encoder writes backwards from the end of the buffer it is given.
+	if _, err := m.MarshalToSizedBuffer(b[len(b) : len(b)+n]); err != nil {
+		// Unreachable for API types (Size measured the buffer); a marker keeps keys distinct.
+		return append(b, 0xff)
+	}
+	return b[:len(b)+n]
 }
 
 // buildClass reads the constraints of a class's first pod.

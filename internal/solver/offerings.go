@@ -3,6 +3,7 @@ package solver
 import (
 	"math"
 	"math/bits"
+	"slices"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
@@ -14,6 +15,8 @@ type offeringIndex struct {
 	zones, cts []string
 	// ok is false when there are more than 64 pairs; then masks are not used.
 	ok bool
+	// slab is where index carves the types' price arrays from.
+	slab []float64
 }
 
 func newOfferingIndex(pools []NodePool) *offeringIndex {
@@ -37,60 +40,81 @@ func newOfferingIndex(pools []NodePool) *offeringIndex {
 	return oi
 }
 
-func (oi *offeringIndex) bit(zone, ct string) int {
-	zi, ci := -1, -1
-	for i, z := range oi.zones {
-		if z == zone {
-			zi = i
-		}
-	}
-	for i, c := range oi.cts {
-		if c == ct {
-			ci = i
-		}
-	}
-	return zi*len(oi.cts) + ci
-}
+// zoneIndex and ctIndex are a zone's and a capacity type's positions (every offering's are
+// listed).
+func (oi *offeringIndex) zoneIndex(zone string) int { return slices.Index(oi.zones, zone) }
+func (oi *offeringIndex) ctIndex(ct string) int     { return slices.Index(oi.cts, ct) }
 
 func (oi *offeringIndex) index(info *itInfo) {
 	if !oi.ok {
 		return
 	}
-	info.offPrice = make([]float64, len(oi.zones)*len(oi.cts))
+	n := len(oi.zones) * len(oi.cts)
+	if len(oi.slab) < n {
+		// One allocation for many types' prices.
+		oi.slab = make([]float64, n*256)
+	}
+	info.offPrice, oi.slab = oi.slab[:n:n], oi.slab[n:]
 	for i := range info.offPrice {
 		info.offPrice[i] = math.Inf(1)
 	}
+	// An offering in a zone or capacity type the type's own requirements exclude cannot be
+	// launched; leaving it out of the mask lets a mask check stand for both.
+	zoneOK, ctOK := oi.allowed(info.it.Requirements)
 	for _, o := range info.it.Offerings {
 		if !o.Available {
 			continue
 		}
-		b := oi.bit(o.Zone, o.CapacityType)
+		zi, ci := oi.zoneIndex(o.Zone), oi.ctIndex(o.CapacityType)
+		if zoneOK&(1<<zi) == 0 || ctOK&(1<<ci) == 0 {
+			continue
+		}
+		b := zi*len(oi.cts) + ci
 		info.offMask |= 1 << b
-		info.offPrice[b] = math.Min(info.offPrice[b], o.Price)
+		if o.Price < info.offPrice[b] {
+			info.offPrice[b] = o.Price
+		}
 	}
+}
+
+// allowed returns the zones and capacity types reqs allow, a bit per position (masks are used
+// only with at most 64 pairs, so each list has at most 64 entries).
+func (oi *offeringIndex) allowed(reqs requirements.Requirements) (zones, cts uint64) {
+	zone, hasZone := reqs.Get(karpv1.ZoneLabelKey)
+	ct, hasCT := reqs.Get(karpv1.CapacityTypeLabelKey)
+	for zi, z := range oi.zones {
+		if !hasZone || zone.Allows(z) {
+			zones |= 1 << zi
+		}
+	}
+	for ci, c := range oi.cts {
+		if !hasCT || ct.Allows(c) {
+			cts |= 1 << ci
+		}
+	}
+	return zones, cts
 }
 
 // mask returns the (zone, capacity type) pairs reqs allow.
 func (oi *offeringIndex) mask(reqs requirements.Requirements) uint64 {
-	zone, hasZone := reqs.Get(karpv1.ZoneLabelKey)
-	ct, hasCT := reqs.Get(karpv1.CapacityTypeLabelKey)
+	zones, cts := oi.allowed(reqs)
 	var m uint64
-	for zi, z := range oi.zones {
-		if hasZone && !zone.Allows(z) {
+	for zi := range oi.zones {
+		if zones&(1<<zi) == 0 {
 			continue
 		}
-		for ci, c := range oi.cts {
-			if hasCT && !ct.Allows(c) {
-				continue
+		for ci := range oi.cts {
+			if cts&(1<<ci) != 0 {
+				m |= 1 << (zi*len(oi.cts) + ci)
 			}
-			m |= 1 << (zi*len(oi.cts) + ci)
 		}
 	}
 	return m
 }
 
 // offers reports whether the type has an available offering in mask; of is the fallback when
-// masks are off.
+// masks are off. With masks it also answers whether the type's own zone and capacity-type
+// requirements meet the claim's (index leaves out offerings they exclude).
 func (oi *offeringIndex) offers(info *itInfo, mask uint64, of *offeringReqs) bool {
 	if oi.ok {
 		return info.offMask&mask != 0
@@ -112,7 +136,9 @@ func (oi *offeringIndex) price(info *itInfo, mask uint64, of *offeringReqs) (flo
 	best := math.Inf(1)
 	for m != 0 {
 		b := bits.TrailingZeros64(m)
-		best = math.Min(best, info.offPrice[b])
+		if p := info.offPrice[b]; p < best {
+			best = p
+		}
 		m &= m - 1
 	}
 	return best + info.nodeCost, true

@@ -3,7 +3,9 @@ package solver
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -19,8 +21,10 @@ type itInfo struct {
 	alloc    vec
 	capacity vec
 	// labels are the type's single-valued requirement keys, for minValues counting; built on
-	// first use (most solves never count minValues), see typeLabels.
-	labels map[string]string
+	// first use (most solves never count minValues), see typeLabels. The packings of a Solve
+	// share the type, hence the Once.
+	labels     map[string]string
+	labelsOnce sync.Once
 	// minPrice is the cheapest available offering the pool allows, plus the pool's NodeCost.
 	minPrice float64
 	// nodeCost is the pool's NodeCost, added to every offering's price.
@@ -36,13 +40,13 @@ type itInfo struct {
 	daemon vec
 	// daemonPorts are the host ports those DaemonSets hold.
 	daemonPorts []hostPort
+	// pos is the type's position in its pool's types.
+	pos int32
 }
 
 // typeLabels returns the type's single-valued requirement keys and values, building them once.
 func (info *itInfo) typeLabels() map[string]string {
-	if info.labels == nil {
-		info.labels = info.it.Requirements.Labels()
-	}
+	info.labelsOnce.Do(func() { info.labels = info.it.Requirements.Labels() })
 	return info.labels
 }
 
@@ -64,6 +68,22 @@ type pool struct {
 	// milli-unit, from the linear relaxation over the pool's types; nil when it has none.
 	dims  []int
 	duals []float64
+	// byEfficiency is types by efficiency, most efficient first (set with duals); mark and epoch
+	// let mostEfficient tell a claim's candidates apart without a map.
+	byEfficiency []*itInfo
+	mark         []uint32
+	epoch        uint32
+}
+
+// fork returns the pool for one packing: the types, prices and efficiencies are shared (no
+// packing writes them); what is left of the limits, the fit cache and mostEfficient's marks are
+// its own.
+func (p *pool) fork() *pool {
+	f := *p
+	f.fits = map[string]*poolFit{}
+	f.remaining = slices.Clone(p.remaining)
+	f.mark, f.epoch = nil, 0
+	return &f
 }
 
 // poolFit is what a variant can get from a pool.
@@ -228,6 +248,9 @@ func (s *solver) daemonOverhead(p *pool) {
 		kept = append(kept, info)
 	}
 	p.types = kept
+	for i, info := range p.types {
+		info.pos = int32(i)
+	}
 }
 
 // daemonOnPool is a DaemonSet's pod as it applies to one pool: the node terms that admit the pool.

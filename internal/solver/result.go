@@ -63,12 +63,54 @@ func (s *solver) finish() {
 	}
 }
 
-func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
-	type priced struct {
-		info  *itInfo
-		price float64
+// claims is how many NodeClaims the plan buys.
+func (s *solver) claims() int {
+	n := 0
+	for _, t := range s.targets {
+		if t.isClaim() {
+			n++
+		}
 	}
-	ps := make([]priced, 0, len(t.candidates))
+	return n
+}
+
+// planPrice is what finish's claims cost together: each claim's cheapest candidate offering its
+// requirements allow (PlannedNodeClaim.Price), without sorting or bounding the candidates.
+func (s *solver) planPrice() float64 {
+	var sum float64
+	for _, t := range s.targets {
+		if !t.isClaim() {
+			continue
+		}
+		of := offeringFilter(t.reqs)
+		mask := s.offerings.mask(t.reqs)
+		best, found := 0.0, false
+		for _, info := range t.candidates {
+			if found && info.minPrice >= best {
+				// Candidates come cheapest pool price first, and no claim pays less than that.
+				break
+			}
+			if price, ok := s.offerings.price(info, mask, &of); ok && (!found || price < best) {
+				best, found = price, true
+			}
+		}
+		sum += best
+	}
+	return sum
+}
+
+// priced is a candidate with its price under a claim's requirements.
+type priced struct {
+	info  *itInfo
+	price float64
+}
+
+func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
+	if cap(s.priced) < len(t.candidates) {
+		s.priced = make([]priced, 0, len(t.candidates))
+	}
+	ps := s.priced[:0]
+	defer func() { s.priced = ps[:0] }()
 	of := offeringFilter(t.reqs)
 	mask := s.offerings.mask(t.reqs)
 	for _, info := range t.candidates {

@@ -8,15 +8,10 @@ import (
 )
 
 // priceCapacity sets every pool type's efficiency from the linear relaxation of buying capacity
-// for all the solve's pods from the pool: the optimal dual prices value each resource, and a type
-// whose capacity is worth its price at those values is one an optimal purchase would use.
-func (s *solver) priceCapacity(p *pool) {
-	demand := make(vec, s.ri.len())
-	for _, c := range s.classes {
-		for range c.pods {
-			demand.add(c.req)
-		}
-	}
+// for all the solve's pods (demand, their summed requests) from the pool: the optimal dual prices
+// value each resource, and a type whose capacity is worth its price at those values is one an
+// optimal purchase would use.
+func (s *solver) priceCapacity(p *pool, demand vec) {
 	var dims []int
 	for i, d := range demand {
 		if d > 0 {
@@ -60,6 +55,7 @@ func (s *solver) priceCapacity(p *pool) {
 			info.efficiency = value / info.minPrice
 		}
 	}
+	p.sortByEfficiency()
 }
 
 // shortlist is how many candidate types a new claim's target is chosen among.
@@ -79,7 +75,7 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 	if p.duals == nil {
 		return largest(cands)
 	}
-	short := mostEfficient(cands, shortlist)
+	short := p.mostEfficient(cands, shortlist)
 	// The relaxation prices resources as if they could be bought apart (pod slots from one type,
 	// memory from another), so its favourites can miss the type that holds the most of the
 	// claim's first pods per dollar; those are simulated too, when resources alone decide how
@@ -128,15 +124,39 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 }
 
 // mostEfficient returns the k most efficient of cands, most efficient first, ties in cands'
-// order: the first k of a stable sort by efficiency, without sorting all of them (a pool has
-// hundreds of types and every new claim asks).
-func mostEfficient(cands []*itInfo, k int) []*itInfo {
-	top := topK(len(cands), k, func(i int) float64 { return cands[i].efficiency })
-	short := make([]*itInfo, len(top))
-	for i, ci := range top {
-		short[i] = cands[ci]
+// order: the first k of a stable sort by efficiency. cands must be some of the pool's types, in
+// the pool's order (every new claim's are), so the answer is the pool's types in efficiency
+// order (sorted once, by sortByEfficiency) that are among cands — no sort per claim.
+func (p *pool) mostEfficient(cands []*itInfo, k int) []*itInfo {
+	if len(p.mark) != len(p.types) {
+		p.mark = make([]uint32, len(p.types))
+	}
+	p.epoch++
+	if p.epoch == 0 {
+		// Wrapped: old marks could match again.
+		clear(p.mark)
+		p.epoch = 1
+	}
+	for _, info := range cands {
+		p.mark[info.pos] = p.epoch
+	}
+	short := make([]*itInfo, 0, min(k, len(cands)))
+	for _, info := range p.byEfficiency {
+		if len(short) == cap(short) {
+			break
+		}
+		if p.mark[info.pos] == p.epoch {
+			short = append(short, info)
+		}
 	}
 	return short
+}
+
+// sortByEfficiency orders the pool's types by efficiency, most efficient first, ties in the
+// pool's order, for mostEfficient.
+func (p *pool) sortByEfficiency() {
+	p.byEfficiency = slices.Clone(p.types)
+	slices.SortStableFunc(p.byEfficiency, func(a, b *itInfo) int { return cmpFloat(b.efficiency, a.efficiency) })
 }
 
 // topK returns the positions of the k highest of n scores, highest first, equal scores in

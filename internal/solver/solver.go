@@ -37,7 +37,9 @@ type solver struct {
 	// scratch is reused for the resources a candidate must hold.
 	scratch     vec
 	candScratch []*itInfo
-	offerings   *offeringIndex
+	// priced is plannedClaim's scratch.
+	priced    []priced
+	offerings *offeringIndex
 	// preferNoScheduleTaints is set when some pool or node has a PreferNoSchedule taint.
 	preferNoScheduleTaints bool
 	// order is the classes in packing order; cursor the first with pods left.
@@ -85,43 +87,45 @@ func Solve(in Input, opts Options) *Result {
 		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
 	}
 	wellKnown := wellKnownLabels(in)
-	facts := podFactsOf(in)
+	base := prepareShared(in, opts, wellKnown, podFactsOf(in))
 	// A small batch usually buys few machines, so it will get the second packing: it runs
-	// alongside the first, on another core, rather than after it. (The packings only read in.)
-	var second *Result
+	// alongside the first, on another core, rather than after it. (The packings only read base.)
+	var second *solver
 	var wg sync.WaitGroup
 	if len(in.Pods) > 1 && len(in.Pods) <= concurrentPackingPods {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			second, _ = solve(in, opts, balanceOpen, wellKnown, facts)
+			second = base.pack(balanceOpen)
 		}()
 	}
-	best, classes := solve(in, opts, balanceLast, wellKnown, facts)
+	best := base.pack(balanceLast)
 	wg.Wait()
 	// With one class of pods there is one queue, and both ways pack alike.
-	if len(best.NodeClaims) <= secondPackingClaims && classes > 1 {
+	if best.claims() <= secondPackingClaims && len(best.classes) > 1 {
 		if second == nil {
-			second, _ = solve(in, opts, balanceOpen, wellKnown, facts)
+			second = base.pack(balanceOpen)
 		}
 		if better(second, best) {
 			best = second
 		}
 	}
-	return best
+	// Only the winner's claims are priced, sorted and bounded.
+	best.finish()
+	return &best.result
 }
 
 // concurrentPackingPods bounds the batches whose second packing starts with the first.
 const concurrentPackingPods = 512
 
-func better(a, b *Result) bool {
-	if len(a.Unschedulable) != len(b.Unschedulable) {
-		return len(a.Unschedulable) < len(b.Unschedulable)
+func better(a, b *solver) bool {
+	if ua, ub := len(a.result.Unschedulable), len(b.result.Unschedulable); ua != ub {
+		return ua < ub
 	}
-	if pa, pb := a.Price(), b.Price(); pa != pb {
+	if pa, pb := a.planPrice(), b.planPrice(); pa != pb {
 		return pa < pb-1e-9
 	}
-	return len(a.NodeClaims) < len(b.NodeClaims)
+	return a.claims() < b.claims()
 }
 
 // podFacts are what both packings read of each pending pod, computed once per Solve: its
@@ -141,15 +145,73 @@ func podFactsOf(in Input) *podFacts {
 	return f
 }
 
-// solve packs once and returns the plan and how many classes the pods formed.
-func solve(in Input, opts Options, b balancing, wellKnown map[string]bool, facts *podFacts) (*Result, int) {
-	s := &solver{in: in, opts: opts, ri: newResourceIndex(), groupIndex: map[string]int{}, domains: map[string]domainSet{}, balance: b,
-		wellKnown: wellKnown, facts: facts}
+// prepareShared builds what every packing of a Solve reads and none writes: the resource index,
+// the offering index and the pools' instance types with their DaemonSet overhead, prices and
+// efficiencies. The packings fork from it.
+func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *podFacts) *solver {
+	s := &solver{in: in, opts: opts, ri: newResourceIndex(), wellKnown: wellKnown, facts: facts}
+	s.registerAttachments()
+	for i := range in.Pods {
+		s.ri.register(facts.reqs[i])
+	}
+	for _, ds := range in.DaemonSetPods {
+		s.ri.register(podRequests(ds))
+	}
+	for i := range in.NodePools {
+		for _, it := range in.NodePools[i].InstanceTypes {
+			s.ri.register(it.Capacity)
+		}
+		s.ri.register(in.NodePools[i].Remaining)
+	}
+	for i := range in.Nodes {
+		s.ri.register(in.Nodes[i].Allocatable)
+	}
+
+	hasPNS := func(ts []corev1.Taint) bool {
+		return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Effect == corev1.TaintEffectPreferNoSchedule })
+	}
+	for i := range in.NodePools {
+		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(in.NodePools[i].Taints)
+	}
+	for i := range in.Nodes {
+		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(in.Nodes[i].Taints)
+	}
+
+	// Pools, highest weight first.
+	s.offerings = newOfferingIndex(in.NodePools)
+	for i := range in.NodePools {
+		s.pools = append(s.pools, s.newPool(&in.NodePools[i], i))
+	}
+	sort.SliceStable(s.pools, func(i, j int) bool {
+		a, b := s.pools[i].np, s.pools[j].np
+		if a.Weight != b.Weight {
+			return a.Weight > b.Weight
+		}
+		return a.Name < b.Name
+	})
+	demand := make(vec, s.ri.len())
+	for i := range in.Pods {
+		demand.add(s.ri.vec(facts.reqs[i]))
+	}
+	for _, p := range s.pools {
+		s.priceCapacity(p, demand)
+	}
+	return s
+}
+
+// pack forks a packing from the shared preparation, packs once and returns it; finish turns
+// the plan into a Result.
+func (base *solver) pack(b balancing) *solver {
+	s := &solver{in: base.in, opts: base.opts, ri: base.ri, groupIndex: map[string]int{}, domains: map[string]domainSet{},
+		balance: b, wellKnown: base.wellKnown, facts: base.facts, attachDims: base.attachDims,
+		offerings: base.offerings, preferNoScheduleTaints: base.preferNoScheduleTaints}
+	for _, bp := range base.pools {
+		s.pools = append(s.pools, bp.fork())
+	}
 	s.prepare()
 	s.run()
 	s.repack()
-	s.finish()
-	return &s.result, len(s.classes)
+	return s
 }
 
 type podItem struct {
@@ -157,35 +219,10 @@ type podItem struct {
 	class *class
 }
 
+// prepare builds a packing's own state: the pods' classes and topology groups, and the existing
+// nodes with their pods counted.
 func (s *solver) prepare() {
-	s.registerAttachments()
 	reqs := s.facts.reqs
-	for i := range s.in.Pods {
-		s.ri.register(reqs[i])
-	}
-	for _, ds := range s.in.DaemonSetPods {
-		s.ri.register(podRequests(ds))
-	}
-	for i := range s.in.NodePools {
-		for _, it := range s.in.NodePools[i].InstanceTypes {
-			s.ri.register(it.Capacity)
-		}
-		s.ri.register(s.in.NodePools[i].Remaining)
-	}
-	for i := range s.in.Nodes {
-		s.ri.register(s.in.Nodes[i].Allocatable)
-	}
-
-	hasPNS := func(ts []corev1.Taint) bool {
-		return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Effect == corev1.TaintEffectPreferNoSchedule })
-	}
-	for i := range s.in.NodePools {
-		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(s.in.NodePools[i].Taints)
-	}
-	for i := range s.in.Nodes {
-		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(s.in.Nodes[i].Taints)
-	}
-
 	// Classes.
 	bySig := map[string]*class{}
 	for i, p := range s.in.Pods {
@@ -218,18 +255,6 @@ func (s *solver) prepare() {
 		}
 	}
 
-	// Pools, highest weight first.
-	s.offerings = newOfferingIndex(s.in.NodePools)
-	for i := range s.in.NodePools {
-		s.pools = append(s.pools, s.newPool(&s.in.NodePools[i], i))
-	}
-	sort.SliceStable(s.pools, func(i, j int) bool {
-		a, b := s.pools[i].np, s.pools[j].np
-		if a.Weight != b.Weight {
-			return a.Weight > b.Weight
-		}
-		return a.Name < b.Name
-	})
 	for _, g := range s.groups {
 		if !g.hostname {
 			s.domainsOf(g.key)
@@ -279,9 +304,6 @@ func (s *solver) prepare() {
 				c.matches = append(c.matches, gi)
 			}
 		}
-	}
-	for _, p := range s.pools {
-		s.priceCapacity(p)
 	}
 	s.minReq = nil
 	for _, c := range s.classes {

@@ -20,8 +20,9 @@ type target struct {
 	// alloc is an existing node's allocatable, or the most any candidate can hold.
 	alloc      vec
 	candidates []*itInfo
-	// fullAlloc is the most any candidate can hold, before cap.
-	fullAlloc vec
+	// fullAlloc is the most any candidate can hold, before cap; minAlloc the least (per
+	// resource): a claim whose pods fit in it needs no candidate ruled out.
+	fullAlloc, minAlloc vec
 	// reserved is what the claim holds of its pool's limits: the largest candidate capacity.
 	reserved vec
 	// cap bounds what a claim is filled to: the allocatable of the instance type chosen as its
@@ -91,12 +92,29 @@ func portsFreeOf(a, b []hostPort) bool {
 // setCandidates replaces a claim's candidates and recomputes its capacity bound and reservation,
 // returning to the pool what the claim no longer needs.
 func (t *target) setCandidates(c []*itInfo) {
+	if t.minAlloc != nil && len(c) == len(t.candidates) && (len(c) == 0 || &c[0] == &t.candidates[0]) {
+		// The same candidates (a join that ruled none out): bounds and reservation stand, but a
+		// co-located pod may have grown the claim past its cap.
+		if t.cap != nil && !t.used.lessEq(t.cap) {
+			t.cap = nil
+			copy(t.alloc, t.fullAlloc)
+		}
+		return
+	}
 	t.candidates = c
 	for i := range t.alloc {
 		t.alloc[i] = 0
 	}
-	for _, info := range c {
+	if t.minAlloc == nil {
+		t.minAlloc = make(vec, len(t.alloc))
+	}
+	for i, info := range c {
 		t.alloc.maxInto(info.alloc)
+		if i == 0 {
+			copy(t.minAlloc, info.alloc)
+		} else {
+			t.minAlloc.minInto(info.alloc)
+		}
 	}
 	t.fullAlloc = append(t.fullAlloc[:0], t.alloc...)
 	if t.cap != nil && !t.used.lessEq(t.cap) {
