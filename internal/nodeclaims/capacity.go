@@ -15,9 +15,16 @@ func Candidates(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) []*cl
 	if err != nil {
 		return nil
 	}
+	// A claim names its few instance types among the pool's hundreds: that key first, cheaply.
+	names, named := reqs.Get(corev1.LabelInstanceTypeStable)
 	var out []*cloudprovider.InstanceType
 	for _, it := range types {
-		if it.Requirements.Intersects(reqs) == nil && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+		if named {
+			if own, ok := it.Requirements.Get(corev1.LabelInstanceTypeStable); ok && !own.Intersects(&names) {
+				continue
+			}
+		}
+		if it.Requirements.Overlaps(reqs) && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
 			out = append(out, it)
 		}
 	}

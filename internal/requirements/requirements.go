@@ -116,6 +116,21 @@ func (rs Requirements) Empty() bool {
 	return false
 }
 
+// Overlaps reports whether Intersects finds no conflict, without building its error: for loops
+// that try many instance types against one claim.
+func (rs Requirements) Overlaps(o Requirements) bool {
+	small, large := rs, o
+	if len(small.m) > len(large.m) {
+		small, large = large, small
+	}
+	for k, a := range small.m {
+		if b, ok := large.m[k]; ok && !a.Intersects(&b) {
+			return false
+		}
+	}
+	return true
+}
+
 // Intersects returns an error naming a key on which rs and o allow no common value; keys only
 // one of them constrains are not checked.
 func (rs Requirements) Intersects(o Requirements) error {

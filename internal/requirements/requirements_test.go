@@ -257,3 +257,46 @@ func TestExpressionsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Overlaps must say exactly what Intersects says, for sets of requirements on shared and
+// unshared keys.
+func TestOverlapsAgreesWithIntersects(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	keys := []string{"a", "b", "c"}
+	values := []string{"1", "2", "3", "x"}
+	ops := []Operator{In, NotIn, Exists, DoesNotExist, Gt, Lt}
+	random := func() Requirements {
+		rs := Requirements{}
+		for _, k := range keys {
+			if r.IntN(2) == 0 {
+				continue
+			}
+			op := ops[r.IntN(len(ops))]
+			switch op {
+			case Exists, DoesNotExist:
+				rs.Add(MustNew(k, op))
+			case Gt, Lt:
+				rs.Add(MustNew(k, op, strconv.Itoa(r.IntN(4))))
+			default:
+				rs.Add(MustNew(k, op, values[r.IntN(len(values))], values[r.IntN(len(values))]))
+			}
+		}
+		return rs
+	}
+	overlapping, conflicting := 0, 0
+	for range 5000 {
+		a, b := random(), random()
+		want := a.Intersects(b) == nil
+		if got := a.Overlaps(b); got != want {
+			t.Fatalf("%s vs %s: Overlaps %v, Intersects %v", a.String(), b.String(), got, want)
+		}
+		if want {
+			overlapping++
+		} else {
+			conflicting++
+		}
+	}
+	if overlapping == 0 || conflicting == 0 {
+		t.Fatalf("random sets were %d overlapping and %d conflicting: the test checks one side only", overlapping, conflicting)
+	}
+}

@@ -45,6 +45,10 @@ type Provisioner struct {
 	NodeCost float64
 
 	trigger chan struct{}
+	// opened is when the batch being gathered got its first trigger (zero: none since the last
+	// pass started); a pass that runs long leaves the next batch already open that long.
+	mu     sync.Mutex
+	opened time.Time
 	// created remembers the NodeClaims this provisioner created until the (cached) client lists
 	// them, so that a pass right after another does not plan the same pods twice.
 	created map[string]createdClaim
@@ -92,6 +96,11 @@ func (p *Provisioner) Name() string { return "provisioner" }
 // Trigger asks for a provisioning pass; triggers during a batch extend it.
 func (p *Provisioner) Trigger() {
 	p.init()
+	p.mu.Lock()
+	if p.opened.IsZero() {
+		p.opened = p.Clock.Now()
+	}
+	p.mu.Unlock()
 	select {
 	case p.trigger <- struct{}{}:
 	default:
@@ -119,24 +128,8 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		maxWait = 10 * time.Second
 	}
 	for {
-		select {
-		case <-ctx.Done():
+		if !p.nextBatch(ctx, idle, maxWait) {
 			return nil
-		case <-p.trigger:
-		}
-		// Wait for the batch to settle: until idle passes without a trigger, or maxWait.
-		deadline := p.Clock.After(maxWait)
-	batch:
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-p.trigger:
-			case <-p.Clock.After(idle):
-				break batch
-			case <-deadline:
-				break batch
-			}
 		}
 		if _, err := p.Provision(ctx); err != nil {
 			log.FromContext(ctx).Error(err, "provisioning")
@@ -148,6 +141,45 @@ func (p *Provisioner) Start(ctx context.Context) error {
 					p.Trigger()
 				}
 			}()
+		}
+	}
+}
+
+// nextBatch waits for a trigger, then for its batch to settle: until idle passes without another
+// trigger, or maxWait has passed since the batch's first trigger. That trigger may have come while
+// the previous pass ran (a burst keeps pods arriving while claims are created); its pods have
+// waited already, so a pass that took longer than maxWait is followed at once. It returns false
+// when ctx ends, and marks the batch taken: triggers from then on open the next one.
+func (p *Provisioner) nextBatch(ctx context.Context, idle, maxWait time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-p.trigger:
+	}
+	p.mu.Lock()
+	if p.opened.IsZero() {
+		p.opened = p.Clock.Now()
+	}
+	left := maxWait - p.Clock.Since(p.opened)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.opened = time.Time{}
+		p.mu.Unlock()
+	}()
+	if left <= 0 {
+		return true
+	}
+	deadline := p.Clock.After(left)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.trigger:
+		case <-p.Clock.After(idle):
+			return true
+		case <-deadline:
+			return true
 		}
 	}
 }
@@ -187,7 +219,9 @@ type Result struct {
 func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	logger := log.FromContext(ctx)
 	pods := &corev1.PodList{}
-	if err := p.Client.List(ctx, pods); err != nil {
+	// Read-only (the pass and the solver only read pods, the solver's packings concurrently):
+	// the cache's own objects, not a copy of every pod of the cluster on every pass.
+	if err := p.Client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	var pending []*corev1.Pod

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -17,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -41,15 +44,44 @@ type Controller struct {
 // Name is the controller's name and log key.
 func (c *Controller) Name() string { return "nodepool.status" }
 
-// Register adds the controller to a manager; NodeClaim changes requeue their pool.
+// Register adds the controller to a manager; NodeClaim changes requeue their pool, coalesced
+// (claimEvents).
 func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodePool{}).
-		Watches(&karpv1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if np := o.GetLabels()[karpv1.NodePoolLabelKey]; np != "" {
-				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: np}}}
+		Watches(&karpv1.NodeClaim{}, claimEvents(ClaimCoalescing)).Complete(c)
+}
+
+// ClaimCoalescing is how long a NodeClaim change waits before its pool's status is recomputed,
+// so that the changes of a burst (a thousand claims launching, registering, initialising) cost a
+// recount a second, not one per change: each recount lists the pool's claims and patches its
+// status. A NodePool's own changes are not delayed.
+const ClaimCoalescing = time.Second
+
+// claimEvents enqueues a claim's pool after delay; the queue keeps one pending entry per pool, so
+// the changes within that time become one reconcile.
+func claimEvents(delay time.Duration) handler.EventHandler {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if np := o.GetLabels()[karpv1.NodePoolLabelKey]; np != "" {
+			q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKey{Name: np}}, delay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.ObjectNew, q)
+			if e.ObjectOld.GetLabels()[karpv1.NodePoolLabelKey] != e.ObjectNew.GetLabels()[karpv1.NodePoolLabelKey] {
+				enqueue(e.ObjectOld, q)
 			}
-			return nil
-		})).Complete(c)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+	}
 }
 
 // Reconcile updates one NodePool.
@@ -149,17 +181,20 @@ func (c *Controller) record(np *karpv1.NodePool, claims []karpv1.NodeClaim, its 
 	for k, q := range np.Spec.Limits {
 		limits[string(k)] = q.AsApproximateFloat64()
 	}
+	byName := make(map[string]*cloudprovider.InstanceType, len(its))
+	for _, t := range its {
+		byName[t.Name] = t
+	}
 	cost := 0.0
 	for _, nc := range claims {
-		it, zone, ct := nc.Labels[karpv1.InstanceTypeLabelKey], nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey]
-		for _, t := range its {
-			if t.Name != it {
-				continue
-			}
-			for _, o := range t.Offerings {
-				if o.Zone == zone && o.CapacityType == ct {
-					cost += o.Price
-				}
+		t, ok := byName[nc.Labels[karpv1.InstanceTypeLabelKey]]
+		if !ok {
+			continue
+		}
+		zone, ct := nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey]
+		for _, o := range t.Offerings {
+			if o.Zone == zone && o.CapacityType == ct {
+				cost += o.Price
 			}
 		}
 	}

@@ -1,0 +1,66 @@
+package nodeclaims_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/solver/workload"
+)
+
+// Candidates skips types by name before checking the rest; it must keep exactly the types whose
+// requirements meet the claim's and whose allocatable holds its requests.
+func TestCandidatesAreTheTypesThatMeetTheClaim(t *testing.T) {
+	its, err := workload.EC2InstanceTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	nonEmpty := 0
+	for trial := range 300 {
+		var names []string
+		for range 1 + r.IntN(60) {
+			names = append(names, its[r.IntN(len(its))].Name)
+		}
+		reqs := []karpv1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: karpv1.NodeSelectorOpIn, Values: names},
+		}
+		if r.IntN(2) == 0 {
+			reqs = append(reqs, karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: karpv1.NodeSelectorOpIn, Values: []string{"amd64"}})
+		}
+		if r.IntN(3) == 0 {
+			// No name requirement: every type is tried on its other keys.
+			reqs = reqs[1:]
+		}
+		nc := &karpv1.NodeClaim{Spec: karpv1.NodeClaimSpec{Requirements: reqs, Resources: karpv1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: *resource.NewMilliQuantity(int64(250*(1+r.IntN(64))), resource.DecimalSI),
+		}}}}
+		parsed, err := nodepools.FromAPI(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []*cloudprovider.InstanceType
+		for _, it := range its {
+			if it.Requirements.Intersects(parsed) == nil && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+				want = append(want, it)
+			}
+		}
+		got := nodeclaims.Candidates(nc, its)
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d: %d candidates, want %d", trial, len(got), len(want))
+		}
+		if len(want) > 0 {
+			nonEmpty++
+		}
+	}
+	if nonEmpty == 0 {
+		t.Fatal("no trial had a candidate: the test compared empty lists only")
+	}
+}
