@@ -140,13 +140,9 @@ func hasMinValues(rs requirements.Requirements) bool {
 func (s *solver) groupTypes(g *repackGroup) {
 	of := offeringFilter(g.reqs)
 	mask := s.offerings.mask(g.reqs)
-	type priced struct {
-		info  *itInfo
-		price float64
-	}
 	var ps []priced
 	for _, info := range g.pool.types {
-		if info.it.Requirements.Intersects(g.reqs) != nil {
+		if !info.it.Requirements.Overlaps(g.reqs) {
 			continue
 		}
 		if price, ok := s.offerings.price(info, mask, &of); ok {

@@ -87,7 +87,8 @@ func (s *solver) planPrice() float64 {
 		best, found := 0.0, false
 		for _, info := range t.candidates {
 			if found && info.minPrice >= best {
-				// Candidates come cheapest pool price first, and no claim pays less than that.
+				// A claim's candidates come cheapest first (by pool price, or by this very price
+				// after a repack), and no claim pays less than a type's pool price.
 				break
 			}
 			if price, ok := s.offerings.price(info, mask, &of); ok && (!found || price < best) {
