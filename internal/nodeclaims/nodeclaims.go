@@ -116,13 +116,21 @@ const conflictRetry = 100 * time.Millisecond
 // lagging cache has not shown yet) is never erased. When the claim moved on, nothing is written
 // and the result asks to read it again soon. A claim that is gone is not an error.
 func PatchStatus(ctx context.Context, c client.Client, nc, stored *karpv1.NodeClaim) (reconcile.Result, error) {
-	err := c.Status().Patch(ctx, nc.DeepCopy(), client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	_, res, err := PatchStatusWritten(ctx, c, nc, stored)
+	return res, err
+}
+
+// PatchStatusWritten is PatchStatus that also returns the claim as the server wrote it, or nil
+// when nothing was written.
+func PatchStatusWritten(ctx context.Context, c client.Client, nc, stored *karpv1.NodeClaim) (*karpv1.NodeClaim, reconcile.Result, error) {
+	written := nc.DeepCopy()
+	err := c.Status().Patch(ctx, written, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case apierrors.IsConflict(err):
 		log.FromContext(ctx).V(1).Info("nodeclaim changed since it was read; reading it again")
-		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		return nil, reconcile.Result{RequeueAfter: conflictRetry}, nil
 	case err != nil:
-		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
+		return nil, reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
 	}
-	return reconcile.Result{}, nil
+	return written, reconcile.Result{}, nil
 }

@@ -203,7 +203,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
 		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
-		NodeCost:      o.NodeCost}
+		NodeCost:      o.NodeCost,
+		// As many creates in flight as the client's rate admits at half-second answers.
+		CreateConcurrency: max(1, o.KubeClientQPS/2)}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/ownwrites"
 )
 
 // RegistrationTTL is how long a launched machine may take to register before its claim is
@@ -60,7 +61,15 @@ type Controller struct {
 
 	// unmanaged holds the UIDs of claims of another provider's NodeClass kind already reported.
 	unmanaged sync.Map
+	// written tells reads of a claim from before this controller's own last write (the cache
+	// lags); acting on them would launch, patch and report again what is done.
+	written     *ownwrites.Tracker
+	writtenOnce sync.Once
 }
+
+// staleRetry is when a claim read from before the controller's own write is looked at again, if
+// the write's watch event has not triggered it first.
+const staleRetry = 2 * time.Second
 
 // Name is the controller's name and log key.
 func (c *Controller) Name() string { return "nodeclaim.lifecycle" }
@@ -78,12 +87,18 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 
 // Reconcile advances one NodeClaim.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	c.writtenOnce.Do(func() { c.written = ownwrites.New(c.Clock) })
 	nc := &karpv1.NodeClaim{}
 	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !nc.DeletionTimestamp.IsZero() {
+		c.written.Forget(nc.UID)
 		return reconcile.Result{}, nil
+	}
+	if c.written.Stale(nc) {
+		log.FromContext(ctx).V(1).Info("nodeclaim read from before its last write; waiting for the cache")
+		return reconcile.Result{RequeueAfter: staleRetry}, nil
 	}
 	if !cloudprovider.Manages(c.Cloud, nc.Spec.NodeClassRef) {
 		c.reportUnmanaged(ctx, nc)
@@ -95,6 +110,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := c.Client.Patch(ctx, nc, client.MergeFrom(orig)); err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
+		c.written.Wrote(nc, orig.ResourceVersion)
 	}
 	stored := nc.DeepCopy()
 	if !isTrue(nc, karpv1.ConditionTypeLaunched) {
@@ -116,6 +132,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if perr := c.Client.Patch(ctx, written, client.MergeFrom(stored)); perr != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim: %w", errors.Join(err, perr)))
 		}
+		c.written.Wrote(written, stored.ResourceVersion)
 		if !equalStatus(stored, written) {
 			// Someone else wrote the status since it was read: read the claim again.
 			return reconcile.Result{RequeueAfter: time.Second}, err
@@ -124,8 +141,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		base.ResourceVersion = written.ResourceVersion
 	}
 	if !equalStatus(stored, nc) {
-		if res, perr := nodeclaims.PatchStatus(ctx, c.Client, nc, base); perr != nil || res.RequeueAfter > 0 {
+		written, res, perr := nodeclaims.PatchStatusWritten(ctx, c.Client, nc, base)
+		if perr != nil || res.RequeueAfter > 0 {
 			return res, errors.Join(err, perr)
+		}
+		if written != nil {
+			c.written.Wrote(written, base.ResourceVersion)
 		}
 	}
 	return result, err
