@@ -204,8 +204,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
 		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 		NodeCost:      o.NodeCost,
-		// As many creates in flight as the client's rate admits at half-second answers.
-		CreateConcurrency: max(1, o.KubeClientQPS/2)}
+		// As many creates in flight as the client's rate admits at half-second answers (bounded:
+		// past a few hundred they only queue in the API server).
+		CreateConcurrency: min(256, max(1, o.KubeClientQPS/2))}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}
