@@ -89,16 +89,13 @@ func TestOwnWriteNotYetCachedIsNotLaunchedAgain(t *testing.T) {
 	}
 }
 
+// launchedEvents counts the Launched events the recorder holds.
 func launchedEvents(rec *events.FakeRecorder) int {
 	n := 0
-	for {
-		select {
-		case e := <-rec.Events:
-			if strings.Contains(e, "Launched") {
-				n++
-			}
-		default:
-			return n
+	for _, e := range drainEvents(rec) {
+		if strings.Contains(e, "Launched") {
+			n++
 		}
 	}
+	return n
 }
