@@ -51,6 +51,33 @@ func (it *InstanceType) Allocatable() corev1.ResourceList {
 	return out
 }
 
+// AllocatableOf is the type's allocatable amount of one resource — Allocatable()'s entry, without
+// building the list — and whether the type has the resource at all.
+func (it *InstanceType) AllocatableOf(name corev1.ResourceName) (resource.Quantity, bool) {
+	c, ok := it.Capacity[name]
+	if !ok {
+		return resource.Quantity{}, false
+	}
+	a := c.DeepCopy()
+	if o, has := it.Overhead[name]; has {
+		a.Sub(o)
+	}
+	if a.Sign() < 0 {
+		return resource.Quantity{}, true
+	}
+	return a, true
+}
+
+// Holds is Fits(requests, it.Allocatable()) without building the list.
+func (it *InstanceType) Holds(requests corev1.ResourceList) bool {
+	for name, q := range requests {
+		if a, ok := it.AllocatableOf(name); !ok && !q.IsZero() || ok && q.Cmp(a) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Fits reports whether allocatable covers every request (a zero request of a resource the type
 // lacks is covered): a type that does not is never launched for those requests.
 func Fits(requests, allocatable corev1.ResourceList) bool {

@@ -24,7 +24,7 @@ func Candidates(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) []*cl
 				continue
 			}
 		}
-		if it.Requirements.Overlaps(reqs) && cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+		if it.Requirements.Overlaps(reqs) && it.Holds(nc.Spec.Resources.Requests) {
 			out = append(out, it)
 		}
 	}
@@ -37,16 +37,16 @@ func ExpectedAllocatable(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceTy
 	if len(nc.Status.Allocatable) > 0 {
 		return nc.Status.Allocatable
 	}
-	var alloc corev1.ResourceList
-	for _, it := range Candidates(nc, types) {
-		a := it.Allocatable()
-		if alloc == nil {
-			alloc = a
-			continue
-		}
+	cands := Candidates(nc, types)
+	if len(cands) == 0 {
+		return nil
+	}
+	alloc := cands[0].Allocatable()
+	for _, it := range cands[1:] {
 		for k, q := range alloc {
-			if o, ok := a[k]; !ok || o.Cmp(q) < 0 {
-				alloc[k] = o
+			// A type without the resource offers none of it.
+			if a, _ := it.AllocatableOf(k); a.Cmp(q) < 0 {
+				alloc[k] = a
 			}
 		}
 	}

@@ -216,6 +216,16 @@ func (r *Requirement) Intersects(o *Requirement) bool {
 	bounds := Requirement{greaterThan: max(r.greaterThan, o.greaterThan), lessThan: min(r.lessThan, o.lessThan)}
 	switch {
 	case !r.complement && !o.complement:
+		// A short list against a long one (one instance type's name against a claim's sixty):
+		// look each short value up rather than walk both.
+		if small, large := shorterFirst(r.values, o.values); len(small)*8 < len(large) {
+			for _, v := range small {
+				if _, found := slices.BinarySearch(large, v); found && bounds.inBounds(v) {
+					return true
+				}
+			}
+			return false
+		}
 		i, j := 0, 0
 		for i < len(r.values) && j < len(o.values) {
 			switch a, b := r.values[i], o.values[j]; {
@@ -239,6 +249,13 @@ func (r *Requirement) Intersects(o *Requirement) bool {
 	default:
 		return !bounds.bounded() || bounds.greaterThan < bounds.lessThan-1
 	}
+}
+
+func shorterFirst(a, b []string) ([]string, []string) {
+	if len(a) <= len(b) {
+		return a, b
+	}
+	return b, a
 }
 
 // anyAllowed reports whether some value of in is not in out and within bounds (both sorted).

@@ -105,6 +105,42 @@ func TestIntersectsAgreesWithIntersect(t *testing.T) {
 	}
 }
 
+// Intersects looks a short list up in a long one (an instance type's name against a claim's
+// sixty candidates); that path must agree with the intersection too, bounds included.
+func TestIntersectsAgreesWithIntersectOnListsOfDifferentLengths(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	list := func(n int) []string {
+		var vs []string
+		for range n {
+			vs = append(vs, strconv.Itoa(r.IntN(200)))
+		}
+		return vs
+	}
+	looked := 0
+	for range 5000 {
+		short := MustNew("k", In, list(1+r.IntN(2))...)
+		long := MustNew("k", In, list(20+r.IntN(60))...)
+		if r.IntN(3) == 0 {
+			bound := MustNew("k", Gt, strconv.Itoa(r.IntN(200)))
+			long = long.Intersect(&bound)
+		}
+		a, b := short, long
+		if r.IntN(2) == 0 {
+			a, b = long, short
+		}
+		if min(a.Len(), b.Len())*8 < max(a.Len(), b.Len()) {
+			looked++
+		}
+		want := a.Intersect(&b)
+		if got := a.Intersects(&b); got != !want.Empty() {
+			t.Fatalf("%s ∩ %s: Intersects %v, but the intersection is %s", a.String(), b.String(), got, want.String())
+		}
+	}
+	if looked < 1000 {
+		t.Fatalf("only %d of 5000 cases took the look-up path", looked)
+	}
+}
+
 // Equal is what the solver uses to skip re-filtering a claim's candidates on a key a pod did not
 // narrow: equal requirements must allow the same, a requirement intersected with itself must stay
 // equal, and one narrowed to fewer values must not be.
