@@ -37,16 +37,9 @@ type InstanceType struct {
 
 // Allocatable is the capacity left for pods: Capacity − Overhead.
 func (it *InstanceType) Allocatable() corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for name, q := range it.Capacity {
-		a := q.DeepCopy()
-		if o, ok := it.Overhead[name]; ok {
-			a.Sub(o)
-		}
-		if a.Sign() < 0 {
-			a = resource.Quantity{}
-		}
-		out[name] = a
+	out := make(corev1.ResourceList, len(it.Capacity))
+	for name := range it.Capacity {
+		out[name], _ = it.AllocatableOf(name)
 	}
 	return out
 }

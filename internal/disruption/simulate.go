@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/requirements"
@@ -132,7 +131,7 @@ func (s *simulation) runOne(set []*Candidate) simResult {
 		}
 		pools[i].InstanceTypes = nil
 		for _, it := range p.InstanceTypes {
-			if cloudprovider.Fits(need, it.Allocatable()) {
+			if it.Holds(need) {
 				pools[i].InstanceTypes = append(pools[i].InstanceTypes, it)
 			}
 		}

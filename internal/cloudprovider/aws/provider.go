@@ -219,7 +219,7 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	var cands []candidate
 	spot := false
 	for _, it := range its {
-		if it.Requirements.Intersects(reqs) != nil || !cloudprovider.Fits(claim.Spec.Resources.Requests, it.Allocatable()) {
+		if it.Requirements.Intersects(reqs) != nil || !it.Holds(claim.Spec.Resources.Requests) {
 			continue
 		}
 		c := candidate{it: it}

@@ -279,7 +279,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	}
 	var cands []candidate
 	for _, it := range its {
-		if it.Requirements.Intersects(reqs) != nil || !cloudprovider.Fits(nc.Spec.Resources.Requests, it.Allocatable()) {
+		if it.Requirements.Intersects(reqs) != nil || !it.Holds(nc.Spec.Resources.Requests) {
 			continue
 		}
 		for _, o := range it.Offerings {
