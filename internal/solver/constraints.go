@@ -177,7 +177,8 @@ func b2i(b bool) int32 {
 }
 
 // hostnameBlocked reports the hostname constraints that can never again be met on target id: a
-// matching pod for anti-affinity, a full spread, or anti-affinity owned by a pod there.
+// matching pod for anti-affinity, a full spread, anti-affinity owned by a pod there, or a
+// spread owned by a pod there that the pod would take past its maxSkew.
 func (s *solver) hostnameBlocked(v *variant, id int) bool {
 	for _, sc := range v.spreads {
 		if g := s.groups[sc.group]; g.hostname && g.nodeCount(id)+b2i(sc.selfMatch) > sc.maxSkew {
@@ -190,11 +191,21 @@ func (s *solver) hostnameBlocked(v *variant, id int) bool {
 		}
 	}
 	for _, gi := range v.class.matches {
-		if g := s.groups[gi]; g.hostname && g.nodeOwner(id) > 0 {
+		if g := s.groups[gi]; g.hostname && (g.nodeOwner(id) > 0 || overSkew(g, id, 1)) {
 			return true
 		}
 	}
 	return false
+}
+
+// overSkew reports whether n more pods matching hostname group g on target id would take the
+// count past the maxSkew of a spread constraint that a pod placed there by this solve owns. The
+// kube-scheduler checks a pod's spread only when it binds that pod, so a pod it selects that
+// binds to the machine first would turn the spread pod away: the plan counts as if the spread
+// pod binds last, with an empty machine elsewhere (hostname domains can always be new).
+func overSkew(g *group, id int, n int32) bool {
+	b := g.skewBound(id)
+	return b > 0 && g.nodeCount(id)+n > b
 }
 
 // options are the values key can take on t.

@@ -41,6 +41,11 @@ func (s *solver) commit(v *variant, t *target, pod *corev1.Pod, cands []*itInfo,
 		d, _ := t.domain(g.key)
 		g.record(t, d, false, true)
 	}
+	for _, sc := range v.class.spreads {
+		if g := s.groups[sc.group]; g.hostname {
+			g.bound(t, sc.maxSkew)
+		}
+	}
 }
 
 // full reports whether no pod of the solve could fit in what the claim has left.

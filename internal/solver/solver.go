@@ -210,6 +210,7 @@ func (base *solver) pack(b balancing) *solver {
 	}
 	s.prepare()
 	s.run()
+	s.dissolve()
 	s.repack()
 	return s
 }

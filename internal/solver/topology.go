@@ -16,10 +16,13 @@ type group struct {
 	scope    nsScope
 
 	// counts and owners are per domain value; for the hostname key they are per target id.
-	counts      map[string]int32
-	owners      map[string]int32
-	nodeCounts  []int32
-	nodeOwners  []int32
+	counts     map[string]int32
+	owners     map[string]int32
+	nodeCounts []int32
+	nodeOwners []int32
+	// nodeSkews are, for the hostname key, the smallest maxSkew of the required spread
+	// constraints on the group of the pods this solve placed on each target (0: none).
+	nodeSkews   []int32
 	total       int32
 	totalOwners int32
 }
@@ -59,6 +62,23 @@ func (g *group) nodeOwner(tid int) int32 {
 		return g.nodeOwners[tid]
 	}
 	return 0
+}
+
+// skewBound is the smallest maxSkew of the group's hostname spread constraints owned by pods
+// placed on target tid, or 0.
+func (g *group) skewBound(tid int) int32 {
+	if tid < len(g.nodeSkews) {
+		return g.nodeSkews[tid]
+	}
+	return 0
+}
+
+// bound records a hostname spread constraint of maxSkew owned by a pod placed on target t.
+func (g *group) bound(t *target, maxSkew int32) {
+	g.nodeSkews = grow(g.nodeSkews, t.id)
+	if b := g.nodeSkews[t.id]; b == 0 || maxSkew < b {
+		g.nodeSkews[t.id] = maxSkew
+	}
 }
 
 // record counts a pod placed on target t: matched says the pod matches the group's selector,
