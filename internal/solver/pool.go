@@ -153,6 +153,7 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 	// A pool's requirement on a provider label (karpenter.k8s.aws/instance-gpu-count Exists)
 	// admits only the types that carry it.
 	must := s.typeKeys(np.Requirements)
+	of := offeringFilter(p.reqs)
 	for _, it := range np.InstanceTypes {
 		if err := it.Requirements.Intersects(p.reqs); err != nil {
 			continue
@@ -160,7 +161,7 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		if !definesAllKeys(it, must) {
 			continue
 		}
-		price, ok := cheapestOffering(it, p.reqs)
+		price, ok := of.cheapest(it)
 		if !ok {
 			continue
 		}

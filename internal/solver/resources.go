@@ -55,6 +55,15 @@ func (ri *resourceIndex) len() int { return len(ri.names) }
 
 func (ri *resourceIndex) vec(rl corev1.ResourceList) vec {
 	v := make(vec, len(ri.names))
+	if len(rl) >= len(ri.names) {
+		// Looking each registered name up is cheaper than walking the map.
+		for i, n := range ri.names {
+			if q, ok := rl[n]; ok {
+				v[i] = q.MilliValue()
+			}
+		}
+		return v
+	}
 	for n, q := range rl {
 		if p, ok := ri.pos[n]; ok {
 			v[p] = q.MilliValue()
