@@ -129,11 +129,26 @@ func (v *verifier) affinity(pp placedPod, t corev1.PodAffinityTerm, all []placed
 	}
 }
 
-// spread checks a DoNotSchedule constraint when every pod its selector matches carries the same
-// constraint (then the final state must have skew ≤ maxSkew; otherwise the order of binding decides
-// and the final state alone cannot tell).
+// spread checks a DoNotSchedule constraint. On the hostname key a machine may hold at most
+// maxSkew matching pods besides none, whoever carries the constraint: kube-scheduler checks the
+// spread pod when it binds it, so if every other matching pod bound first it would see them all,
+// and a new node can always be a domain with zero. On other keys the final state decides only when
+// every pod the selector matches carries the same constraint (then skew ≤ maxSkew must hold;
+// otherwise the order of binding decides).
 func (v *verifier) spread(pp placedPod, c corev1.TopologySpreadConstraint, all []placedPod) {
 	sel := termSelector(pp.pod, c.LabelSelector, c.MatchLabelKeys)
+	if c.TopologyKey == corev1.LabelHostname {
+		n := 0
+		for _, other := range all {
+			if other.node == pp.node && other.pod.Namespace == pp.pod.Namespace && sel.Matches(labels.Set(other.pod.Labels)) {
+				n++
+			}
+		}
+		if n > int(c.MaxSkew) {
+			v.fail("pod %s: %d matching pods on node %s exceed hostname maxSkew %d", key(pp.pod), n, pp.node.name, c.MaxSkew)
+		}
+		return
+	}
 	counts := map[string]int{}
 	for _, other := range all {
 		if other.pod.Namespace != pp.pod.Namespace || !sel.Matches(labels.Set(other.pod.Labels)) {
@@ -151,13 +166,6 @@ func (v *verifier) spread(pp placedPod, c corev1.TopologySpreadConstraint, all [
 			return
 		}
 		counts[d]++
-	}
-	if c.TopologyKey == corev1.LabelHostname {
-		// A new node can always be a domain with zero pods.
-		if n := counts[pp.node.labels[c.TopologyKey]]; n > int(c.MaxSkew) {
-			v.fail("pod %s: %d matching pods on node %s exceed hostname maxSkew %d", key(pp.pod), n, pp.node.name, c.MaxSkew)
-		}
-		return
 	}
 	domains := v.eligibleDomains(pp.pod, c)
 	lo, hi := -1, 0

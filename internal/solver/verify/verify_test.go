@@ -33,6 +33,11 @@ func TestVerifierCatchesViolations(t *testing.T) {
 	small := func(name string) *corev1.Pod {
 		return workload.Pod(name, "100m", "100Mi", map[string]string{"app": "a"})
 	}
+	hostSpread := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}}}
+		return p
+	}
 
 	tests := []struct {
 		name string
@@ -97,6 +102,14 @@ func TestVerifierCatchesViolations(t *testing.T) {
 			want: "only 1 left",
 		},
 		{
+			// The other pod lacks the constraint: if it binds first the spread pod is turned away.
+			name: "hostname spread exceeded by a pod it selects",
+			in:   solver.Input{Pods: []*corev1.Pod{hostSpread(small("s")), small("o")}, NodePools: []solver.NodePool{pool}},
+			res: solver.Result{NodeClaims: []*solver.PlannedNodeClaim{
+				claim(requirements.Requirements{}, hostSpread(small("s")), small("o"))}},
+			want: "2 matching pods on node",
+		},
+		{
 			name: "zone spread skew",
 			in: func() solver.Input {
 				var pods []*corev1.Pod
@@ -125,5 +138,11 @@ func TestVerifierCatchesViolations(t *testing.T) {
 			}
 			t.Fatalf("no error contains %q; got %v", tc.want, errs)
 		})
+	}
+	// The same two pods on machines of their own are a valid plan.
+	apart := solver.Result{NodeClaims: []*solver.PlannedNodeClaim{
+		claim(requirements.Requirements{}, hostSpread(small("s"))), claim(requirements.Requirements{}, small("o"))}}
+	if errs := Plan(solver.Input{Pods: []*corev1.Pod{hostSpread(small("s")), small("o")}, NodePools: []solver.NodePool{pool}}, &apart); len(errs) > 0 {
+		t.Errorf("a hostname spread pod apart from the pod it selects: %v", errs)
 	}
 }
