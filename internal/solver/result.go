@@ -119,10 +119,19 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 	defer func() { s.priced = ps[:0] }()
 	of := offeringFilter(t.reqs)
 	mask := s.offerings.mask(t.reqs)
+	// Candidates come by pool price, and none is priced below it under the claim: once the bound
+	// is reached, a candidate whose pool price exceeds every price kept cannot be among the
+	// cheapest, nor can any after it. (minValues may need candidates past the bound.)
+	bounded := !hasMinValues(t.reqs)
+	worst := 0.0
 	for _, info := range t.candidates {
+		if bounded && len(ps) >= s.opts.MaxInstanceTypes && info.minPrice > worst {
+			break
+		}
 		price, ok := s.offerings.price(info, mask, &of)
 		if ok {
 			ps = append(ps, priced{info, price})
+			worst = max(worst, price)
 		}
 	}
 	sort.SliceStable(ps, func(i, j int) bool {
