@@ -90,6 +90,11 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 			upcoming = append(upcoming, c)
 		}
 	}
+	// Each upcoming class's pods are worth the same on every type simulated.
+	unit := make([]float64, len(upcoming))
+	for j, c := range upcoming {
+		unit[j] = s.value(p, c.req, 1)
+	}
 	bestScore := -1.0
 	var best *itInfo
 	room := make(vec, s.ri.len())
@@ -97,7 +102,7 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 		copy(room, info.alloc)
 		room.sub(first.req)
 		value := s.value(p, first.req, 1)
-		for _, c := range upcoming {
+		for j, c := range upcoming {
 			n := c.left
 			if c == first {
 				n--
@@ -109,7 +114,11 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 			for i := range room {
 				room[i] -= int64(k) * c.req[i]
 			}
-			value += s.value(p, c.req, k)
+			value += unit[j] * float64(k)
+			if s.exhausted(room) {
+				// No pod of the solve fits what is left.
+				break
+			}
 		}
 		score := value / info.minPrice
 		switch {
@@ -215,6 +224,17 @@ func (s *solver) value(p *pool, req vec, k int) float64 {
 		v += p.duals[i] * float64(req[d]) * float64(k)
 	}
 	return v
+}
+
+// exhausted reports whether room is below the smallest request of every pod of the solve in CPU,
+// memory or pods.
+func (s *solver) exhausted(room vec) bool {
+	for _, i := range [3]int{rCPU, rMemory, rPods} {
+		if s.minReq[i] > 0 && room[i] < s.minReq[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // fitCount is how many of n pods of size req fit in room.
