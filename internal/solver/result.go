@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 )
 
@@ -154,7 +155,8 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 		keep++
 		chosen = ps[:keep]
 	}
-	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Pods: t.pods, Requirements: t.reqs.Clone()}
+	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Pods: t.pods, Requirements: t.reqs.Clone(),
+		InstanceTypes: make([]*cloudprovider.InstanceType, 0, len(chosen))}
 	names := make([]string, 0, len(chosen))
 	final := make([]*itInfo, 0, len(chosen))
 	// The claim's requests are its pods' plus the DaemonSet overhead every candidate carries, so
