@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
@@ -58,7 +61,7 @@ func (f failingCreates) Create(ctx context.Context, obj client.Object, opts ...c
 }
 
 // Claims are created concurrently; one failing creation does not stop the others, and the pass
-// reports it.
+// reports it, in its error and in one log line with the counts.
 func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
 	good := pool("prov-good", nil)
 	bad := pool("prov-bad", func(np *karpv1.NodePool) { np.Spec.Weight = ptrTo(int32(50)) })
@@ -70,11 +73,32 @@ func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
 		pod.Spec.NodeSelector = map[string]string{karpv1.NodePoolLabelKey: "prov-good"}
 	})
 	p.Client = failingCreates{Client: p.Client, fail: "prov-bad"}
-	res, err := p.Provision(t.Context())
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{})
+	res, err := p.Provision(log.IntoContext(t.Context(), logger))
 	if err == nil || !strings.Contains(err.Error(), "injected create failure") {
 		t.Fatalf("err = %v, want the injected failure reported", err)
 	}
 	if n := len(claimsOf(t, "prov-good")); n != 3 || len(res.Created) != 3 {
 		t.Fatalf("%d claims on the good pool (%d reported), want the 3 pinned pods' claims created despite the failures", n, len(res.Created))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	summaries := 0
+	for _, l := range lines {
+		if strings.Contains(l, `"msg"="created nodeclaims"`) {
+			summaries++
+			if !strings.Contains(l, `"created"=3 "failed"=6 "pods"=3`) {
+				t.Errorf("summary line %s, want 3 created, 6 failed, 3 pods", l)
+			}
+		}
+	}
+	if summaries != 1 {
+		t.Errorf("%d summary lines, want 1 for the pass; lines: %v", summaries, lines)
 	}
 }

@@ -339,6 +339,19 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned), "pods", len(planned.Pods))
 		p.nominatedEvent(planned.Pods, nc.Name)
 	}
+	if len(plan.NodeClaims) > 0 {
+		// One line per pass with the counts: in a burst the per-claim lines are sampled away.
+		failed, pods := 0, 0
+		for i, err := range errs {
+			if err != nil {
+				failed++
+			} else {
+				pods += len(plan.NodeClaims[i].Pods)
+			}
+		}
+		logger.Info("created nodeclaims", "created", len(res.Created), "failed", failed, "pods", pods,
+			"duration", time.Since(start).String())
+	}
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
