@@ -25,8 +25,9 @@ import (
 //   - its required node affinity, tolerations and preferred node affinity are met by the claim
 //     as they were by the one it leaves, without narrowing the claim's requirements.
 //
-// Pods stay in their claim's pool (it is the heaviest that took them), and pools with limits are
-// left alone: growing a claim would change what it reserves.
+// Pods stay in their claim's pool (it is the heaviest that took them). In a pool with limits the
+// dissolved claim's reservation goes back to the pool, and a grown claim keeps only candidates it
+// had, so what it reserves (the largest of them) can only shrink.
 
 // dissolveMaxClaims bounds the claims tried per packing, dissolveMaxFailures the claims tried
 // in a row that cannot be dissolved, and dissolveMaxPriced the moves priced in all.
@@ -160,7 +161,7 @@ func (s *solver) dissolve() {
 // dissolvable reports whether a claim may be dissolved, as far as the claim itself goes (plan
 // checks its pods).
 func (s *solver) dissolvable(t *target) bool {
-	return t.pool.remaining == nil && len(t.ports) == 0 && !hasMinValues(t.reqs)
+	return len(t.ports) == 0 && !hasMinValues(t.reqs)
 }
 
 // movableClass reports whether a class's pods may be moved: their placement is constrained by
@@ -470,6 +471,14 @@ func (d *dissolver) apply(t *target, moves []move) {
 		}
 	}
 	t.pods, t.used = nil, make(vec, len(t.used))
+	if p := t.pool; p.remaining != nil {
+		for i, lim := range p.limited {
+			if lim {
+				p.remaining[i] += t.reserved[i]
+			}
+		}
+		clear(t.reserved)
+	}
 	d.gone[t.openIdx] = true
 	t.closed = true
 	s.rooms[t.openIdx].closed = true

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"capstan.dev/capstan/internal/solver"
@@ -24,7 +25,11 @@ func hostnameAnti(app string) func(*corev1.Pod) {
 // claims, not onto machines of their own, and the plan costs no more for it.
 func TestDiverseWorkloadBuysOneMachinePerAntiAffinityPod(t *testing.T) {
 	its := workload.FakeInstanceTypes(400)
-	for _, n := range []int{1000, 5000} {
+	for _, tc := range []struct {
+		n     int
+		limit string
+	}{{1000, ""}, {5000, ""}, {1000, "100000"}} {
+		n := tc.n
 		ps := workload.DiversePods(n, 42)
 		anti := 0
 		for _, p := range ps {
@@ -32,8 +37,13 @@ func TestDiverseWorkloadBuysOneMachinePerAntiAffinityPod(t *testing.T) {
 				anti++
 			}
 		}
-		in := solver.Input{Pods: ps, NodePools: []solver.NodePool{workload.UnlimitedPool("default", its)},
-			WellKnownLabels: workload.WellKnownLabels(its)}
+		np := workload.UnlimitedPool("default", its)
+		if tc.limit != "" {
+			// A limit far above the need: the claims reserve against it, and dissolving one
+			// gives its reservation back.
+			np.Remaining = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(tc.limit)}
+		}
+		in := solver.Input{Pods: ps, NodePools: []solver.NodePool{np}, WellKnownLabels: workload.WellKnownLabels(its)}
 		var r *solver.Result
 		if n <= 1000 {
 			r = solve(t, in, solver.Options{})
@@ -43,7 +53,7 @@ func TestDiverseWorkloadBuysOneMachinePerAntiAffinityPod(t *testing.T) {
 		}
 		wantAllPlaced(t, r)
 		if len(r.NodeClaims) != anti {
-			t.Errorf("%d pods: %d claims, want %d (one per anti-affinity pod)", n, len(r.NodeClaims), anti)
+			t.Errorf("%d pods, cpu limit %q: %d claims, want %d (one per anti-affinity pod)", n, tc.limit, len(r.NodeClaims), anti)
 		}
 	}
 }

@@ -202,16 +202,22 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 // pack forks a packing from the shared preparation, packs once and returns it; finish turns
 // the plan into a Result.
 func (base *solver) pack(b balancing) *solver {
+	s := base.fork(b)
+	s.prepare()
+	s.run()
+	s.dissolve()
+	s.repack()
+	return s
+}
+
+// fork is a packing's solver over the shared preparation, with pools of its own.
+func (base *solver) fork(b balancing) *solver {
 	s := &solver{in: base.in, opts: base.opts, ri: base.ri, groupIndex: map[string]int{}, domains: map[string]domainSet{},
 		balance: b, wellKnown: base.wellKnown, facts: base.facts, attachDims: base.attachDims,
 		offerings: base.offerings, preferNoScheduleTaints: base.preferNoScheduleTaints}
 	for _, bp := range base.pools {
 		s.pools = append(s.pools, bp.fork())
 	}
-	s.prepare()
-	s.run()
-	s.dissolve()
-	s.repack()
 	return s
 }
 
