@@ -61,7 +61,8 @@ type move struct {
 }
 
 type dissolver struct {
-	s       *solver
+	s *solver
+	// classOf are the movable pods' classes.
 	classOf map[*corev1.Pod]*class
 	recv    []receiver
 	gone    []bool
@@ -84,6 +85,7 @@ func (s *solver) dissolve() {
 	if len(s.open) < 2 {
 		return
 	}
+	// The pods that may move, with their classes.
 	classOf := map[*corev1.Pod]*class{}
 	for _, c := range s.classes {
 		if movableClass(c) {
@@ -97,19 +99,12 @@ func (s *solver) dissolve() {
 	}
 	var tries []*target
 	for _, t := range s.open {
-		if len(t.pods) > 0 && s.dissolvable(t) && !slices.ContainsFunc(t.pods, func(p *corev1.Pod) bool { return classOf[p] == nil }) {
+		if len(t.pods) > 0 && !hasMinValues(t.reqs) && !slices.ContainsFunc(t.pods, func(p *corev1.Pod) bool { return classOf[p] == nil }) {
 			tries = append(tries, t)
 		}
 	}
 	if len(tries) == 0 {
 		return
-	}
-	for _, c := range s.classes {
-		if !movableClass(c) {
-			for _, p := range c.pods {
-				classOf[p] = c
-			}
-		}
 	}
 	d := &dissolver{s: s, classOf: classOf, recv: make([]receiver, len(s.open)), gone: make([]bool, len(s.open)),
 		receivers: map[int][]*target{}, meetsCache: map[meetsKey]bool{}}
@@ -146,22 +141,9 @@ func (s *solver) dissolve() {
 		d.apply(t, moves)
 		removed = true
 	}
-	if !removed {
-		return
+	if removed {
+		s.dropEmptyClaims()
 	}
-	kept := s.targets[:0]
-	for _, t := range s.targets {
-		if !t.isClaim() || len(t.pods) > 0 {
-			kept = append(kept, t)
-		}
-	}
-	s.targets = kept
-}
-
-// dissolvable reports whether a claim may be dissolved, as far as the claim itself goes (plan
-// checks its pods).
-func (s *solver) dissolvable(t *target) bool {
-	return len(t.ports) == 0 && !hasMinValues(t.reqs)
 }
 
 // movableClass reports whether a class's pods may be moved: their placement is constrained by
@@ -332,45 +314,36 @@ func (d *dissolver) cost(c *class, level int, from, r *target) (float64, *varian
 	if !need.lessEq(r.fullAlloc) {
 		return 0, nil, false
 	}
-	for _, gi := range c.matches {
-		g := s.groups[gi]
-		if g.hostname {
-			if g.nodeOwner(r.id) > 0 {
-				return 0, nil, false
-			}
-			continue
-		}
-		a, okA := from.domain(g.key)
-		b, okB := r.domain(g.key)
-		if okA != okB || a != b {
-			return 0, nil, false
-		}
-	}
-	for _, sc := range c.spreads {
-		g := s.groups[sc.group]
-		if g.hostname {
-			if g.nodeCount(r.id)+d.extraCount[[2]int{sc.group, r.openIdx}]+b2i(sc.selfMatch) > sc.maxSkew {
-				return 0, nil, false
-			}
-			continue
-		}
-		a, okA := from.domain(g.key)
-		b, okB := r.domain(g.key)
-		if !okA || okA != okB || a != b {
-			return 0, nil, false
-		}
-	}
+	// The counts of the groups the pod is counted in: zone counts stay as they are, hostname
+	// anti-affinity of pods there excludes it, and so does a hostname spread there (a pod's placed
+	// before, or one moving in) that it would take past its maxSkew.
 	for _, gi := range c.matches {
 		g := s.groups[gi]
 		if !g.hostname {
+			if !sameDomain(from, r, g.key) {
+				return 0, nil, false
+			}
 			continue
 		}
 		k := [2]int{gi, r.openIdx}
-		b := g.skewBound(r.id)
-		if e := d.extraSkew[k]; e > 0 && (b == 0 || e < b) {
-			b = e
+		n := d.extraCount[k] + 1
+		if g.nodeOwner(r.id) > 0 || overSkew(g, r.id, n) {
+			return 0, nil, false
 		}
-		if b > 0 && g.nodeCount(r.id)+d.extraCount[k]+1 > b {
+		if e := d.extraSkew[k]; e > 0 && g.nodeCount(r.id)+n > e {
+			return 0, nil, false
+		}
+	}
+	// The pod's own spreads: the same zone, and room on the machine.
+	for _, sc := range c.spreads {
+		g := s.groups[sc.group]
+		if !g.hostname {
+			if _, ok := from.domain(g.key); !ok || !sameDomain(from, r, g.key) {
+				return 0, nil, false
+			}
+			continue
+		}
+		if g.nodeCount(r.id)+d.extraCount[[2]int{sc.group, r.openIdx}]+b2i(sc.selfMatch) > sc.maxSkew {
 			return 0, nil, false
 		}
 	}
@@ -390,6 +363,13 @@ func (d *dissolver) cost(c *class, level int, from, r *target) (float64, *varian
 		return 0, nil, false
 	}
 	return after - d.price(r), v, true
+}
+
+// sameDomain reports whether targets a and b have the same value of key, or neither has one.
+func sameDomain(a, b *target, key string) bool {
+	va, okA := a.domain(key)
+	vb, okB := b.domain(key)
+	return okA == okB && va == vb
 }
 
 // need is what claim r would hold with the planned moves and one more pod of request req.
@@ -437,25 +417,11 @@ func (d *dissolver) price(t *target) float64 {
 
 // priceHolding is the price of the cheapest of t's candidates that holds used, +Inf when none does.
 func (d *dissolver) priceHolding(t *target, used vec) float64 {
-	s := d.s
 	rc := &d.recv[t.openIdx]
 	if !rc.ofKnown {
-		rc.of, rc.mask, rc.ofKnown = offeringFilter(t.reqs), s.offerings.mask(t.reqs), true
+		rc.of, rc.mask, rc.ofKnown = offeringFilter(t.reqs), d.s.offerings.mask(t.reqs), true
 	}
-	best := math.Inf(1)
-	for _, info := range t.candidates {
-		if info.minPrice >= best {
-			// Candidates come cheapest first by pool price, and no offering is cheaper than it.
-			break
-		}
-		if !used.lessEq(info.alloc) {
-			continue
-		}
-		if price, ok := s.offerings.price(info, rc.mask, &rc.of); ok && price < best {
-			best = price
-		}
-	}
-	return best
+	return d.s.cheapestHolding(t, used, rc.mask, &rc.of)
 }
 
 // apply carries the moves out: t's pods stop counting where they were and join their new

@@ -11,14 +11,6 @@ import (
 	"capstan.dev/capstan/internal/solver/workload"
 )
 
-func hostnameAnti(app string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				TopologyKey: corev1.LabelHostname, LabelSelector: appSelector(app)}}}}
-	}
-}
-
 // Karpenter's diverse benchmark workload (a fifth of its pods with hostname anti-affinity to
 // each other, so one machine each) is bought exactly one machine per anti-affinity pod: the
 // pods the packing leaves over once every claim has reached its target size go into grown
@@ -65,10 +57,12 @@ func TestDiverseWorkloadBuysOneMachinePerAntiAffinityPod(t *testing.T) {
 // dissolved into grown ones. A pod the spread does not select joins a grown claim instead of a
 // machine of its own.
 func TestPodsSelectedByAHostnameSpreadKeepItWithinMaxSkew(t *testing.T) {
+	selectRoleX := func(c *corev1.TopologySpreadConstraint) {
+		c.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"role": "x"}}
+	}
 	spreadX := func(p *corev1.Pod) {
 		p.Labels["role"] = "x"
-		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
-			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "x"}}}}
+		spread(corev1.LabelHostname, 1, corev1.DoNotSchedule, "", selectRoleX)(p)
 	}
 	for _, tc := range []struct {
 		name string
@@ -82,7 +76,7 @@ func TestPodsSelectedByAHostnameSpreadKeepItWithinMaxSkew(t *testing.T) {
 		{"not selected", "1500m", "y", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			anchors := pods(3, "anchor", "2", "1Gi", hostnameAnti("anchor"))
+			anchors := pods(3, "anchor", "2", "1Gi", antiAffinity(corev1.LabelHostname, "anchor"))
 			spread := pods(3, "spread", "500m", "1Gi", spreadX)
 			other := pods(1, "other", tc.otherCPU, "1Gi", func(p *corev1.Pod) { p.Labels["role"] = tc.otherRole })
 			in := solver.Input{Pods: append(append(anchors, spread...), other...),
@@ -112,7 +106,7 @@ func TestPodsSelectedByAHostnameSpreadKeepItWithinMaxSkew(t *testing.T) {
 
 // A leftover pod that other pods' hostname anti-affinity selects is not moved next to them.
 func TestDissolvingKeepsAntiAffinityOfOthers(t *testing.T) {
-	anchors := pods(3, "anchor", "2", "1Gi", hostnameAnti("anchor"))
+	anchors := pods(3, "anchor", "2", "1Gi", antiAffinity(corev1.LabelHostname, "anchor"))
 	// Labelled like the anchors, without their term: only the anchors' anti-affinity keeps it away.
 	leftover := pods(1, "leftover", "500m", "1Gi", func(p *corev1.Pod) { p.Labels["app"] = "anchor" })
 	fill := pods(3, "fill", "500m", "1Gi", nil)

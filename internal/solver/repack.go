@@ -434,11 +434,5 @@ func (s *solver) applyRepack(g *repackGroup) {
 		t.cap = nil
 		t.setCandidates(cands)
 	}
-	kept := s.targets[:0]
-	for _, t := range s.targets {
-		if !t.isClaim() || len(t.pods) > 0 {
-			kept = append(kept, t)
-		}
-	}
-	s.targets = kept
+	s.dropEmptyClaims()
 }

@@ -1,6 +1,7 @@
 package solver
 
 import (
+	"math"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,13 +51,32 @@ func (s *solver) commit(v *variant, t *target, pod *corev1.Pod, cands []*itInfo,
 }
 
 // full reports whether no pod of the solve could fit in what the claim has left.
-func (s *solver) full(t *target) bool {
-	for _, i := range []int{rCPU, rMemory, rPods} {
-		if s.minReq[i] > 0 && t.alloc[i]-t.used[i] < s.minReq[i] {
+func (s *solver) full(t *target) bool { return s.noPodFits(t.alloc, t.used) }
+
+// noPodFits reports whether what limit leaves beyond used (nil: nothing) is below the smallest
+// request of every pod of the solve in CPU, memory or pods.
+func (s *solver) noPodFits(limit, used vec) bool {
+	for _, i := range [3]int{rCPU, rMemory, rPods} {
+		u := int64(0)
+		if used != nil {
+			u = used[i]
+		}
+		if s.minReq[i] > 0 && limit[i]-u < s.minReq[i] {
 			return true
 		}
 	}
 	return false
+}
+
+// dropEmptyClaims removes the claims left without pods (dissolved, or repacked away).
+func (s *solver) dropEmptyClaims() {
+	kept := s.targets[:0]
+	for _, t := range s.targets {
+		if !t.isClaim() || len(t.pods) > 0 {
+			kept = append(kept, t)
+		}
+	}
+	s.targets = kept
 }
 
 // finish turns planned claims into the result.
@@ -89,21 +109,31 @@ func (s *solver) planPrice() float64 {
 			continue
 		}
 		of := offeringFilter(t.reqs)
-		mask := s.offerings.mask(t.reqs)
-		best, found := 0.0, false
-		for _, info := range t.candidates {
-			if found && info.minPrice >= best {
-				// A claim's candidates come cheapest first (by pool price, or by this very price
-				// after a repack), and no claim pays less than a type's pool price.
-				break
-			}
-			if price, ok := s.offerings.price(info, mask, &of); ok && (!found || price < best) {
-				best, found = price, true
-			}
+		if best := s.cheapestHolding(t, t.used, s.offerings.mask(t.reqs), &of); !math.IsInf(best, 1) {
+			sum += best
 		}
-		sum += best
 	}
 	return sum
+}
+
+// cheapestHolding is the price, under the offerings mask and of allow, of the cheapest of t's
+// candidates that holds used; +Inf when none does.
+func (s *solver) cheapestHolding(t *target, used vec, mask uint64, of *offeringReqs) float64 {
+	best := math.Inf(1)
+	for _, info := range t.candidates {
+		if info.minPrice >= best {
+			// A claim's candidates come cheapest first (by pool price, or by this very price
+			// after a repack), and no claim pays less than a type's pool price.
+			break
+		}
+		if !used.lessEq(info.alloc) {
+			continue
+		}
+		if price, ok := s.offerings.price(info, mask, of); ok && price < best {
+			best = price
+		}
+	}
+	return best
 }
 
 // priced is a candidate with its price under a claim's requirements.

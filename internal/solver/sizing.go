@@ -115,7 +115,7 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 				room[i] -= int64(k) * c.req[i]
 			}
 			value += unit[j] * float64(k)
-			if s.exhausted(room) {
+			if s.noPodFits(room, nil) {
 				// No pod of the solve fits what is left.
 				break
 			}
@@ -224,17 +224,6 @@ func (s *solver) value(p *pool, req vec, k int) float64 {
 		v += p.duals[i] * float64(req[d]) * float64(k)
 	}
 	return v
-}
-
-// exhausted reports whether room is below the smallest request of every pod of the solve in CPU,
-// memory or pods.
-func (s *solver) exhausted(room vec) bool {
-	for _, i := range [3]int{rCPU, rMemory, rPods} {
-		if s.minReq[i] > 0 && room[i] < s.minReq[i] {
-			return true
-		}
-	}
-	return false
 }
 
 // fitCount is how many of n pods of size req fit in room.
