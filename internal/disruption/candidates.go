@@ -3,7 +3,6 @@ package disruption
 import (
 	"fmt"
 	"math"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -51,15 +50,15 @@ func (c *Candidate) Name() string { return c.Node.Name() }
 // Empty reports whether no pod would have to move.
 func (c *Candidate) Empty() bool { return len(c.Reschedulable) == 0 }
 
-// EvictionCost is what evicting the pod costs in disruption scores: 1, plus its
-// controller.kubernetes.io/pod-deletion-cost over 2^27, plus its priority over 2^25, never below
-// zero. An unreadable deletion cost counts as none (the ReplicaSet controller refuses it too).
+// EvictionCost is what evicting the pod costs in disruption scores: 1, plus the cost its user
+// gave it over 2^27 (karpenter.sh/disruption-cost, else a controller.kubernetes.io/pod-deletion-cost
+// that Capstan did not write: pods.UserEvictionCost), plus its priority over 2^25, never below
+// zero. The deletion costs Capstan writes rank nodes for scale-ins; counting them here would make
+// a node cheaper to disrupt because Capstan wants it gone.
 func EvictionCost(p *corev1.Pod) float64 {
 	cost := 1.0
-	if v, ok := p.Annotations[corev1.PodDeletionCost]; ok {
-		if c, err := strconv.ParseInt(v, 10, 32); err == nil {
-			cost += float64(c) / (1 << 27)
-		}
+	if c, ok := pods.UserEvictionCost(p); ok {
+		cost += float64(c) / (1 << 27)
 	}
 	if p.Spec.Priority != nil {
 		cost += float64(*p.Spec.Priority) / (1 << 25)

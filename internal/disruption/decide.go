@@ -8,8 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -121,9 +123,10 @@ type decider struct {
 // none), with an explanation for each candidate it did not disrupt.
 func Decide(snap *Snapshot, opts Options) *Decision {
 	d := newDecider(snap, opts)
-	d.out.Settling = d.settling()
+	var emptinessMayAct bool
+	d.out.Settling, emptinessMayAct = d.settling()
 	for _, m := range Methods {
-		if d.out.Settling != "" && m != MethodDrift {
+		if d.out.Settling != "" && m != MethodDrift && !(m == MethodEmptiness && emptinessMayAct) {
 			continue
 		}
 		var cmd *Command
@@ -160,7 +163,7 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 	d := newDecider(snap, opts)
 	if cmd.Method != MethodDrift {
-		if why := d.settling(); why != "" {
+		if why, emptinessMayAct := d.settling(); why != "" && !(cmd.Method == MethodEmptiness && emptinessMayAct) {
 			return nil, "the cluster is settling: " + why
 		}
 	}
@@ -239,8 +242,9 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 // settling says why the cluster is not ready for consolidation: while machines are starting or
 // pending pods are about to be placed, the room consolidation would count on is changing under
 // it, and a node emptied now is often bought again a minute later. Pending pods that fit nowhere,
-// even on new machines, do not hold consolidation back.
-func (d *decider) settling() string {
+// even on new machines, do not hold consolidation back. While a scale-down is in progress
+// (shrinking) only underutilisation waits: emptiness may act, which is what the scale-down is for.
+func (d *decider) settling() (why string, emptinessMayAct bool) {
 	starting := 0
 	for _, n := range d.snap.Nodes {
 		if d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]] == nil || !n.NodeClaim.DeletionTimestamp.IsZero() {
@@ -251,13 +255,51 @@ func (d *decider) settling() string {
 		}
 	}
 	if starting > 0 {
-		return fmt.Sprintf("%d machine(s) are starting", starting)
+		return fmt.Sprintf("%d machine(s) are starting", starting), false
 	}
-	if len(d.snap.Pending) == 0 {
+	if len(d.snap.Pending) > 0 {
+		if placed := d.sim.placeable(); placed > 0 {
+			return fmt.Sprintf("%d pending pod(s) are about to be placed", placed), false
+		}
+	}
+	return d.shrinking(), true
+}
+
+// terminatingFor is how long after its deletion deadline a terminating pod still says that a
+// scale-down is in progress (a pod stuck terminating, on a kubelet gone or behind a finalizer,
+// must not hold consolidation back for ever).
+const terminatingFor = time.Minute
+
+// shrinking says why a scale-down is in progress, or "": pods of a controller terminating on the
+// pools' nodes (a ReplicaSet or StatefulSet deleting replicas, a rollout), or nodes a scale-down
+// just emptied that emptiness will remove once their consolidateAfter has passed. Judging
+// underutilisation then would move pods onto room that is about to go (the emptied nodes) or
+// away from nodes the scale-down is still thinning, and move them again a round later.
+func (d *decider) shrinking() string {
+	if d.opts.DisableScaleDownWait {
 		return ""
 	}
-	if placed := d.sim.placeable(); placed > 0 {
-		return fmt.Sprintf("%d pending pod(s) are about to be placed", placed)
+	terminating := 0
+	for _, n := range d.snap.Nodes {
+		for _, p := range n.Pods {
+			if !p.DeletionTimestamp.IsZero() && metav1.GetControllerOf(p) != nil && !pods.OwnedByDaemonSet(p) &&
+				d.snap.Now.Before(p.DeletionTimestamp.Add(terminatingFor)) {
+				terminating++
+			}
+		}
+	}
+	if terminating > 0 {
+		return fmt.Sprintf("a scale-down is in progress: %d pod(s) are terminating", terminating)
+	}
+	emptied := 0
+	for _, c := range d.all {
+		if c.Empty() && c.blocked.Message == "" && c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration != nil &&
+			!meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
+			emptied++
+		}
+	}
+	if emptied > 0 {
+		return fmt.Sprintf("a scale-down is in progress: %d emptied node(s) wait for consolidateAfter before emptiness removes them", emptied)
 	}
 	return ""
 }
@@ -364,11 +406,7 @@ func (d *decider) drift() *Command {
 		}
 	}
 	d.out.Eligible[karpv1.DisruptionReasonDrifted] = len(drifted)
-	slices.SortStableFunc(drifted, func(a, b *Candidate) int {
-		ta := meta.FindStatusCondition(a.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
-		tb := meta.FindStatusCondition(b.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
-		return cmp.Or(ta.Compare(tb), cmp.Compare(a.Name(), b.Name()))
-	})
+	slices.SortStableFunc(drifted, driftOrder)
 	chosen := map[string]int{}
 	empty := &Command{Method: MethodDrift, Reason: karpv1.DisruptionReasonDrifted}
 	for _, c := range drifted {
@@ -407,11 +445,22 @@ func (d *decider) consolidationCandidates() []*Candidate {
 		}
 		out = append(out, c)
 	}
-	slices.SortStableFunc(out, func(a, b *Candidate) int {
-		return cmp.Or(cmp.Compare(a.Utilization, b.Utilization), cmp.Compare(b.Price/b.DisruptionCost, a.Price/a.DisruptionCost),
-			cmp.Compare(a.Name(), b.Name()))
-	})
+	slices.SortStableFunc(out, consolidationOrder)
 	return out
+}
+
+// consolidationOrder compares candidates in consolidation order: least used, then most money per
+// unit of disruption, then by name.
+func consolidationOrder(a, b *Candidate) int {
+	return cmp.Or(cmp.Compare(a.Utilization, b.Utilization), cmp.Compare(b.Price/b.DisruptionCost, a.Price/a.DisruptionCost),
+		cmp.Compare(a.Name(), b.Name()))
+}
+
+// driftOrder compares drifted candidates in the order drift replaces them: drifted longest first.
+func driftOrder(a, b *Candidate) int {
+	ta := meta.FindStatusCondition(a.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
+	tb := meta.FindStatusCondition(b.NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
+	return cmp.Or(ta.Compare(tb), cmp.Compare(a.Name(), b.Name()))
 }
 
 // outOfTime reports whether the search has used its time.

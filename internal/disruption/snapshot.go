@@ -92,6 +92,10 @@ type Options struct {
 	// DisablePlanning turns off the look past budgets (Decision.Planned); benchmarks and replays
 	// compare with it.
 	DisablePlanning bool
+	// DisableScaleDownWait turns off the wait for scale-downs in progress (consolidation of
+	// under-used nodes waits while controllers' pods terminate or nodes a scale-down emptied wait
+	// for emptiness); benchmarks and replays compare with it.
+	DisableScaleDownWait bool
 	// Solver are the solver's options (preferences, minValues policy).
 	Solver solver.Options
 	// Elapsed reports the time spent so far in the decision; the controller passes a real

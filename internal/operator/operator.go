@@ -34,6 +34,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/podevents"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
+	"capstan.dev/capstan/internal/controllers/pod/deletioncost"
 	"capstan.dev/capstan/internal/controllers/pod/startup"
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/controllers/simnodeclass"
@@ -241,6 +242,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	op.Disruption = dis
 	if err := mgr.Add(dis); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(&deletioncost.Controller{Client: c, Clock: clk, Snapshot: dis.Snapshot, Decision: dis.Options.Decision,
+		Enabled: o.FeatureGates["PodDeletionCostManagement"]}); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m}); err != nil {

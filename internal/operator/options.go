@@ -137,7 +137,7 @@ func parseFeatureGates(s string) (FeatureGates, error) {
 }
 
 // implementedGates are the gates off by default whose features Capstan has.
-var implementedGates = map[string]bool{"SpotToSpotConsolidation": true}
+var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true}
 
 // EnabledWithoutEffect lists the feature gates turned on beyond Karpenter's defaults whose
 // features Capstan does not have yet: they are accepted (a deployment written for Karpenter

@@ -180,12 +180,12 @@ func TestLoggerOutputPathsAndLevel(t *testing.T) {
 }
 
 func TestGatesEnabledWithoutEffectAreNamed(t *testing.T) {
-	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=true,ReservedCapacity=true"}))
+	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=true,ReservedCapacity=true,PodDeletionCostManagement=true"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := o.FeatureGates.EnabledWithoutEffect(); len(got) != 1 || got[0] != "NodeRepair" {
-		t.Fatalf("gates without effect %v, want [NodeRepair] (ReservedCapacity is on by default)", got)
+		t.Fatalf("gates without effect %v, want [NodeRepair] (ReservedCapacity is on by default, PodDeletionCostManagement acts)", got)
 	}
 }
 

@@ -43,17 +43,23 @@ func diurnal(seed uint64) []replay.Deployment {
 // none) on a one-minute step, and reports the day's cost, evictions and pod-seconds pending.
 func BenchmarkReplayDay(b *testing.B) {
 	type run struct {
-		policy     string
-		noPlanning bool
+		policy                   string
+		noPlanning, deletionCost bool
 	}
 	runs := []run{{policy: "none"}, {policy: string(karpv1.ConsolidationPolicyWhenEmpty)}, {policy: string(karpv1.ConsolidationPolicyBalanced)},
 		{policy: string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)},
 		{policy: string(karpv1.ConsolidationPolicyBalanced), noPlanning: true},
-		{policy: string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized), noPlanning: true}}
+		{policy: string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized), noPlanning: true},
+		{policy: string(karpv1.ConsolidationPolicyWhenEmpty), deletionCost: true},
+		{policy: string(karpv1.ConsolidationPolicyBalanced), deletionCost: true},
+		{policy: string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized), deletionCost: true}}
 	for _, rn := range runs {
 		name := fmt.Sprintf("policy=%s", rn.policy)
 		if rn.noPlanning {
 			name += "/planning=off"
+		}
+		if rn.deletionCost {
+			name += "/deletion-cost=on"
 		}
 		b.Run(name, func(b *testing.B) {
 			policy := rn.policy
@@ -64,7 +70,7 @@ func BenchmarkReplayDay(b *testing.B) {
 					np = onDemandPool(karpv1.ConsolidationPolicyWhenEmpty)
 				}
 				c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(b), Step: time.Minute, DisableDisruption: policy == "none",
-					Disruption: disruption.Options{DisablePlanning: rn.noPlanning}})
+					Disruption: disruption.Options{DisablePlanning: rn.noPlanning}, PodDeletionCost: rn.deletionCost})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -13,11 +13,18 @@ import (
 // machines (more than 15 vCPU), scaled to 300 after ten minutes; then 20 minutes of
 // consolidation under a 10% budget (one node at a time here).
 func scaleDown(t *testing.T, opts disruption.Options) (before, after float64, r replay.Report) {
+	return scaleDownWith(t, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, replay.Config{Disruption: opts})
+}
+
+// scaleDownWith is scaleDown under the policy, with the configuration's options (its pool and
+// catalog are set here).
+func scaleDownWith(t *testing.T, policy karpv1.ConsolidationPolicy, cfg replay.Config) (before, after float64, r replay.Report) {
 	t.Helper()
-	np := onDemandPool(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)
+	np := onDemandPool(policy)
 	np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
 		karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
-	c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(t), Disruption: opts, Log: func(s string) { t.Log(s) }})
+	cfg.NodePool, cfg.InstanceTypes, cfg.Log = np, simCatalog(t), func(s string) { t.Log(s) }
+	c, err := replay.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +40,14 @@ func scaleDown(t *testing.T, opts disruption.Options) (before, after float64, r 
 	return before, c.Price(), r
 }
 
-// The kube-scheduler spreads pods to the least allocated nodes: without planning, the pods of the
+// The kube-scheduler spreads pods to the least allocated nodes: without planning (and without the
+// wait for the scale-down, which alone avoids most of this), the pods of the
 // first consolidation land on the node the scale-down just emptied, which then stays, and every
 // pod moves. Planning marks that node (and the nodes budgets hold back) so that pods go to the
 // nodes that stay.
 func TestPlanningMovesFewerPodsAndEndsCheaper(t *testing.T) {
-	base, baseAfter, without := scaleDown(t, disruption.Options{DisablePlanning: true})
-	_, after, with := scaleDown(t, disruption.Options{})
+	base, baseAfter, without := scaleDown(t, disruption.Options{DisablePlanning: true, DisableScaleDownWait: true})
+	_, after, with := scaleDown(t, disruption.Options{DisableScaleDownWait: true})
 	t.Logf("from %.3f $/h: without planning %.3f $/h, %d evictions; with planning %.3f $/h, %d evictions",
 		base, baseAfter, without.Evictions, after, with.Evictions)
 	if with.Evictions >= without.Evictions {
@@ -59,8 +67,8 @@ func TestPlanningMovesFewerPodsAndEndsCheaper(t *testing.T) {
 // Without the churn guard nothing stops a pod from moving twice; planning is what keeps the
 // moves down.
 func TestPlanningWithoutTheChurnGuard(t *testing.T) {
-	_, _, without := scaleDown(t, disruption.Options{DisablePlanning: true, EvictionMemory: time.Nanosecond})
-	_, _, with := scaleDown(t, disruption.Options{EvictionMemory: time.Nanosecond})
+	_, _, without := scaleDown(t, disruption.Options{DisablePlanning: true, EvictionMemory: time.Nanosecond, DisableScaleDownWait: true})
+	_, _, with := scaleDown(t, disruption.Options{EvictionMemory: time.Nanosecond, DisableScaleDownWait: true})
 	t.Logf("without planning %d evictions (%d twice); with planning %d (%d twice)", without.Evictions, without.Reevictions, with.Evictions, with.Reevictions)
 	if with.Reevictions >= without.Reevictions || with.Evictions >= without.Evictions {
 		t.Errorf("planning: %d evictions, %d moved twice; without: %d, %d", with.Evictions, with.Reevictions, without.Evictions, without.Reevictions)

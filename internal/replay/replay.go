@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +46,11 @@ type Config struct {
 	// Disruption are the decision core's options; DisableDisruption turns rounds off.
 	Disruption        disruption.Options
 	DisableDisruption bool
+	// PodDeletionCost writes the decision core's deletion costs (disruption.DeletionCosts) on the
+	// pods, as the PodDeletionCostManagement gate does, at most every DeletionCostPeriod (default
+	// 30s); the ReplicaSets' scale-ins read them.
+	PodDeletionCost    bool
+	DeletionCostPeriod time.Duration
 	// Start is the simulated time of the first step.
 	Start time.Time
 	// Log, when set, receives a line per command carried out.
@@ -99,6 +105,8 @@ type Cluster struct {
 	evictions []disruption.Eviction
 	// moved are the pods created to replace evicted pods.
 	moved map[*corev1.Pod]bool
+	// ranked is when deletion costs were last written.
+	ranked time.Time
 }
 
 type execution struct {
@@ -116,6 +124,9 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	if cfg.ValidationPeriod == 0 {
 		cfg.ValidationPeriod = 15 * time.Second
+	}
+	if cfg.DeletionCostPeriod == 0 {
+		cfg.DeletionCostPeriod = 30 * time.Second
 	}
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
@@ -139,6 +150,7 @@ func (c *Cluster) Run(deps []Deployment, d time.Duration) Report {
 	end := c.now.Add(d)
 	for c.now.Before(end) {
 		at := c.now.Sub(c.cfg.Start)
+		c.rankDeletionCosts()
 		for _, dep := range deps {
 			c.scaleTo(dep, dep.Replicas(at))
 		}
@@ -187,8 +199,35 @@ func (c *Cluster) nominatedCount() int {
 	return n
 }
 
+// rankDeletionCosts writes the decision core's deletion costs on the pods, when the
+// configuration asks for it and its period has passed.
+func (c *Cluster) rankDeletionCosts() {
+	if !c.cfg.PodDeletionCost || c.now.Sub(c.ranked) < c.cfg.DeletionCostPeriod {
+		return
+	}
+	c.ranked = c.now
+	costs := disruption.DeletionCosts(c.Snapshot(), c.cfg.Disruption)
+	for _, m := range c.machines {
+		v, ok := costs[m.node.NodeClaim.Name]
+		for _, p := range m.node.Pods {
+			if ok {
+				p.Annotations = map[string]string{corev1.PodDeletionCost: strconv.Itoa(int(v))}
+			} else {
+				p.Annotations = nil
+			}
+		}
+	}
+}
+
+// deletionCost is the pod's controller.kubernetes.io/pod-deletion-cost, 0 when unset.
+func deletionCost(p *corev1.Pod) int {
+	v, _ := strconv.Atoi(p.Annotations[corev1.PodDeletionCost])
+	return v
+}
+
 // scaleTo creates or deletes the deployment's pods. Scale-down removes pending pods first, then
-// pods on the machines holding most of the deployment, newest first (the ReplicaSet's ranking).
+// as the ReplicaSet ranks them: lowest deletion cost first, then pods on the machines holding
+// most of the deployment, newest first.
 func (c *Cluster) scaleTo(dep Deployment, n int) {
 	pods := c.byDep[dep.Name]
 	for len(pods) < n {
@@ -206,6 +245,9 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 			a, b := pods[i], pods[j]
 			if (a.Spec.NodeName == "") != (b.Spec.NodeName == "") {
 				return a.Spec.NodeName == ""
+			}
+			if ca, cb := deletionCost(a), deletionCost(b); ca != cb {
+				return ca < cb
 			}
 			if perNode[a.Spec.NodeName] != perNode[b.Spec.NodeName] {
 				return perNode[a.Spec.NodeName] > perNode[b.Spec.NodeName]

@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -141,7 +142,7 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 	if now.Before(c.backoffUntil) {
 		return c.backoffUntil.Sub(now), nil
 	}
-	snap, err := c.snapshot(ctx, opts)
+	snap, err := c.snapshot(ctx, opts, slices.Clone(c.evictions))
 	if err != nil {
 		return 0, err
 	}

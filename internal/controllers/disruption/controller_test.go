@@ -292,9 +292,11 @@ func TestChurnMemorySurvivesARestart(t *testing.T) {
 // With a budget of one node, the round deletes one light node and marks the nodes later rounds
 // are expected to remove — the other light node and the node emptied by a scale-down — so that
 // the scheduler puts the moving pods on the node that stays. A round with nothing to do clears
-// the marks.
+// the marks. (The wait for scale-downs in progress, which would hold the round back while the
+// emptied node waits for emptiness, is off: this is about the marks.)
 func TestPlannedNodesAreMarkedAndUnmarked(t *testing.T) {
 	f := newFixture(t, "plan", func(np *karpv1.NodePool) { np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "1"}} })
+	f.ctrl.Options.Decision.DisableScaleDownWait = true
 	emptied, _ := f.node("plan-emptied", "m5.xlarge")
 	meta.RemoveStatusCondition(&emptied.Status.Conditions, karpv1.ConditionTypeConsolidatable)
 	if err := env.Client.Status().Update(t.Context(), emptied); err != nil {

@@ -3,7 +3,6 @@ package disruption
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,10 +16,17 @@ import (
 	"capstan.dev/capstan/internal/solver"
 )
 
+// Snapshot reads the cluster from the cache as a round does, without the churn guard's evictions
+// (which only this controller's rounds read): the pod deletion-cost ranking's view. It may run
+// concurrently with rounds.
+func (c *Controller) Snapshot(ctx context.Context) (*disruption.Snapshot, error) {
+	return c.snapshot(ctx, c.Options.withDefaults(), nil)
+}
+
 // snapshot reads the cluster from the cache, in the decision core's terms. Claims, nodes and pods
 // are the cache's own objects, not copies (a round every 10 s copied every pod of the cluster):
 // the decision core and the solver only read them, and every write here reads its object again.
-func (c *Controller) snapshot(ctx context.Context, opts Options) (*disruption.Snapshot, error) {
+func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []disruption.Eviction) (*disruption.Snapshot, error) {
 	nps := &karpv1.NodePoolList{}
 	if err := c.Client.List(ctx, nps); err != nil {
 		return nil, fmt.Errorf("listing nodepools: %w", err)
@@ -51,7 +57,7 @@ func (c *Controller) snapshot(ctx context.Context, opts Options) (*disruption.Sn
 	}
 
 	snap := &disruption.Snapshot{Now: c.Clock.Now(), DaemonSetPods: provisioning.DaemonSetPods(dss.Items),
-		WellKnownLabels: c.Cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: slices.Clone(c.evictions)}
+		WellKnownLabels: c.Cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: evictions}
 	for i := range nss.Items {
 		snap.NamespaceLabels[nss.Items[i].Name] = nss.Items[i].Labels
 	}

@@ -1,0 +1,271 @@
+package deletioncost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// steppingClock is a fake clock whose After steps time at once, so a paced pass runs without
+// waiting and the time it was paced over can be read off the clock.
+type steppingClock struct{ *clocktesting.FakeClock }
+
+func (c steppingClock) After(d time.Duration) <-chan time.Time {
+	c.Step(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.Now()
+	return ch
+}
+
+var start = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// cluster is three nodes of one pool, 4 CPU each, with pods of 1 CPU: node-a holds one, node-b
+// three, node-c two. Consolidation would take node-a first, then node-c, then node-b.
+type cluster struct {
+	ns   string
+	snap *disruption.Snapshot
+	pods map[string][]*corev1.Pod
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "deletioncost-"}}
+	if err := env.Client.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	np.Spec.Disruption = karpv1.Disruption{ConsolidateAfter: karpv1.NewDuration(30 * time.Second),
+		ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, Budgets: []karpv1.Budget{{Nodes: "10%"}}}
+	c := &cluster{ns: ns.Name, pods: map[string][]*corev1.Pod{},
+		snap: &disruption.Snapshot{Now: start, NodePools: []disruption.Pool{{NodePool: np}}}}
+	for _, n := range []struct {
+		name string
+		pods int
+	}{{"node-a", 1}, {"node-b", 3}, {"node-c", 2}} {
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{karpv1.NodePoolLabelKey: "default"}}}
+		nc.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue},
+			{Type: karpv1.ConditionTypeConsolidatable, Status: metav1.ConditionTrue}}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		dn := &disruption.Node{NodeClaim: nc, Node: node}
+		for i := range n.pods {
+			p := c.createPod(t, fmt.Sprintf("%s-%d", n.name, i), n.name, true)
+			dn.Pods = append(dn.Pods, p)
+			c.pods[n.name] = append(c.pods[n.name], p)
+		}
+		c.snap.Nodes = append(c.snap.Nodes, dn)
+	}
+	return c
+}
+
+// createPod creates a pod bound to the node, controlled by a ReplicaSet when owned.
+func (c *cluster) createPod(t *testing.T, name, node string, owned bool) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.ns, Name: name},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}}}
+	if owned {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: types.UID("rs-web"), Controller: new(true)}}
+	}
+	if err := env.Client.Create(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (c *cluster) controller(enabled bool) *Controller {
+	return &Controller{Client: namespaced{env.Client, c.ns}, Clock: steppingClock{clocktesting.NewFakeClock(start)}, Enabled: enabled,
+		Snapshot: func(context.Context) (*disruption.Snapshot, error) { return c.snap, nil }}
+}
+
+// namespaced lists only the test's namespace, so tests do not see each other's pods.
+type namespaced struct {
+	client.Client
+	ns string
+}
+
+func (n namespaced) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return n.Client.List(ctx, list, append(opts, client.InNamespace(n.ns))...)
+}
+
+// annotations reads the pod's deletion cost and Capstan's record from the API server.
+func annotations(t *testing.T, p *corev1.Pod) (cost, record string, hasCost, hasRecord bool) {
+	t.Helper()
+	got := &corev1.Pod{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	cost, hasCost = got.Annotations[corev1.PodDeletionCost]
+	record, hasRecord = got.Annotations[pods.DeletionCostRecordKey]
+	return cost, record, hasCost, hasRecord
+}
+
+func sync(t *testing.T, c *Controller) int {
+	t.Helper()
+	n, err := c.Sync(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Pods get their node's rank in consolidation order (node-a, then node-c, then node-b), counted
+// up from the consolidation band; pods no ReplicaSet controls get none; a second pass writes
+// nothing.
+func TestReplicaSetPodsGetTheirNodesRank(t *testing.T) {
+	c := newCluster(t)
+	bare := c.createPod(t, "bare", "node-a", false)
+	ctl := c.controller(true)
+	if n := sync(t, ctl); n != 6 {
+		t.Fatalf("first pass wrote %d pods, want the 6 ReplicaSet pods", n)
+	}
+	want := map[string]int32{"node-a": disruption.DeletionCostConsolidation, "node-c": disruption.DeletionCostConsolidation + 1,
+		"node-b": disruption.DeletionCostConsolidation + 2}
+	for node, ps := range c.pods {
+		for _, p := range ps {
+			cost, record, _, _ := annotations(t, p)
+			if cost != strconv.Itoa(int(want[node])) || record != cost {
+				t.Errorf("pod %s on %s: deletion cost %q, record %q; want %d for both", p.Name, node, cost, record, want[node])
+			}
+		}
+	}
+	if _, _, hasCost, hasRecord := annotations(t, bare); hasCost || hasRecord {
+		t.Errorf("a pod without a ReplicaSet got a deletion cost")
+	}
+	if n := sync(t, ctl); n != 0 {
+		t.Errorf("a second pass over the same ranking wrote %d pods", n)
+	}
+}
+
+// A deletion cost Capstan did not write is never changed, and one a user changed after Capstan
+// wrote it stays the user's: Capstan drops its record and leaves the value.
+func TestUserValuesAreKept(t *testing.T) {
+	c := newCluster(t)
+	mine := c.pods["node-a"][0]
+	patchAnnotations(t, mine, map[string]any{corev1.PodDeletionCost: "7"})
+	ctl := c.controller(true)
+	sync(t, ctl)
+	if cost, _, _, hasRecord := annotations(t, mine); cost != "7" || hasRecord {
+		t.Fatalf("a user's deletion cost became %q (record %t)", cost, hasRecord)
+	}
+	theirs := c.pods["node-b"][0]
+	patchAnnotations(t, theirs, map[string]any{corev1.PodDeletionCost: "3"})
+	sync(t, ctl)
+	if cost, _, _, hasRecord := annotations(t, theirs); cost != "3" || hasRecord {
+		t.Fatalf("a value changed by a user after Capstan: %q, record kept %t; want 3 and no record", cost, hasRecord)
+	}
+	if n := sync(t, ctl); n != 0 {
+		t.Errorf("a later pass wrote %d pods", n)
+	}
+	// Turned off, Capstan takes back only its own values.
+	sync(t, c.controller(false))
+	for node, ps := range c.pods {
+		for _, p := range ps {
+			cost, _, hasCost, hasRecord := annotations(t, p)
+			switch {
+			case p.Name == mine.Name && cost != "7", p.Name == theirs.Name && cost != "3":
+				t.Errorf("gate off: pod %s lost its user's value (now %q)", p.Name, cost)
+			case p.Name != mine.Name && p.Name != theirs.Name && (hasCost || hasRecord):
+				t.Errorf("gate off: pod %s on %s keeps Capstan's deletion cost %q", p.Name, node, cost)
+			}
+		}
+	}
+}
+
+func patchAnnotations(t *testing.T, p *corev1.Pod, ann map[string]any) {
+	t.Helper()
+	raw := fmt.Appendf(nil, `{"metadata":{"annotations":%s}}`, mustJSON(t, ann))
+	if err := env.Client.Patch(t.Context(), p.DeepCopy(), client.RawPatch(types.MergePatchType, raw)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Nodes leave the ranking when they can no longer be removed: a do-not-disrupt pod keeps its
+// node, and Capstan's values there are removed.
+func TestValuesLeaveNodesThatCannotBeRemoved(t *testing.T) {
+	c := newCluster(t)
+	ctl := c.controller(true)
+	sync(t, ctl)
+	guard := c.pods["node-c"][0].DeepCopy()
+	guard.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+	for _, n := range c.snap.Nodes {
+		if n.Node.Name == "node-c" {
+			n.Pods = []*corev1.Pod{guard, c.pods["node-c"][1]}
+		}
+	}
+	if n := sync(t, ctl); n != 2+3 {
+		t.Errorf("wrote %d pods, want node-c's 2 removed and node-b's 3 moved up a rank", n)
+	}
+	for _, p := range c.pods["node-c"] {
+		if _, _, hasCost, hasRecord := annotations(t, p); hasCost || hasRecord {
+			t.Errorf("pod %s on a node that cannot be removed keeps a deletion cost", p.Name)
+		}
+	}
+	if cost, _, _, _ := annotations(t, c.pods["node-b"][0]); cost != strconv.Itoa(int(disruption.DeletionCostConsolidation+1)) {
+		t.Errorf("node-b's pods: %s, want the second rank", cost)
+	}
+}
+
+// Writes are paced: at 2 per second with a burst of 2, six writes take at least two seconds of
+// the injected clock.
+func TestWritesArePaced(t *testing.T) {
+	c := newCluster(t)
+	ctl := c.controller(true)
+	ctl.WritesPerSecond = 2
+	clk := ctl.Clock.(steppingClock)
+	sync(t, ctl)
+	if paced := clk.Since(start); paced < 2*time.Second {
+		t.Errorf("six writes at 2/s took %s of the clock, want at least 2s", paced)
+	}
+}
+
+// A pod changed since the cache saw it is not patched over: the optimistic lock makes the write
+// conflict, and the value the user set meanwhile stays.
+func TestStaleCacheNeverOverwritesAUsersValue(t *testing.T) {
+	c := newCluster(t)
+	stale := &corev1.Pod{}
+	p := c.pods["node-a"][0]
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(p), stale); err != nil {
+		t.Fatal(err)
+	}
+	patchAnnotations(t, p, map[string]any{corev1.PodDeletionCost: "9"})
+	v := int32(-5)
+	err := c.controller(true).patch(t.Context(), write{pod: stale, value: &v})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("patching from a stale copy: %v, want a conflict", err)
+	}
+	if cost, _, _, hasRecord := annotations(t, p); cost != "9" || hasRecord {
+		t.Errorf("the user's value became %q (record %t)", cost, hasRecord)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,106 @@
+package disruption_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodeclaims"
+)
+
+// Nodes are ranked in bands: being disrupted, drifted (longest first), then the rest with the
+// planned ones first and then consolidation order (least used first); nodes no voluntary method
+// would remove get no value.
+func TestDeletionCostsRankNodesByHowSoonTheyGo(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.pool("never", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidateAfter = karpv1.NillableDuration{} })
+	c.node("default", "full", "l", karpv1.CapacityTypeOnDemand, pods("a", 7, "1")...)
+	c.node("default", "light", "l", karpv1.CapacityTypeOnDemand, pods("b", 2, "1")...)
+	c.node("default", "half", "l", karpv1.CapacityTypeOnDemand, pods("c", 4, "1")...)
+	planned := c.node("default", "planned", "l", karpv1.CapacityTypeOnDemand, pods("d", 6, "1")...)
+	planned.Node.Spec.Taints = []corev1.Taint{nodeclaims.PlannedTaint}
+	for i, name := range []string{"drift-new", "drift-old"} {
+		n := c.node("default", name, "l", karpv1.CapacityTypeOnDemand, pods(name, 3, "1")...)
+		meta.SetStatusCondition(&n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue,
+			Reason: "Drifted", LastTransitionTime: metav1.NewTime(t0.Add(-time.Duration(i+1) * time.Hour))})
+	}
+	leaving := c.node("default", "leaving", "l", karpv1.CapacityTypeOnDemand, pods("e", 3, "1")...)
+	leaving.Node.Spec.Taints = []corev1.Taint{karpv1.DisruptedNoScheduleTaint}
+	guarded := c.node("default", "guarded", "l", karpv1.CapacityTypeOnDemand, pods("f", 1, "1")...)
+	guarded.Pods[0].Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+	c.node("never", "kept", "l", karpv1.CapacityTypeOnDemand, pods("g", 1, "1")...)
+	c.node("default", "empty", "l", karpv1.CapacityTypeOnDemand)
+
+	got := disruption.DeletionCosts(c.snap, disruption.Options{})
+	want := map[string]int32{
+		"leaving":   disruption.DeletionCostDisrupting,
+		"drift-old": disruption.DeletionCostDrifted, "drift-new": disruption.DeletionCostDrifted + 1,
+		"planned": disruption.DeletionCostConsolidation, "light": disruption.DeletionCostConsolidation + 1,
+		"half": disruption.DeletionCostConsolidation + 2, "full": disruption.DeletionCostConsolidation + 3,
+	}
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("%s: %d, want %d", name, got[name], v)
+		}
+	}
+	for _, name := range []string{"guarded", "kept", "empty"} {
+		if v, ok := got[name]; ok {
+			t.Errorf("%s ranked %d; no voluntary method removes it", name, v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d nodes ranked, want %d: %v", len(got), len(want), got)
+	}
+}
+
+// While a scale-down is in progress, under-used nodes wait, and emptiness still acts: pods of a
+// controller terminating, or a node the scale-down emptied waiting for consolidateAfter.
+func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
+	setup := func() *cluster {
+		c := newCluster(t)
+		c.pool("default", nil)
+		c.node("default", "busy", "xl", karpv1.CapacityTypeOnDemand, pods("web", 8, "1")...)
+		c.node("default", "light", "m", karpv1.CapacityTypeOnDemand, pods("api", 1, "1")...)
+		return c
+	}
+	if d := setup().decide(disruption.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
+		t.Fatalf("without a scale-down: command %v, want light consolidated", names(d.Command))
+	}
+	// Pods terminating.
+	c := setup()
+	del := metav1.NewTime(t0.Add(20 * time.Second))
+	c.snap.Nodes[0].Pods[0].DeletionTimestamp = &del
+	d := c.decide(disruption.Options{})
+	if d.Command != nil || !strings.Contains(d.Settling, "1 pod(s) are terminating") {
+		t.Fatalf("command %v, settling %q; want consolidation to wait for the terminating pod", names(d.Command), d.Settling)
+	}
+	if d := c.decide(disruption.Options{DisableScaleDownWait: true}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
+		t.Errorf("wait disabled: command %v, want light consolidated", names(d.Command))
+	}
+	// A pod stuck terminating past its deadline does not hold consolidation for ever.
+	old := metav1.NewTime(t0.Add(-2 * time.Minute))
+	c.snap.Nodes[0].Pods[0].DeletionTimestamp = &old
+	if d := c.decide(disruption.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
+		t.Errorf("stuck terminating pod: command %v (settling %q), want light consolidated", names(d.Command), d.Settling)
+	}
+	// A node emptied by the scale-down, not yet consolidatable; another empty node still goes.
+	c = setup()
+	emptied := c.node("default", "emptied", "l", karpv1.CapacityTypeOnDemand)
+	meta.RemoveStatusCondition(&emptied.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+	d = c.decide(disruption.Options{})
+	if d.Command != nil || !strings.Contains(d.Settling, "1 emptied node(s) wait for consolidateAfter") {
+		t.Fatalf("command %v, settling %q; want underutilisation to wait for emptiness", names(d.Command), d.Settling)
+	}
+	c.node("default", "empty", "s", karpv1.CapacityTypeOnDemand)
+	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) || d.Command.Method != disruption.MethodEmptiness {
+		t.Errorf("command %v; want the consolidatable empty node deleted while the scale-down settles", names(d.Command))
+	}
+}

@@ -1,0 +1,41 @@
+package replay_test
+
+import (
+	"testing"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/replay"
+)
+
+// Calm scale-downs: with the wait for scale-downs in progress and deletion costs, the pods a
+// scale-down leaves are moved at most half as often as with both off, for no higher price, and
+// none twice. 1,000 pods scaled to 300: the wait alone keeps consolidation from moving pods onto
+// the machines the scale-in just emptied (which then stay); two Deployments scaled down in three
+// steps under Balanced: deletion costs make each scale-in take the pods of the nodes
+// consolidation would remove next.
+func TestCalmRulesHalveTheMovesOfScaleDowns(t *testing.T) {
+	cases := scaleDownCases()
+	for _, tc := range []struct {
+		sc     scaleDownCase
+		policy karpv1.ConsolidationPolicy
+	}{
+		{cases[0], karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized},
+		{cases[2], karpv1.ConsolidationPolicyBalanced},
+	} {
+		t.Run(tc.sc.name+"/"+string(tc.policy), func(t *testing.T) {
+			_, offEnd, off := runScaleDown(t, tc.sc, tc.policy, replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true}})
+			_, onEnd, on := runScaleDown(t, tc.sc, tc.policy, replay.Config{PodDeletionCost: true})
+			t.Logf("rules off: %.3f $/h, %d evictions; on: %.3f $/h, %d evictions", offEnd, off.Evictions, onEnd, on.Evictions)
+			if 2*on.Evictions > off.Evictions || off.Evictions == 0 {
+				t.Errorf("with the rules %d evictions, without %d: want at most half of a non-zero count", on.Evictions, off.Evictions)
+			}
+			if onEnd > offEnd {
+				t.Errorf("with the rules the cluster ends at %.3f $/h, without at %.3f", onEnd, offEnd)
+			}
+			if on.Reevictions != 0 {
+				t.Errorf("%d pods moved twice", on.Reevictions)
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+package replay_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/replay"
+)
+
+// A scale-down scenario of the side-by-side with Karpenter: Deployments created at the controller
+// manager's pace (1,000 pods in 50 s, as on the local cluster), scaled down after ten minutes,
+// then 20 minutes to settle.
+type scaleDownCase struct {
+	name string
+	deps []replay.Deployment
+}
+
+// ramp is a Deployment's count: rising to peak over rise, then the steps' counts at their
+// offsets.
+func ramp(peak int, rise time.Duration, steps ...struct {
+	at time.Duration
+	n  int
+}) func(time.Duration) int {
+	return func(at time.Duration) int {
+		n := peak
+		if at < rise {
+			n = int(float64(peak) * float64(at+10*time.Second) / float64(rise))
+		}
+		for _, s := range steps {
+			if at >= s.at {
+				n = s.n
+			}
+		}
+		return min(n, peak)
+	}
+}
+
+type step = struct {
+	at time.Duration
+	n  int
+}
+
+func scaleDownCases() []scaleDownCase {
+	return []scaleDownCase{
+		{"1000-300", []replay.Deployment{{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, 300})}}},
+		{"1000-700", []replay.Deployment{{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, 700})}}},
+		{"two-in-three-steps", []replay.Deployment{
+			{Name: "small", CPU: "250m", Memory: "256Mi", Replicas: ramp(600, 30*time.Second,
+				step{10 * time.Minute, 450}, step{15 * time.Minute, 300}, step{20 * time.Minute, 150})},
+			{Name: "large", CPU: "1", Memory: "1Gi", Replicas: ramp(100, 20*time.Second,
+				step{10 * time.Minute, 75}, step{15 * time.Minute, 50}, step{20 * time.Minute, 25})},
+		}},
+	}
+}
+
+// runScaleDown plays the case under the policy and returns the price at the peak and at the
+// end, and the report of what came after the first scale-down.
+func runScaleDown(t testing.TB, sc scaleDownCase, policy karpv1.ConsolidationPolicy, cfg replay.Config) (peak, end float64, r replay.Report) {
+	t.Helper()
+	np := onDemandPool(policy)
+	np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
+		karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
+	cfg.NodePool, cfg.InstanceTypes = np, simCatalog(t)
+	c, err := replay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Run(sc.deps, 10*time.Minute)
+	peak = c.Price()
+	after := c.Run(sc.deps, 25*time.Minute)
+	after.Evictions -= before.Evictions
+	after.Reevictions -= before.Reevictions
+	return peak, c.Price(), after
+}
+
+// BenchmarkScaleDowns plays the scale-down cases under both policies with the calm rules off, with
+// the wait for scale-downs in progress, and with deletion costs too, and reports the price at the
+// peak and settled, and the pods evicted after the first scale-down.
+func BenchmarkScaleDowns(b *testing.B) {
+	for _, sc := range scaleDownCases() {
+		for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
+			for _, rules := range []struct {
+				name string
+				cfg  replay.Config
+			}{
+				{"off", replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true}}},
+				{"wait", replay.Config{}},
+				{"wait+deletion-cost", replay.Config{PodDeletionCost: true}},
+			} {
+				b.Run(fmt.Sprintf("%s/%s/rules=%s", sc.name, policy, rules.name), func(b *testing.B) {
+					var peak, end float64
+					var r replay.Report
+					for b.Loop() {
+						peak, end, r = runScaleDown(b, sc, policy, rules.cfg)
+					}
+					b.ReportMetric(peak, "$/h-peak")
+					b.ReportMetric(end, "$/h-settled")
+					b.ReportMetric(float64(r.Evictions), "evictions")
+					b.ReportMetric(float64(r.Reevictions), "evictions-twice")
+				})
+			}
+		}
+	}
+}
