@@ -3,6 +3,7 @@ package disruption
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -56,6 +57,36 @@ type Command struct {
 
 // Savings is what the command saves per hour.
 func (c *Command) Savings() float64 { return c.PriceBefore - c.PriceAfter }
+
+// Rule says which rule allowed the command, as events and logs tell it: emptiness, the drift, or
+// the consolidation's saving against its evictions (with the Balanced scores when its pools are
+// Balanced).
+func (c *Command) Rule() string {
+	switch c.Method {
+	case MethodEmptiness:
+		return "Emptiness: no pods to move"
+	case MethodDrift:
+		reason := "drifted"
+		if len(c.Candidates) > 0 {
+			if cond := meta.FindStatusCondition(c.Candidates[0].NodeClaim.Status.Conditions, karpv1.ConditionTypeDrifted); cond != nil && cond.Reason != "" {
+				reason = cond.Reason
+			}
+		}
+		return "Drift: " + reason
+	}
+	share := 0.0
+	if c.PriceBefore > 0 {
+		share = 100 * c.Savings() / c.PriceBefore
+	}
+	rule := fmt.Sprintf("saves %s (%.0f%% of the candidates' price) for %d eviction(s)", fmtPrice(c.Savings()), share, len(c.Pods()))
+	if len(c.Scores) == 0 {
+		return "WhenEmptyOrUnderutilized: " + rule
+	}
+	for _, pool := range slices.Sorted(maps.Keys(c.Scores)) {
+		rule += fmt.Sprintf("; Balanced in NodePool %s: %s", pool, c.Scores[pool])
+	}
+	return rule
+}
 
 // Pods are the pods the command evicts.
 func (c *Command) Pods() []*corev1.Pod {

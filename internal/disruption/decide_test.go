@@ -270,6 +270,15 @@ func TestBalancedTakesLargeSavings(t *testing.T) {
 	if s := d.Command.Scores["default"]; !s.Approved() || s.Value() < 4 {
 		t.Errorf("score = %v, want about 4.2", s)
 	}
+	if r := d.Command.Rule(); !strings.HasPrefix(r, "saves $0.3800/h (95% of the candidates' price) for 1 eviction(s); Balanced in NodePool default: saving 47.5% ") ||
+		!strings.Contains(r, ">= 0.50") {
+		t.Errorf("rule %q, want the saving, the evictions and the Balanced score", r)
+	}
+	// The same move under WhenEmptyOrUnderutilized says its saving for its evictions.
+	d.Command.Scores = nil
+	if r := d.Command.Rule(); r != "WhenEmptyOrUnderutilized: saves $0.3800/h (95% of the candidates' price) for 1 eviction(s)" {
+		t.Errorf("rule %q", r)
+	}
 }
 
 func TestDriftReplacesEvenWhenNotCheaper(t *testing.T) {

@@ -128,7 +128,8 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 		}
 	}
 	logger.Info("disrupting node(s)", "nodeclaims", st.candidates, "replacements", st.Replacements,
-		"price-before", fmt.Sprintf("%.4f", st.PriceBefore), "price-after", fmt.Sprintf("%.4f", st.PriceAfter), "pods", len(cmd.Pods()))
+		"price-before", fmt.Sprintf("%.4f", st.PriceBefore), "price-after", fmt.Sprintf("%.4f", st.PriceAfter), "pods", len(cmd.Pods()),
+		"rule", cmd.Rule())
 	for _, cand := range cmd.Candidates {
 		c.Recorder.Eventf(cand.NodeClaim, nil, corev1.EventTypeNormal, "DisruptionLaunching", "Disrupt", "%s", describe(st, cmd))
 	}
@@ -148,7 +149,7 @@ func describe(st *commandState, cmd *disruption.Command) string {
 		}
 		s += fmt.Sprintf(", replacing with %s (%s)", strings.Join(st.Replacements, ", "), strings.Join(types, ", "))
 	}
-	return s + fmt.Sprintf(", $%.4f/h → $%.4f/h, %d pod(s) evicted", st.PriceBefore, st.PriceAfter, len(cmd.Pods()))
+	return s + fmt.Sprintf(", $%.4f/h → $%.4f/h, %d pod(s) evicted; %s", st.PriceBefore, st.PriceAfter, len(cmd.Pods()), cmd.Rule())
 }
 
 // advance carries the command in flight one step: it deletes the candidates once every

@@ -39,8 +39,14 @@ func TestEmptyNodeIsDeletedAfterTheValidationPeriod(t *testing.T) {
 	if f.claim("empty-busy") == nil {
 		t.Fatal("the busy node was deleted")
 	}
-	if got := f.events(); !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, "DisruptionTerminating") }) {
+	got := f.events()
+	if !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, "DisruptionTerminating") }) {
 		t.Errorf("events %v, want DisruptionTerminating", got)
+	}
+	if !slices.ContainsFunc(got, func(e string) bool {
+		return strings.Contains(e, "DisruptionLaunching") && strings.Contains(e, "0 pod(s) evicted; Emptiness: no pods to move")
+	}) {
+		t.Errorf("events %v, want DisruptionLaunching saying the pods evicted and the rule", got)
 	}
 }
 
