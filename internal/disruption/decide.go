@@ -302,8 +302,8 @@ func (d *decider) settling() (why string, emptinessMayAct bool) {
 const terminatingFor = time.Minute
 
 // shrinking says why a scale-down is in progress, or "": pods of a controller terminating on the
-// pools' nodes (a ReplicaSet or StatefulSet deleting replicas, a rollout), or nodes a scale-down
-// just emptied that emptiness will remove once their consolidateAfter has passed. Judging
+// pools' nodes (a ReplicaSet or StatefulSet deleting replicas, a rollout), an owner seen shrinking
+// within ScaleDownWait, or nodes a scale-down just emptied that emptiness will remove once their consolidateAfter has passed. Judging
 // underutilisation then would move pods onto room that is about to go (the emptied nodes) or
 // away from nodes the scale-down is still thinning, and move them again a round later.
 func (d *decider) shrinking() string {
@@ -321,6 +321,23 @@ func (d *decider) shrinking() string {
 	}
 	if terminating > 0 {
 		return fmt.Sprintf("a scale-down is in progress: %d pod(s) are terminating", terminating)
+	}
+	var last *ScaleDown
+	var began time.Time
+	for i, sd := range d.snap.ScaleDowns {
+		if d.snap.Now.Sub(sd.At) >= d.opts.ScaleDownWait {
+			continue
+		}
+		if last == nil || sd.At.After(last.At) {
+			last = &d.snap.ScaleDowns[i]
+		}
+		if began.IsZero() || sd.Since.Before(began) {
+			began = sd.Since
+		}
+	}
+	if last != nil && d.snap.Now.Sub(began) < d.opts.MaxScaleDownHold {
+		return fmt.Sprintf("a scale-down is in progress: %s shrank at %s; under-used nodes are judged from %s", last.Owner,
+			last.At.UTC().Format("15:04:05 UTC"), last.At.Add(d.opts.ScaleDownWait).UTC().Format("15:04:05 UTC"))
 	}
 	emptied := 0
 	for _, c := range d.all {

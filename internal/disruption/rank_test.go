@@ -91,6 +91,21 @@ func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
 	if d := c.decide(disruption.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
 		t.Errorf("stuck terminating pod: command %v (settling %q), want light consolidated", names(d.Command), d.Settling)
 	}
+	// An owner seen shrinking within the wait; scale-downs in a row hold for at most
+	// MaxScaleDownHold.
+	c = setup()
+	c.snap.ScaleDowns = []disruption.ScaleDown{{Owner: "ReplicaSet default/web", At: t0.Add(-10 * time.Second), Since: t0.Add(-10 * time.Second)}}
+	if d := c.decide(disruption.Options{}); d.Command != nil || !strings.Contains(d.Settling, "ReplicaSet default/web shrank at 09:59:50 UTC") {
+		t.Fatalf("command %v, settling %q; want consolidation to wait after the scale-down", names(d.Command), d.Settling)
+	}
+	c.snap.ScaleDowns[0].At = t0.Add(-40 * time.Second)
+	if d := c.decide(disruption.Options{}); d.Command == nil {
+		t.Errorf("40 s after the scale-down: no command (settling %q)", d.Settling)
+	}
+	c.snap.ScaleDowns = []disruption.ScaleDown{{Owner: "ReplicaSet default/web", At: t0.Add(-5 * time.Second), Since: t0.Add(-6 * time.Minute)}}
+	if d := c.decide(disruption.Options{}); d.Command == nil {
+		t.Errorf("scale-downs for six minutes in a row: no command (settling %q); want the hold bounded at 5 minutes", d.Settling)
+	}
 	// A node emptied by the scale-down, not yet consolidatable; another empty node still goes.
 	c = setup()
 	emptied := c.node("default", "emptied", "l", karpv1.CapacityTypeOnDemand)

@@ -34,6 +34,19 @@ type Snapshot struct {
 	OtherNodes []solver.ExistingNode
 	// Evictions are the pods consolidation evicted recently, for the churn guard.
 	Evictions []Eviction
+	// ScaleDowns are the recent scale-downs of scalable owners (ReplicaSets, StatefulSets): under-
+	// used nodes are not judged while the cluster still moves after one (ScaleDownWait).
+	ScaleDowns []ScaleDown
+}
+
+// ScaleDown is a scalable owner seen shrinking: its desired replicas fell, or it still has more
+// replicas than it wants.
+type ScaleDown struct {
+	// Owner names it ("ReplicaSet default/web").
+	Owner string
+	// At is when it was last seen shrinking; Since is when it began to, in a run of sightings
+	// each within ScaleDownWait of the last.
+	At, Since time.Time
 }
 
 // Pool is a NodePool and what the solver needs of it.
@@ -93,9 +106,17 @@ type Options struct {
 	// compare with it.
 	DisablePlanning bool
 	// DisableScaleDownWait turns off the wait for scale-downs in progress (consolidation of
-	// under-used nodes waits while controllers' pods terminate or nodes a scale-down emptied wait
-	// for emptiness); benchmarks and replays compare with it.
+	// under-used nodes waits while controllers' pods terminate, nodes a scale-down emptied wait
+	// for emptiness, or within ScaleDownWait of an owner's scale-down); benchmarks and replays
+	// compare with it.
 	DisableScaleDownWait bool
+	// ScaleDownWait is how long after an owner was last seen shrinking under-used nodes are not
+	// judged (default 30 s, a default consolidateAfter: a scale-in arrives in several steps,
+	// each thinning the nodes the last one left).
+	ScaleDownWait time.Duration
+	// MaxScaleDownHold bounds how long scale-downs in a row hold under-used nodes back (default
+	// 5 minutes): owners that keep shrinking, one after the other, must not stop consolidation.
+	MaxScaleDownHold time.Duration
 	// Solver are the solver's options (preferences, minValues policy).
 	Solver solver.Options
 	// Elapsed reports the time spent so far in the decision; the controller passes a real
@@ -110,6 +131,8 @@ const (
 	DefaultMultiNodeSolves  = 200
 	DefaultSingleNodeSolves = 100
 	DefaultEvictionMemory   = time.Hour
+	DefaultScaleDownWait    = 30 * time.Second
+	DefaultMaxScaleDownHold = 5 * time.Minute
 	// MaxMultiNodeCandidates bounds the candidates one multi-node command disrupts (Karpenter's
 	// bound).
 	MaxMultiNodeCandidates = 100
@@ -134,6 +157,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.EvictionMemory == 0 {
 		o.EvictionMemory = DefaultEvictionMemory
+	}
+	if o.ScaleDownWait <= 0 {
+		o.ScaleDownWait = DefaultScaleDownWait
+	}
+	if o.MaxScaleDownHold <= 0 {
+		o.MaxScaleDownHold = DefaultMaxScaleDownHold
 	}
 	return o
 }

@@ -12,8 +12,9 @@ import (
 // scale-down leaves are moved at most half as often as with both off, for no higher price, and
 // none twice. 1,000 pods scaled to 300: the wait alone keeps consolidation from moving pods onto
 // the machines the scale-in just emptied (which then stay); two Deployments scaled down in three
-// steps under Balanced: deletion costs make each scale-in take the pods of the nodes
-// consolidation would remove next.
+// steps: the wait keeps consolidation from moving, between steps, pods the next step deletes,
+// and deletion costs make each scale-in take the pods of the nodes consolidation would remove
+// next.
 func TestCalmRulesHalveTheMovesOfScaleDowns(t *testing.T) {
 	cases := scaleDownCases()
 	for _, tc := range []struct {
@@ -21,6 +22,7 @@ func TestCalmRulesHalveTheMovesOfScaleDowns(t *testing.T) {
 		policy karpv1.ConsolidationPolicy
 	}{
 		{cases[0], karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized},
+		{cases[2], karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized},
 		{cases[2], karpv1.ConsolidationPolicyBalanced},
 	} {
 		t.Run(tc.sc.name+"/"+string(tc.policy), func(t *testing.T) {

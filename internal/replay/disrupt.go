@@ -54,7 +54,7 @@ func (c *Cluster) disrupt() {
 // Snapshot is the cluster as the decision core sees it now.
 func (c *Cluster) Snapshot() *disruption.Snapshot {
 	snap := &disruption.Snapshot{Now: c.now, NodePools: []disruption.Pool{c.pool}, Pending: slices.Clone(c.pending),
-		Evictions: c.evictions}
+		Evictions: c.evictions, ScaleDowns: c.scaleDowns}
 	after := c.pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration
 	for _, m := range c.machines {
 		nc := m.node.NodeClaim

@@ -107,6 +107,8 @@ type Cluster struct {
 	moved map[*corev1.Pod]bool
 	// ranked is when deletion costs were last written.
 	ranked time.Time
+	// scaleDowns are the deployments' last scale-downs.
+	scaleDowns []disruption.ScaleDown
 }
 
 type execution struct {
@@ -237,6 +239,7 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 		c.pending = append(c.pending, p)
 	}
 	if len(pods) > n {
+		c.shrank("Deployment " + dep.Name)
 		perNode := map[string]int{}
 		for _, p := range pods {
 			perNode[p.Spec.NodeName]++
@@ -260,6 +263,22 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 		pods = pods[len(pods)-n:]
 	}
 	c.byDep[dep.Name] = pods
+}
+
+// shrank records a scale-down of the owner now (its run continues when the last was within
+// the default scale-down wait).
+func (c *Cluster) shrank(owner string) {
+	since := c.now
+	for i, sd := range c.scaleDowns {
+		if sd.Owner == owner {
+			if c.now.Sub(sd.At) < disruption.DefaultScaleDownWait {
+				since = sd.Since
+			}
+			c.scaleDowns = slices.Delete(c.scaleDowns, i, i+1)
+			break
+		}
+	}
+	c.scaleDowns = append(c.scaleDowns, disruption.ScaleDown{Owner: owner, At: c.now, Since: since})
 }
 
 // remove deletes a pod wherever it is.

@@ -94,6 +94,8 @@ type Controller struct {
 	// done remembers commands finished or rolled back here, so that a cache that still shows
 	// their annotations does not make them run again.
 	done map[string]time.Time
+	// scaleDowns remembers the owners seen shrinking.
+	scaleDowns scaleDowns
 }
 
 type pendingCommand struct {

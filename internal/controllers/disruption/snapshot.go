@@ -51,6 +51,14 @@ func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []dis
 	if err := c.Client.List(ctx, dss); err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
+	rss := &appsv1.ReplicaSetList{}
+	if err := c.Client.List(ctx, rss, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing replicasets: %w", err)
+	}
+	sss := &appsv1.StatefulSetList{}
+	if err := c.Client.List(ctx, sss, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing statefulsets: %w", err)
+	}
 	nss := &corev1.NamespaceList{}
 	if err := c.Client.List(ctx, nss); err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
@@ -58,6 +66,11 @@ func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []dis
 
 	snap := &disruption.Snapshot{Now: c.Clock.Now(), DaemonSetPods: provisioning.DaemonSetPods(dss.Items),
 		WellKnownLabels: c.Cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: evictions}
+	wait := opts.Decision.ScaleDownWait
+	if wait <= 0 {
+		wait = disruption.DefaultScaleDownWait
+	}
+	snap.ScaleDowns = c.scaleDowns.observe(snap.Now, wait, append(replicaSets(rss.Items), statefulSets(sss.Items)...))
 	for i := range nss.Items {
 		snap.NamespaceLabels[nss.Items[i].Name] = nss.Items[i].Labels
 	}

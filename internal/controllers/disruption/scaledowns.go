@@ -1,0 +1,100 @@
+package disruption
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"capstan.dev/capstan/internal/disruption"
+)
+
+// scaleDownMemory is how long a scale-down is remembered: far longer than any wait it causes.
+const scaleDownMemory = time.Hour
+
+// scaleDowns remembers which scalable owners were seen shrinking, for the decision core's wait
+// for scale-downs in progress: an owner shrinks when its desired replicas fall between two
+// sightings, or while it has more replicas than it wants. Rounds and the deletion-cost ranking
+// both read the cluster, so it has its own lock.
+type scaleDowns struct {
+	mu sync.Mutex
+	// desired is each owner's desired replicas as last seen; seen its last scale-down.
+	desired map[types.UID]int32
+	seen    map[types.UID]disruption.ScaleDown
+}
+
+// scalable is what the tracker needs of a ReplicaSet or StatefulSet.
+type scalable struct {
+	uid              types.UID
+	name             string
+	desired, current int32
+}
+
+func replicaSets(items []appsv1.ReplicaSet) []scalable {
+	out := make([]scalable, 0, len(items))
+	for i := range items {
+		rs := &items[i]
+		out = append(out, scalable{uid: rs.UID, name: fmt.Sprintf("ReplicaSet %s/%s", rs.Namespace, rs.Name),
+			desired: desiredReplicas(rs.Spec.Replicas), current: rs.Status.Replicas})
+	}
+	return out
+}
+
+func statefulSets(items []appsv1.StatefulSet) []scalable {
+	out := make([]scalable, 0, len(items))
+	for i := range items {
+		ss := &items[i]
+		out = append(out, scalable{uid: ss.UID, name: fmt.Sprintf("StatefulSet %s/%s", ss.Namespace, ss.Name),
+			desired: desiredReplicas(ss.Spec.Replicas), current: ss.Status.Replicas})
+	}
+	return out
+}
+
+// desiredReplicas is spec.replicas, which the API defaults to 1.
+func desiredReplicas(r *int32) int32 {
+	if r == nil {
+		return 1
+	}
+	return *r
+}
+
+// observe records the owners seen shrinking now and returns the scale-downs remembered. An owner
+// seen for the first time (Capstan just started) counts only while it has more replicas than it
+// wants; owners gone are forgotten.
+func (s *scaleDowns) observe(now time.Time, wait time.Duration, owners []scalable) []disruption.ScaleDown {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.desired == nil {
+		s.desired, s.seen = map[types.UID]int32{}, map[types.UID]disruption.ScaleDown{}
+	}
+	present := make(map[types.UID]bool, len(owners))
+	for _, o := range owners {
+		present[o.uid] = true
+		prev, known := s.desired[o.uid]
+		s.desired[o.uid] = o.desired
+		if !(known && o.desired < prev) && o.current <= o.desired {
+			continue
+		}
+		sd := disruption.ScaleDown{Owner: o.name, At: now, Since: now}
+		if last, ok := s.seen[o.uid]; ok && now.Sub(last.At) < wait {
+			sd.Since = last.Since
+		}
+		s.seen[o.uid] = sd
+	}
+	var out []disruption.ScaleDown
+	for uid, sd := range s.seen {
+		if !present[uid] || now.Sub(sd.At) >= scaleDownMemory {
+			delete(s.seen, uid)
+			continue
+		}
+		out = append(out, sd)
+	}
+	for uid := range s.desired {
+		if !present[uid] {
+			delete(s.desired, uid)
+		}
+	}
+	return out
+}
