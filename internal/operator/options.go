@@ -87,11 +87,12 @@ const (
 // FeatureGates are Karpenter's feature gates; Capstan acts on those whose features it has.
 type FeatureGates map[string]bool
 
-// featureGateDefaults are Karpenter's gates and defaults.
+// featureGateDefaults are Karpenter's gates with Capstan's defaults: Karpenter's, except
+// PodDeletionCostManagement, on (docs/features.md says why).
 var featureGateDefaults = map[string]bool{
 	"NodeRepair": false, "ReservedCapacity": true, "SpotToSpotConsolidation": false, "NodeOverlay": false,
 	"StaticCapacity": false, "CapacityBuffer": false, "TerminateFirstDrift": false, "TerminateFirstRepair": false,
-	"PodDeletionCostManagement": false,
+	"PodDeletionCostManagement": true,
 }
 
 func defaultFeatureGates() string {
@@ -139,7 +140,7 @@ func parseFeatureGates(s string) (FeatureGates, error) {
 // implementedGates are the gates off by default whose features Capstan has.
 var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true}
 
-// EnabledWithoutEffect lists the feature gates turned on beyond Karpenter's defaults whose
+// EnabledWithoutEffect lists the feature gates turned on beyond the defaults whose
 // features Capstan does not have yet: they are accepted (a deployment written for Karpenter
 // starts), and said so at start-up.
 func (g FeatureGates) EnabledWithoutEffect() []string {

@@ -35,8 +35,12 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 	if strings.Join(o.LogOutputPaths, ",") != "stdout,/tmp/capstan.log" || strings.Join(o.LogErrorOutputPaths, ",") != "stderr" {
 		t.Fatalf("log paths %v %v", o.LogOutputPaths, o.LogErrorOutputPaths)
 	}
-	if !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["ReservedCapacity"] || o.FeatureGates["NodeRepair"] {
-		t.Fatalf("feature gates %v: want the one set on Karpenter's defaults", o.FeatureGates)
+	if !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["ReservedCapacity"] || o.FeatureGates["NodeRepair"] ||
+		!o.FeatureGates["PodDeletionCostManagement"] {
+		t.Fatalf("feature gates %v: want the one set on the defaults (Karpenter's, PodDeletionCostManagement on)", o.FeatureGates)
+	}
+	if off, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "PodDeletionCostManagement=false"})); err != nil || off.FeatureGates["PodDeletionCostManagement"] {
+		t.Fatalf("PodDeletionCostManagement=false: %v, %v", off.FeatureGates, err)
 	}
 	o, err = Parse([]string{"--metrics-port=7000"}, env(map[string]string{"METRICS_PORT": "9090"}))
 	if err != nil || o.MetricsPort != 7000 {
