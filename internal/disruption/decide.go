@@ -303,15 +303,24 @@ const terminatingFor = time.Minute
 
 // shrinking says why a scale-down is in progress, or "": pods of a controller terminating on the
 // pools' nodes (a ReplicaSet or StatefulSet deleting replicas, a rollout), an owner seen shrinking
-// within ScaleDownWait, or nodes a scale-down just emptied that emptiness will remove once their consolidateAfter has passed. Judging
-// underutilisation then would move pods onto room that is about to go (the emptied nodes) or
-// away from nodes the scale-down is still thinning, and move them again a round later.
+// within ScaleDownWait, or nodes a scale-down just emptied that emptiness will remove once their
+// consolidateAfter has passed. Judging underutilisation then would move pods onto room that is
+// about to go (the emptied nodes) or away from nodes the scale-down is still thinning, and move
+// them again a round later. Pods draining off nodes being disrupted are disruption's own moves,
+// which the simulations already count, not a scale-down.
 func (d *decider) shrinking() string {
 	if d.opts.DisableScaleDownWait {
 		return ""
 	}
+	leaving := map[*Node]bool{}
+	for _, n := range d.inProgress {
+		leaving[n] = true
+	}
 	terminating := 0
 	for _, n := range d.snap.Nodes {
+		if leaving[n] {
+			continue
+		}
 		for _, p := range n.Pods {
 			if !p.DeletionTimestamp.IsZero() && metav1.GetControllerOf(p) != nil && !pods.OwnedByDaemonSet(p) &&
 				d.snap.Now.Before(p.DeletionTimestamp.Add(terminatingFor)) {

@@ -85,6 +85,16 @@ func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
 	if d := c.decide(disruption.Options{DisableScaleDownWait: true}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
 		t.Errorf("wait disabled: command %v, want light consolidated", names(d.Command))
 	}
+	// Pods draining off a node being disrupted are not a scale-down.
+	c = setup()
+	drained := c.node("default", "drained", "m", karpv1.CapacityTypeOnDemand, pods("old", 1, "1")...)
+	drained.Node.Spec.Taints = []corev1.Taint{karpv1.DisruptedNoScheduleTaint}
+	drained.Pods[0].DeletionTimestamp = &del
+	if d := c.decide(disruption.Options{}); strings.Contains(d.Settling, "terminating") {
+		t.Errorf("settling %q: a drain by a disruption command taken for a scale-down", d.Settling)
+	}
+	c = setup()
+	c.snap.Nodes[0].Pods[0].DeletionTimestamp = &del
 	// A pod stuck terminating past its deadline does not hold consolidation for ever.
 	old := metav1.NewTime(t0.Add(-2 * time.Minute))
 	c.snap.Nodes[0].Pods[0].DeletionTimestamp = &old
