@@ -50,6 +50,12 @@ func (c *Candidate) Name() string { return c.Node.Name() }
 // Empty reports whether no pod would have to move.
 func (c *Candidate) Empty() bool { return len(c.Reschedulable) == 0 }
 
+// emptinessWillTake reports whether emptiness removes the node once its consolidateAfter has
+// passed: empty, not blocked, and its pool's consolidateAfter is not Never.
+func (c *Candidate) emptinessWillTake() bool {
+	return c.Empty() && c.blocked.Message == "" && c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration != nil
+}
+
 // EvictionCost is what evicting the pod costs in disruption scores: 1, plus the cost its user
 // gave it over 2^27 (karpenter.sh/disruption-cost, else a controller.kubernetes.io/pod-deletion-cost
 // that Capstan did not write: pods.UserEvictionCost), plus its priority over 2^25, never below

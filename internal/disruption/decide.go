@@ -350,8 +350,7 @@ func (d *decider) shrinking() string {
 	}
 	emptied := 0
 	for _, c := range d.all {
-		if c.Empty() && c.blocked.Message == "" && c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration != nil &&
-			!meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
+		if c.emptinessWillTake() && !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
 			emptied++
 		}
 	}

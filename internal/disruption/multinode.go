@@ -127,7 +127,7 @@ func (d *decider) planAhead(cmd *Command) {
 	}
 	var planned []*Candidate
 	for _, c := range d.all {
-		if !in[c] && c.Empty() && c.blocked.Message == "" && c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration != nil {
+		if !in[c] && c.emptinessWillTake() {
 			planned = append(planned, c)
 		}
 	}

@@ -20,10 +20,7 @@ type scaleDownCase struct {
 
 // ramp is a Deployment's count: rising to peak over rise, then the steps' counts at their
 // offsets.
-func ramp(peak int, rise time.Duration, steps ...struct {
-	at time.Duration
-	n  int
-}) func(time.Duration) int {
+func ramp(peak int, rise time.Duration, steps ...step) func(time.Duration) int {
 	return func(at time.Duration) int {
 		n := peak
 		if at < rise {
@@ -38,7 +35,8 @@ func ramp(peak int, rise time.Duration, steps ...struct {
 	}
 }
 
-type step = struct {
+// step is a scale-down step: the count from an offset on.
+type step struct {
 	at time.Duration
 	n  int
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"capstan.dev/capstan/internal/disruption"
@@ -36,8 +37,7 @@ func replicaSets(items []appsv1.ReplicaSet) []scalable {
 	out := make([]scalable, 0, len(items))
 	for i := range items {
 		rs := &items[i]
-		out = append(out, scalable{uid: rs.UID, name: fmt.Sprintf("ReplicaSet %s/%s", rs.Namespace, rs.Name),
-			desired: desiredReplicas(rs.Spec.Replicas), current: rs.Status.Replicas})
+		out = append(out, newScalable("ReplicaSet", &rs.ObjectMeta, rs.Spec.Replicas, rs.Status.Replicas))
 	}
 	return out
 }
@@ -46,10 +46,14 @@ func statefulSets(items []appsv1.StatefulSet) []scalable {
 	out := make([]scalable, 0, len(items))
 	for i := range items {
 		ss := &items[i]
-		out = append(out, scalable{uid: ss.UID, name: fmt.Sprintf("StatefulSet %s/%s", ss.Namespace, ss.Name),
-			desired: desiredReplicas(ss.Spec.Replicas), current: ss.Status.Replicas})
+		out = append(out, newScalable("StatefulSet", &ss.ObjectMeta, ss.Spec.Replicas, ss.Status.Replicas))
 	}
 	return out
+}
+
+// newScalable is an owner of the kind as the tracker sees it.
+func newScalable(kind string, m *metav1.ObjectMeta, desired *int32, current int32) scalable {
+	return scalable{uid: m.UID, name: fmt.Sprintf("%s %s/%s", kind, m.Namespace, m.Name), desired: desiredReplicas(desired), current: current}
 }
 
 // desiredReplicas is spec.replicas, which the API defaults to 1.
