@@ -2,6 +2,8 @@ package disruption
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
@@ -10,8 +12,18 @@ import (
 // saves, divided by the fraction of the pool's disruption cost it spends, is at least 1/k.
 const BalancedK = 2
 
-// Score is a move scored for a Balanced pool.
+// DefaultUnderutilizedK is the k Capstan gives WhenEmptyOrUnderutilized pools (Options.UnderutilizedK):
+// their moves must score at least 1/3, a looser bar than Balanced's 1/2. Karpenter takes every
+// saving under that policy; the replacements it takes that this bar refuses (a node replaced by
+// one 10% cheaper, moving all its pods, then again an hour later) made the replayed day dearer,
+// not cheaper (docs/disruption.md, "Moves priced against savings").
+const DefaultUnderutilizedK = 3
+
+// Score is a move scored for a pool.
 type Score struct {
+	// Policy is the pool's consolidation policy, K its k: the score passes at 1/K.
+	Policy karpv1.ConsolidationPolicy
+	K      float64
 	// SavingsFraction is the move's saving over the pool's hourly cost.
 	SavingsFraction float64
 	// DisruptionFraction is the move's disruption cost over the pool's total disruption cost
@@ -27,8 +39,8 @@ func (s Score) Value() float64 {
 	return s.SavingsFraction / s.DisruptionFraction
 }
 
-// Approved reports whether the score reaches 1/BalancedK.
-func (s Score) Approved() bool { return s.Value() >= 1.0/BalancedK }
+// Approved reports whether the score reaches 1/K.
+func (s Score) Approved() bool { return s.Value() >= 1.0/s.K }
 
 // String is the score as events say it.
 func (s Score) String() string {
@@ -37,58 +49,85 @@ func (s Score) String() string {
 		op = ">="
 	}
 	return fmt.Sprintf("saving %.1f%% of the pool for %.1f%% of its disruption (score %.2f %s %.2f)",
-		100*s.SavingsFraction, 100*s.DisruptionFraction, s.Value(), op, 1.0/BalancedK)
+		100*s.SavingsFraction, 100*s.DisruptionFraction, s.Value(), op, 1.0/s.K)
+}
+
+// k is the pool's k, or 0 when its moves are not scored (WhenEmpty, or WhenEmptyOrUnderutilized
+// with the score turned off).
+func (d *decider) k(p *Pool) float64 {
+	switch p.NodePool.Spec.Disruption.ConsolidationPolicy {
+	case karpv1.ConsolidationPolicyBalanced:
+		return BalancedK
+	case karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized:
+		return max(d.opts.UnderutilizedK, 0)
+	}
+	return 0
 }
 
 // score scores saving money at the given disruption cost in the pool.
-func (d *decider) score(pool string, savings, disruption float64) Score {
-	var s Score
-	if c := d.poolCost[pool]; c > 0 {
+func (d *decider) score(p *Pool, savings, disruption float64) Score {
+	s := Score{Policy: p.NodePool.Spec.Disruption.ConsolidationPolicy, K: d.k(p)}
+	if c := d.poolCost[p.NodePool.Name]; c > 0 {
 		s.SavingsFraction = savings / c
 	}
-	if t := d.poolDisruption[pool]; t > 0 {
+	if t := d.poolDisruption[p.NodePool.Name]; t > 0 {
 		s.DisruptionFraction = disruption / t
 	}
 	return s
 }
 
-// balanced scores the command in each Balanced pool it disrupts (a pool's share of the saving is
-// its share of the candidates' price) and says why it is rejected, or "".
-func (d *decider) balanced(cmd *Command) string {
-	price, disruption := map[string]float64{}, map[string]float64{}
+// scoreKind is the blocker kind of a move its pool's score refuses.
+func scoreKind(policy karpv1.ConsolidationPolicy) string {
+	if policy == karpv1.ConsolidationPolicyBalanced {
+		return KindBalanced
+	}
+	return KindSaving
+}
+
+// priced scores the command in each pool it disrupts whose moves are scored (a pool's share of
+// the saving is its share of the candidates' price), records the scores, and says why the
+// command is refused.
+func (d *decider) priced(cmd *Command) Blocker {
+	price, disruption, evictions := map[*Pool]float64{}, map[*Pool]float64{}, map[*Pool]int{}
 	for _, c := range cmd.Candidates {
-		if c.Pool.NodePool.Spec.Disruption.ConsolidationPolicy != karpv1.ConsolidationPolicyBalanced {
+		if d.k(c.Pool) <= 0 {
 			continue
 		}
-		price[c.Pool.NodePool.Name] += c.Price
-		disruption[c.Pool.NodePool.Name] += c.DisruptionCost
+		price[c.Pool] += c.Price
+		disruption[c.Pool] += c.DisruptionCost
+		evictions[c.Pool] += len(c.Reschedulable)
 	}
-	for pool := range price {
+	for p := range price {
 		share := cmd.Savings()
 		if cmd.PriceBefore > 0 {
-			share *= price[pool] / cmd.PriceBefore
+			share *= price[p] / cmd.PriceBefore
 		}
-		s := d.score(pool, share, disruption[pool])
+		s := d.score(p, share, disruption[p])
 		if cmd.Scores == nil {
 			cmd.Scores = map[string]Score{}
 		}
-		cmd.Scores[pool] = s
-		if !s.Approved() {
-			return fmt.Sprintf("Balanced: %s in NodePool %s", s, pool)
+		cmd.Scores[p.NodePool.Name] = s
+	}
+	for _, name := range slices.Sorted(maps.Keys(cmd.Scores)) {
+		if s := cmd.Scores[name]; !s.Approved() {
+			p := d.pools[name]
+			return Blocker{scoreKind(s.Policy), fmt.Sprintf("%s: saving %s is too small for %d eviction(s): %s in NodePool %s",
+				s.Policy, fmtPrice(price[p]/cmd.PriceBefore*cmd.Savings()), evictions[p], s, name)}
 		}
 	}
-	return ""
+	return Blocker{}
 }
 
-// balancedBound says why no move of the candidate alone can pass its Balanced pool, or "": the
-// best move deletes it without a replacement.
-func (d *decider) balancedBound(c *Candidate) string {
-	if c.Pool.NodePool.Spec.Disruption.ConsolidationPolicy != karpv1.ConsolidationPolicyBalanced {
-		return ""
+// pricedBound says why no move of the candidate alone can pass its pool's score: the best move
+// deletes it without a replacement.
+func (d *decider) pricedBound(c *Candidate) (Blocker, bool) {
+	if d.k(c.Pool) <= 0 {
+		return Blocker{}, false
 	}
-	s := d.score(c.Pool.NodePool.Name, c.Price, c.DisruptionCost)
+	s := d.score(c.Pool, c.Price, c.DisruptionCost)
 	if s.Approved() {
-		return ""
+		return Blocker{}, false
 	}
-	return fmt.Sprintf("Balanced: even deleting it outright would be %s", s)
+	return Blocker{scoreKind(s.Policy), fmt.Sprintf("%s: even deleting it outright would be %s, too little for %d eviction(s)",
+		s.Policy, s, len(c.Reschedulable))}, true
 }

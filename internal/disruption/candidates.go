@@ -148,6 +148,7 @@ const (
 	KindPrice               = "Price"
 	KindSpot                = "SpotToSpot"
 	KindBalanced            = "Balanced"
+	KindSaving              = "Saving"
 	KindScheduling          = "Scheduling"
 )
 

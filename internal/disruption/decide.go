@@ -51,7 +51,8 @@ type Command struct {
 	// PriceBefore is the candidates' hourly price, PriceAfter the replacements' (cheapest
 	// offering each), both with the pools' per-node costs.
 	PriceBefore, PriceAfter float64
-	// Scores are the Balanced scores of the command, per Balanced pool it disrupts.
+	// Scores are the command's scores (saving against disruption), per pool it disrupts whose
+	// moves are scored (Balanced, and WhenEmptyOrUnderutilized unless its score is turned off).
 	Scores map[string]Score
 }
 
@@ -59,8 +60,7 @@ type Command struct {
 func (c *Command) Savings() float64 { return c.PriceBefore - c.PriceAfter }
 
 // Rule says which rule allowed the command, as events and logs tell it: emptiness, the drift, or
-// the consolidation's saving against its evictions (with the Balanced scores when its pools are
-// Balanced).
+// the consolidation's saving against its evictions, with its scores in the pools that score moves.
 func (c *Command) Rule() string {
 	switch c.Method {
 	case MethodEmptiness:
@@ -83,7 +83,7 @@ func (c *Command) Rule() string {
 		return "WhenEmptyOrUnderutilized: " + rule
 	}
 	for _, pool := range slices.Sorted(maps.Keys(c.Scores)) {
-		rule += fmt.Sprintf("; Balanced in NodePool %s: %s", pool, c.Scores[pool])
+		rule += fmt.Sprintf("; %s in NodePool %s: %s", c.Scores[pool].Policy, pool, c.Scores[pool])
 	}
 	return rule
 }
@@ -534,8 +534,8 @@ func (d *decider) singleNode() *Command {
 		if !d.budget(c, karpv1.DisruptionReasonUnderutilized, nil) {
 			continue
 		}
-		if why := d.balancedBound(c); why != "" {
-			d.explain(c, EventUnconsolidatable, Blocker{KindBalanced, why})
+		if why, bounded := d.pricedBound(c); bounded {
+			d.explain(c, EventUnconsolidatable, why)
 			continue
 		}
 		if tried == d.opts.SingleNodeSolves || d.outOfTime(d.opts.MultiNodeTimeout) {
@@ -569,8 +569,8 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, Blocker) {
 	default:
 		return nil, Blocker{KindScheduling, fmt.Sprintf("its pods would need %d new machines, and consolidation launches at most one", len(res.replacements))}
 	}
-	if why := d.balanced(cmd); why != "" {
-		return nil, Blocker{KindBalanced, why}
+	if why := d.priced(cmd); why.Message != "" {
+		return nil, why
 	}
 	return cmd, Blocker{}
 }

@@ -1,6 +1,7 @@
 package disruption_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -120,6 +121,10 @@ func TestReplaceWithCheaperMachine(t *testing.T) {
 	if r.InstanceTypes[0].Name != "s" || cmd.PriceAfter >= cmd.PriceBefore {
 		t.Errorf("replacement %s at %v for %v; want s, cheaper", r.InstanceTypes[0].Name, cmd.PriceAfter, cmd.PriceBefore)
 	}
+	// The claim launched from the plan allows no type the narrowing dropped.
+	if its, ok := r.Requirements.Get(karpv1.InstanceTypeLabelKey); !ok || its.Allows("l") || its.Allows("xl") || !its.Allows("s") {
+		t.Errorf("replacement requirements allow %v, want the cheaper types only", its)
+	}
 	for _, it := range r.InstanceTypes {
 		for _, o := range it.Offerings {
 			if ct, _ := r.Requirements.Get(karpv1.CapacityTypeLabelKey); ct.Allows(o.CapacityType) && o.Price >= cmd.PriceBefore {
@@ -224,8 +229,8 @@ func TestMultiNodeFindsCombinationBeyondThePrefix(t *testing.T) {
 	}
 }
 
-func TestBalancedRejectsSmallSavingsAndExplains(t *testing.T) {
-	build := func(policy karpv1.ConsolidationPolicy) *cluster {
+func TestSmallSavingsAreRefusedAndExplained(t *testing.T) {
+	build := func(policy karpv1.ConsolidationPolicy, full, tiny int) *cluster {
 		c := newCluster(t)
 		c.pool("default", func(np *karpv1.NodePool) {
 			np.Spec.Disruption.ConsolidationPolicy = policy
@@ -233,26 +238,42 @@ func TestBalancedRejectsSmallSavingsAndExplains(t *testing.T) {
 			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
 				Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
 		})
-		// A busy pool of four full xl machines, and one m whose 30 tiny pods would fit an s:
-		// even deleting the m outright saves $0.10/h of $1.70/h (5.9%) for 31 of 99 disruption
-		// units (31.3%).
-		for _, n := range []string{"x1", "x2", "x3", "x4"} {
+		// A busy pool of full xl machines, and one m whose tiny pods would fit an s.
+		for i := range full {
+			n := fmt.Sprintf("x%d", i)
 			c.node("default", n, "xl", karpv1.CapacityTypeOnDemand, pods(n, 16, "1")...)
 		}
-		c.node("default", "m", "m", karpv1.CapacityTypeOnDemand, pods("tiny", 30, "50m")...)
+		c.node("default", "m", "m", karpv1.CapacityTypeOnDemand, pods("tiny", tiny, "50m")...)
 		return c
 	}
-	d := build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized).decide(disruption.Options{})
-	if !slices.Equal(names(d.Command), []string{"m"}) {
-		t.Fatalf("WhenEmptyOrUnderutilized: command = %v, want m replaced", names(d.Command))
+	// Three xl and 12 tiny pods: deleting the m outright would save $0.10/h of $1.30/h (7.7%) for
+	// 13 of 64 disruption units (20.3%), score 0.38; replacing it by an s saves half of that,
+	// score 0.19. Karpenter's WhenEmptyOrUnderutilized (the score turned off) replaces it.
+	d := build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, 3, 12).decide(disruption.Options{UnderutilizedK: -1})
+	if !slices.Equal(names(d.Command), []string{"m"}) || len(d.Command.Replacements) != 1 {
+		t.Fatalf("WhenEmptyOrUnderutilized without the score: command = %v, want m replaced", names(d.Command))
 	}
-	d = build(karpv1.ConsolidationPolicyBalanced).decide(disruption.Options{})
+	// Capstan's prices the move against its evictions, with k = 3.
+	d = build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, 3, 12).decide(disruption.Options{})
 	if d.Command != nil {
-		t.Fatalf("Balanced: command = %v, want none", names(d.Command))
+		t.Fatalf("WhenEmptyOrUnderutilized: command = %v, want none", names(d.Command))
 	}
 	ev, msg := explanation(d, "m")
-	if ev != disruption.EventUnconsolidatable || msg != "Balanced: even deleting it outright would be saving 5.9% of the pool for 31.3% of its disruption (score 0.19 < 0.50)" {
-		t.Errorf("explanation = %s %q", ev, msg)
+	if want := "WhenEmptyOrUnderutilized: saving $0.0500/h is too small for 12 eviction(s): saving 3.8% of the pool for 20.3% of its disruption (score 0.19 < 0.33) in NodePool default"; ev != disruption.EventUnconsolidatable || msg != want {
+		t.Errorf("explanation = %s %q, want %q", ev, msg, want)
+	}
+	// Four xl and 30 tiny pods: even deleting the m saves $0.10/h of $1.70/h (5.9%) for 31 of 99
+	// units (31.3%): neither policy simulates it.
+	for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
+		d = build(policy, 4, 30).decide(disruption.Options{})
+		if d.Command != nil {
+			t.Fatalf("%s: command = %v, want none", policy, names(d.Command))
+		}
+		ev, msg = explanation(d, "m")
+		k := map[karpv1.ConsolidationPolicy]string{karpv1.ConsolidationPolicyBalanced: "0.50", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized: "0.33"}[policy]
+		if want := string(policy) + ": even deleting it outright would be saving 5.9% of the pool for 31.3% of its disruption (score 0.19 < " + k + "), too little for 30 eviction(s)"; ev != disruption.EventUnconsolidatable || msg != want {
+			t.Errorf("explanation = %s %q, want %q", ev, msg, want)
+		}
 	}
 }
 
@@ -274,8 +295,15 @@ func TestBalancedTakesLargeSavings(t *testing.T) {
 		!strings.Contains(r, ">= 0.50") {
 		t.Errorf("rule %q, want the saving, the evictions and the Balanced score", r)
 	}
-	// The same move under WhenEmptyOrUnderutilized says its saving for its evictions.
-	d.Command.Scores = nil
+	// The same move under WhenEmptyOrUnderutilized passes its bar of 1/3 and says so; with the
+	// score turned off, the rule is the saving for the evictions.
+	c.snap.NodePools[0].NodePool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
+	d = c.decide(disruption.Options{})
+	if r := d.Command.Rule(); !strings.HasPrefix(r, "saves $0.3800/h (95% of the candidates' price) for 1 eviction(s); WhenEmptyOrUnderutilized in NodePool default: saving 47.5% ") ||
+		!strings.Contains(r, ">= 0.33") {
+		t.Errorf("rule %q, want the saving, the evictions and the score against 1/3", r)
+	}
+	d = c.decide(disruption.Options{UnderutilizedK: -1})
 	if r := d.Command.Rule(); r != "WhenEmptyOrUnderutilized: saves $0.3800/h (95% of the candidates' price) for 1 eviction(s)" {
 		t.Errorf("rule %q", r)
 	}

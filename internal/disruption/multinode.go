@@ -15,7 +15,7 @@ import (
 func (d *decider) multiNode() *Command {
 	var cands []*Candidate
 	for _, c := range d.consolidationCandidates() {
-		if d.balancedBound(c) == "" && d.out.Allowances[c.Pool.NodePool.Name][karpv1.DisruptionReasonUnderutilized].Allowed > 0 {
+		if _, bounded := d.pricedBound(c); !bounded && d.out.Allowances[c.Pool.NodePool.Name][karpv1.DisruptionReasonUnderutilized].Allowed > 0 {
 			cands = append(cands, c)
 		}
 	}
@@ -145,7 +145,7 @@ func (d *decider) planAhead(cmd *Command) {
 	if d.heldByBudget(cmd) {
 		var cands []*Candidate
 		for _, c := range d.consolidationCandidates() {
-			if d.balancedBound(c) == "" {
+			if _, bounded := d.pricedBound(c); !bounded {
 				cands = append(cands, c)
 			}
 		}

@@ -63,6 +63,13 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 		if spot && len(kept) > MinSpotToSpotTypes {
 			kept = kept[:MinSpotToSpotTypes]
 		}
+		// The claim's requirements name only the kept types: the launch picks among what the
+		// NodeClaim allows, not among the plan's list.
+		names := make([]string, len(kept))
+		for i, it := range kept {
+			names[i] = it.Name
+		}
+		reqs.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
 		out := *r
 		out.Requirements = reqs
 		out.InstanceTypes = kept

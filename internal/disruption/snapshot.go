@@ -117,6 +117,11 @@ type Options struct {
 	// MaxScaleDownHold bounds how long scale-downs in a row hold under-used nodes back (default
 	// 5 minutes): owners that keep shrinking, one after the other, must not stop consolidation.
 	MaxScaleDownHold time.Duration
+	// UnderutilizedK is the k of WhenEmptyOrUnderutilized pools: a consolidation there must
+	// score (saving against disruption, as Balanced scores) at least 1/UnderutilizedK. Zero is
+	// DefaultUnderutilizedK; a negative value turns the score off, taking every saving as
+	// Karpenter does under that policy.
+	UnderutilizedK float64
 	// Solver are the solver's options (preferences, minValues policy).
 	Solver solver.Options
 	// Elapsed reports the time spent so far in the decision; the controller passes a real
@@ -160,6 +165,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ScaleDownWait <= 0 {
 		o.ScaleDownWait = DefaultScaleDownWait
+	}
+	if o.UnderutilizedK == 0 {
+		o.UnderutilizedK = DefaultUnderutilizedK
 	}
 	if o.MaxScaleDownHold <= 0 {
 		o.MaxScaleDownHold = DefaultMaxScaleDownHold

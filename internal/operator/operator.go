@@ -234,6 +234,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
 				EvictionMemory:  churnMemory(o.ConsolidationChurnMemory),
 				DisablePlanning: !o.ConsolidationPlanning,
+				UnderutilizedK:  underutilizedK(o.UnderutilizedConsolidationK),
 				Solver:          solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 			},
 		}}
@@ -262,6 +263,15 @@ func RedirectKlog(l logr.Logger) {
 
 // churnMemory is the decision core's eviction memory for the setting: zero turns the guard off
 // (the core reads zero as its default, so it gets a nanosecond).
+// underutilizedK is the decision core's k of WhenEmptyOrUnderutilized pools: a negative k turns its
+// score off, where the flag says 0.
+func underutilizedK(k float64) float64 {
+	if k == 0 {
+		return -1
+	}
+	return k
+}
+
 func churnMemory(d time.Duration) time.Duration {
 	if d == 0 {
 		return time.Nanosecond

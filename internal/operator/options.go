@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodepools"
 )
 
@@ -67,6 +68,10 @@ type Options struct {
 	// ConsolidationPlanning marks the nodes later consolidation rounds are expected to remove
 	// (capstan.dev/consolidation-planned:PreferNoSchedule), so that moved pods go to nodes that stay.
 	ConsolidationPlanning bool
+	// UnderutilizedConsolidationK is the k of WhenEmptyOrUnderutilized pools: a consolidation
+	// there must score (saving against disruption, as Balanced scores) at least 1/k; 0 takes
+	// every saving, as Karpenter does.
+	UnderutilizedConsolidationK float64
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
 	// BuildVersion and BuildCommit describe the binary, for karpenter_build_info.
@@ -219,6 +224,8 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
 	envs["consolidation-planning"] = "CONSOLIDATION_PLANNING"
 	fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
+	envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
+	fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptioncore.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
 	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
 	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
 	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
@@ -293,6 +300,9 @@ func (o Options) Validate() error {
 	}
 	if o.CloudProvider != CloudProviderSim && o.CloudProvider != CloudProviderAWS {
 		bad("cloud-provider", "CLOUD_PROVIDER", o.CloudProvider, "must be sim or aws")
+	}
+	if o.UnderutilizedConsolidationK < 0 {
+		bad("underutilized-consolidation-k", "UNDERUTILIZED_CONSOLIDATION_K", o.UnderutilizedConsolidationK, "must not be negative")
 	}
 	if o.VMMemoryOverheadPercent < 0 || o.VMMemoryOverheadPercent >= 1 {
 		bad("vm-memory-overhead-percent", "VM_MEMORY_OVERHEAD_PERCENT", o.VMMemoryOverheadPercent, "must be a fraction in [0, 1)")

@@ -92,6 +92,8 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"qps", nil, map[string]string{"KUBE_CLIENT_QPS": "0"}, []string{"KUBE_CLIENT_QPS", "positive"}},
 		{"node cost negative", nil, map[string]string{"NODE_COST": "-0.01"}, []string{"NODE_COST", `"-0.01"`, "non-negative"}},
 		{"node cost not a number", []string{"--node-cost=cheap"}, nil, []string{"node-cost", "cheap"}},
+		{"underutilized k negative", nil, map[string]string{"UNDERUTILIZED_CONSOLIDATION_K": "-1"}, []string{"UNDERUTILIZED_CONSOLIDATION_K", "-1", "not be negative"}},
+		{"underutilized k not a number", []string{"--underutilized-consolidation-k=lots"}, nil, []string{"underutilized-consolidation-k", "lots"}},
 		{"two at once", nil, map[string]string{"LOG_LEVEL": "warn", "CLOUD_PROVIDER": "gcp"}, []string{"LOG_LEVEL", "CLOUD_PROVIDER"}},
 		{"unknown flag", []string{"--teleport"}, nil, []string{"teleport"}},
 	} {
@@ -205,5 +207,22 @@ func TestConsolidationPlanningSetting(t *testing.T) {
 	}
 	if _, err := Parse([]string{"--consolidation-planning=maybe"}, env(nil)); err == nil || !strings.Contains(err.Error(), "consolidation-planning") {
 		t.Errorf("bad value: %v, want an error naming the flag", err)
+	}
+}
+
+func TestUnderutilizedConsolidationK(t *testing.T) {
+	o, err := Parse(nil, env(nil))
+	if err != nil || o.UnderutilizedConsolidationK != 3 || underutilizedK(o.UnderutilizedConsolidationK) != 3 {
+		t.Fatalf("default: k %v, err %v; want 3", o.UnderutilizedConsolidationK, err)
+	}
+	// 0 is Karpenter's WhenEmptyOrUnderutilized: the decision core's score turned off (a negative
+	// k; its zero means its default).
+	o, err = Parse(nil, env(map[string]string{"UNDERUTILIZED_CONSOLIDATION_K": "0"}))
+	if err != nil || underutilizedK(o.UnderutilizedConsolidationK) >= 0 {
+		t.Fatalf("UNDERUTILIZED_CONSOLIDATION_K=0: k %v, err %v; want the score off", underutilizedK(o.UnderutilizedConsolidationK), err)
+	}
+	o, err = Parse([]string{"--underutilized-consolidation-k=2"}, env(map[string]string{"UNDERUTILIZED_CONSOLIDATION_K": "5"}))
+	if err != nil || o.UnderutilizedConsolidationK != 2 {
+		t.Fatalf("flag over variable: k %v, err %v; want 2", o.UnderutilizedConsolidationK, err)
 	}
 }

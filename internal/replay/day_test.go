@@ -92,3 +92,41 @@ func BenchmarkReplayDay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplayDays plays five seeded days (deletion costs on) under WhenEmptyOrUnderutilized
+// as Karpenter runs it (every saving taken), with Capstan's score of moves (k = 3) and under
+// Balanced, and reports the five days' cost and evictions summed: one day's figures hang on a
+// few decisions, five show the trend.
+func BenchmarkReplayDays(b *testing.B) {
+	for _, rn := range []struct {
+		name   string
+		policy karpv1.ConsolidationPolicy
+		k      float64
+	}{
+		{"WhenEmptyOrUnderutilized/k=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, -1},
+		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruption.DefaultUnderutilizedK},
+		{"Balanced", karpv1.ConsolidationPolicyBalanced, 0},
+	} {
+		b.Run(rn.name, func(b *testing.B) {
+			var cost float64
+			var evictions, twice int
+			for b.Loop() {
+				cost, evictions, twice = 0, 0, 0
+				for _, seed := range []uint64{1, 2, 3, 7, 42} {
+					c, err := replay.New(replay.Config{NodePool: onDemandPool(rn.policy), InstanceTypes: simCatalog(b), Step: time.Minute,
+						Disruption: disruption.Options{UnderutilizedK: rn.k}, PodDeletionCost: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					r := c.Run(diurnal(seed), 24*time.Hour)
+					cost += r.CostHours
+					evictions += r.Evictions
+					twice += r.Reevictions
+				}
+			}
+			b.ReportMetric(cost, "$-5days")
+			b.ReportMetric(float64(evictions), "evictions")
+			b.ReportMetric(float64(twice), "evictions-twice")
+		})
+	}
+}

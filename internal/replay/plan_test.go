@@ -41,13 +41,13 @@ func scaleDownWith(t *testing.T, policy karpv1.ConsolidationPolicy, cfg replay.C
 }
 
 // The kube-scheduler spreads pods to the least allocated nodes: without planning (and without the
-// wait for the scale-down, which alone avoids most of this), the pods of the
+// wait for the scale-down, which alone avoids most of this, and the score of moves), the pods of the
 // first consolidation land on the node the scale-down just emptied, which then stays, and every
 // pod moves. Planning marks that node (and the nodes budgets hold back) so that pods go to the
 // nodes that stay.
 func TestPlanningMovesFewerPodsAndEndsCheaper(t *testing.T) {
-	base, baseAfter, without := scaleDown(t, disruption.Options{DisablePlanning: true, DisableScaleDownWait: true})
-	_, after, with := scaleDown(t, disruption.Options{DisableScaleDownWait: true})
+	base, baseAfter, without := scaleDown(t, disruption.Options{DisablePlanning: true, DisableScaleDownWait: true, UnderutilizedK: -1})
+	_, after, with := scaleDown(t, disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1})
 	t.Logf("from %.3f $/h: without planning %.3f $/h, %d evictions; with planning %.3f $/h, %d evictions",
 		base, baseAfter, without.Evictions, after, with.Evictions)
 	if with.Evictions >= without.Evictions {
@@ -65,10 +65,10 @@ func TestPlanningMovesFewerPodsAndEndsCheaper(t *testing.T) {
 }
 
 // Without the churn guard nothing stops a pod from moving twice; planning is what keeps the
-// moves down.
+// moves down (the calm rules, which would refuse some of these moves, are off).
 func TestPlanningWithoutTheChurnGuard(t *testing.T) {
-	_, _, without := scaleDown(t, disruption.Options{DisablePlanning: true, EvictionMemory: time.Nanosecond, DisableScaleDownWait: true})
-	_, _, with := scaleDown(t, disruption.Options{EvictionMemory: time.Nanosecond, DisableScaleDownWait: true})
+	_, _, without := scaleDown(t, disruption.Options{DisablePlanning: true, EvictionMemory: time.Nanosecond, DisableScaleDownWait: true, UnderutilizedK: -1})
+	_, _, with := scaleDown(t, disruption.Options{EvictionMemory: time.Nanosecond, DisableScaleDownWait: true, UnderutilizedK: -1})
 	t.Logf("without planning %d evictions (%d twice); with planning %d (%d twice)", without.Evictions, without.Reevictions, with.Evictions, with.Reevictions)
 	if with.Reevictions >= without.Reevictions || with.Evictions >= without.Evictions {
 		t.Errorf("planning: %d evictions, %d moved twice; without: %d, %d", with.Evictions, with.Reevictions, without.Evictions, without.Reevictions)

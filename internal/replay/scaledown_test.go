@@ -84,9 +84,10 @@ func BenchmarkScaleDowns(b *testing.B) {
 				name string
 				cfg  replay.Config
 			}{
-				{"off", replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true}}},
-				{"wait", replay.Config{}},
-				{"wait+deletion-cost", replay.Config{PodDeletionCost: true}},
+				{"off", replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1}}},
+				{"wait", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}}},
+				{"wait+deletion-cost", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}, PodDeletionCost: true}},
+				{"defaults", replay.Config{PodDeletionCost: true}},
 			} {
 				b.Run(fmt.Sprintf("%s/%s/rules=%s", sc.name, policy, rules.name), func(b *testing.B) {
 					var peak, end float64

@@ -3,6 +3,7 @@ package disruption
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -211,6 +212,54 @@ func TestBlockedNodeIsExplainedOnce(t *testing.T) {
 	}
 }
 
+// A replacement whose saving is too small for the pods it moves is refused under
+// WhenEmptyOrUnderutilized, and the node says so: an m5.xlarge with six small pods next to two
+// full m5.2xlarge could become an m5.large, saving $0.096/h of $0.960/h (10%) for 7 of 13 units
+// of the pool's disruption (54%), score 0.19 < 1/3.
+func TestSavingTooSmallForItsEvictionsIsExplained(t *testing.T) {
+	f := newFixture(t, "saving", nil)
+	alloc := f.its["m5.2xlarge"].Allocatable()[corev1.ResourceCPU]
+	half := fmt.Sprintf("%dm", alloc.MilliValue()/2)
+	f.node("saving-full-a", "m5.2xlarge", half, half)
+	f.node("saving-full-b", "m5.2xlarge", half, half)
+	f.node("saving-small", "m5.xlarge", "100m", "100m", "100m", "100m", "100m", "100m")
+	f.round(f.ctrl)
+	var refused []string
+	for _, e := range f.events() {
+		if strings.Contains(e, "Unconsolidatable") && strings.Contains(e, "saving $0.0960/h is too small for 6 eviction(s)") {
+			refused = append(refused, e)
+		}
+	}
+	// One on the NodeClaim, one on the Node.
+	if len(refused) != 2 || !strings.Contains(refused[0], "WhenEmptyOrUnderutilized: ") || !strings.Contains(refused[0], "(score 0.19 < 0.33)") {
+		t.Fatalf("Unconsolidatable events %v, want two saying the saving is too small for 6 evictions", refused)
+	}
+	if len(f.replacements()) != 0 || f.claim("saving-small").Annotations[CommandAnnotationKey] != "" {
+		t.Fatal("the small node was disrupted")
+	}
+	// Karpenter's WhenEmptyOrUnderutilized takes the saving.
+	c := f.controller()
+	c.Options.Decision.UnderutilizedK = -1
+	f.round(c)
+	r := f.replacements()
+	if len(r) != 1 {
+		t.Fatalf("%d replacements, want one with the score off", len(r))
+	}
+	// The claim allows only the types cheaper than the candidate.
+	types := 0
+	for _, req := range r[0].Spec.Requirements {
+		if req.Key == karpv1.InstanceTypeLabelKey {
+			types++
+			if !slices.Equal(req.Values, []string{"m5.large"}) {
+				t.Errorf("replacement allows %v, want m5.large alone", req.Values)
+			}
+		}
+	}
+	if types != 1 {
+		t.Errorf("replacement has %d instance-type requirements, want 1", types)
+	}
+}
+
 func TestDoNotDisruptNodeAnnotation(t *testing.T) {
 	f := newFixture(t, "dnd", nil)
 	_, node := f.node("dnd-big", "m5.2xlarge", "500m")
@@ -239,7 +288,13 @@ func TestFinishedCommandIsNotRunAgainFromAStaleView(t *testing.T) {
 	for k := range f.ctrl.done {
 		id = k
 	}
-	nc, _ := f.node("stale-lagging", "m5.large", "100m")
+	nc, node := f.node("stale-lagging", "m5.large", "100m")
+	// The node must not be chosen afresh: its deletion alone would be a good consolidation.
+	origNode := node.DeepCopy()
+	node.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+	if err := env.Client.Patch(t.Context(), node, client.MergeFrom(origNode)); err != nil {
+		t.Fatal(err)
+	}
 	orig := nc.DeepCopy()
 	v, _ := json.Marshal(&commandState{ID: id, Method: disruption.MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty, Started: f.clk.Now()})
 	nc.Annotations = map[string]string{CommandAnnotationKey: string(v)}

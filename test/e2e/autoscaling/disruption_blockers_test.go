@@ -200,8 +200,9 @@ func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 16 tiny pods left: an m5.large would hold them for $0.096/h less — 7% of the pool's cost
-	// for 17 of its 47 units of disruption (36%). WhenEmptyOrUnderutilized would take that;
-	// Balanced refuses and says why.
+	// for 17 of its 47 units of disruption (36%), score 0.19. Karpenter's WhenEmptyOrUnderutilized
+	// would take that; Balanced (like Capstan's WhenEmptyOrUnderutilized, whose bar is 1/3)
+	// refuses and says why.
 	scale(t, many, 16)
 	eventually(t, "16 tiny pods", time.Minute, func(ctx context.Context) (bool, error) { return len(pods(t, "many")) == 16, nil })
 	consolidateNow(t, name)
