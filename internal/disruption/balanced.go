@@ -86,33 +86,41 @@ func scoreKind(policy karpv1.ConsolidationPolicy) string {
 
 // priced scores the command in each pool it disrupts whose moves are scored (a pool's share of
 // the saving is its share of the candidates' price), records the scores, and says why the
-// command is refused.
+// command is refused: the first pool by name whose score fails.
 func (d *decider) priced(cmd *Command) Blocker {
-	price, disruption, evictions := map[*Pool]float64{}, map[*Pool]float64{}, map[*Pool]int{}
+	type share struct {
+		pool              *Pool
+		price, disruption float64
+		evictions         int
+	}
+	shares := map[string]*share{}
 	for _, c := range cmd.Candidates {
 		if d.k(c.Pool) <= 0 {
 			continue
 		}
-		price[c.Pool] += c.Price
-		disruption[c.Pool] += c.DisruptionCost
-		evictions[c.Pool] += len(c.Reschedulable)
-	}
-	for p := range price {
-		share := cmd.Savings()
-		if cmd.PriceBefore > 0 {
-			share *= price[p] / cmd.PriceBefore
+		sh := shares[c.Pool.NodePool.Name]
+		if sh == nil {
+			sh = &share{pool: c.Pool}
+			shares[c.Pool.NodePool.Name] = sh
 		}
-		s := d.score(p, share, disruption[p])
+		sh.price += c.Price
+		sh.disruption += c.DisruptionCost
+		sh.evictions += len(c.Reschedulable)
+	}
+	for _, name := range slices.Sorted(maps.Keys(shares)) {
+		sh := shares[name]
+		saving := cmd.Savings()
+		if cmd.PriceBefore > 0 {
+			saving *= sh.price / cmd.PriceBefore
+		}
+		s := d.score(sh.pool, saving, sh.disruption)
 		if cmd.Scores == nil {
 			cmd.Scores = map[string]Score{}
 		}
-		cmd.Scores[p.NodePool.Name] = s
-	}
-	for _, name := range slices.Sorted(maps.Keys(cmd.Scores)) {
-		if s := cmd.Scores[name]; !s.Approved() {
-			p := d.pools[name]
+		cmd.Scores[name] = s
+		if !s.Approved() {
 			return Blocker{scoreKind(s.Policy), fmt.Sprintf("%s: saving %s is too small for %d eviction(s): %s in NodePool %s",
-				s.Policy, fmtPrice(price[p]/cmd.PriceBefore*cmd.Savings()), evictions[p], s, name)}
+				s.Policy, fmtPrice(saving), sh.evictions, s, name)}
 		}
 	}
 	return Blocker{}

@@ -65,14 +65,9 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 		}
 		// The claim's requirements name only the kept types: the launch picks among what the
 		// NodeClaim allows, not among the plan's list.
-		names := make([]string, len(kept))
-		for i, it := range kept {
-			names[i] = it.Name
-		}
-		reqs.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
 		out := *r
 		out.Requirements = reqs
-		out.InstanceTypes = kept
+		out.SetInstanceTypes(kept)
 		out.Price = low
 		return &out, Blocker{}
 	}

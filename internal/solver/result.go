@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -185,16 +184,14 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 		keep++
 		chosen = ps[:keep]
 	}
-	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Pods: t.pods, Requirements: t.reqs.Clone(),
-		InstanceTypes: make([]*cloudprovider.InstanceType, 0, len(chosen))}
-	names := make([]string, 0, len(chosen))
+	nc := &PlannedNodeClaim{NodePool: t.pool.np.Name, Pods: t.pods, Requirements: t.reqs.Clone()}
+	its := make([]*cloudprovider.InstanceType, 0, len(chosen))
 	final := make([]*itInfo, 0, len(chosen))
 	// The claim's requests are its pods' plus the DaemonSet overhead every candidate carries, so
 	// that each candidate's allocatable holds them.
 	requests := make(vec, len(t.used))
 	for i, p := range chosen {
-		nc.InstanceTypes = append(nc.InstanceTypes, p.info.it)
-		names = append(names, p.info.it.Name)
+		its = append(its, p.info.it)
 		final = append(final, p.info)
 		if i == 0 {
 			copy(requests, p.info.daemon)
@@ -211,7 +208,7 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 	if len(chosen) > 0 {
 		nc.Price = chosen[0].price
 	}
-	nc.Requirements.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
+	nc.SetInstanceTypes(its)
 	t.setCandidates(final)
 	return nc
 }

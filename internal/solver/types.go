@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -115,6 +116,18 @@ type PlannedNodeClaim struct {
 	// Price is the hourly price of the cheapest instance type and offering, plus the pool's
 	// NodeCost.
 	Price float64
+}
+
+// SetInstanceTypes makes its the claim's instance types and narrows its requirements to their
+// names, so that a NodeClaim made from it allows no other type. Requirements must be the claim's
+// own (not shared with another claim).
+func (nc *PlannedNodeClaim) SetInstanceTypes(its []*cloudprovider.InstanceType) {
+	names := make([]string, len(its))
+	for i, it := range its {
+		names[i] = it.Name
+	}
+	nc.InstanceTypes = its
+	nc.Requirements.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
 }
 
 // Binding places a pod on an existing node.
