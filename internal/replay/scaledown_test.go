@@ -8,6 +8,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/replay"
+	"capstan.dev/capstan/internal/solver"
 )
 
 // A scale-down scenario of the side-by-side with Karpenter: Deployments created at the controller
@@ -75,7 +76,8 @@ func runScaleDown(t testing.TB, sc scaleDownCase, policy karpv1.ConsolidationPol
 }
 
 // BenchmarkScaleDowns plays the scale-down cases under both policies with the calm rules off, with
-// the wait for scale-downs in progress, and with deletion costs too, and reports the price at the
+// the wait for scale-downs in progress, with deletion costs too, with Capstan's defaults (the
+// score of moves too) and with those and the solver's FewerMachines, and reports the price at the
 // peak and settled, and the pods evicted after the first scale-down.
 func BenchmarkScaleDowns(b *testing.B) {
 	for _, sc := range scaleDownCases() {
@@ -88,6 +90,8 @@ func BenchmarkScaleDowns(b *testing.B) {
 				{"wait", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}}},
 				{"wait+deletion-cost", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}, PodDeletionCost: true}},
 				{"defaults", replay.Config{PodDeletionCost: true}},
+				// The same with bursts of fewer, larger machines at equal price.
+				{"defaults+fewer-machines", replay.Config{PodDeletionCost: true, Disruption: disruption.Options{Solver: solver.Options{FewerMachines: true}}}},
 			} {
 				b.Run(fmt.Sprintf("%s/%s/rules=%s", sc.name, policy, rules.name), func(b *testing.B) {
 					var peak, end float64

@@ -49,38 +49,7 @@ type repackGroup struct {
 }
 
 func (s *solver) repack() {
-	free := s.freePods()
-	groups := map[string]*repackGroup{}
-	var order []string
-	for _, t := range s.targets {
-		if !t.isClaim() || len(t.pods) == 0 || t.pool.remaining != nil || len(t.ports) > 0 || hasMinValues(t.reqs) {
-			continue
-		}
-		movable := true
-		for _, p := range t.pods {
-			if free[p] == nil {
-				movable = false
-				break
-			}
-		}
-		if !movable {
-			continue
-		}
-		key := string(rune(t.pool.idx)) + t.reqs.String()
-		g, ok := groups[key]
-		if !ok {
-			g = &repackGroup{pool: t.pool, reqs: t.reqs}
-			groups[key] = g
-			order = append(order, key)
-		}
-		b := &bin{t: t, pods: t.pods, used: t.used.clone()}
-		for _, p := range t.pods {
-			b.reqs = append(b.reqs, free[p])
-		}
-		g.bins = append(g.bins, b)
-	}
-	for _, key := range order {
-		g := groups[key]
+	for _, g := range s.interchangeableGroups() {
 		n := 0
 		for _, b := range g.bins {
 			n += len(b.pods)
@@ -104,6 +73,44 @@ func (s *solver) repack() {
 		}
 		s.applyRepack(g)
 	}
+}
+
+// interchangeableGroups gathers the planned claims whose pods are interchangeable — same pool,
+// same requirements, pods whose placement matters to nothing but their machine's resources, no
+// host ports or minValues, a pool without limits — into groups, in the claims' order, each claim
+// a bin with its pods' requests.
+func (s *solver) interchangeableGroups() []*repackGroup {
+	free := s.freePods()
+	byKey := map[string]*repackGroup{}
+	var groups []*repackGroup
+	for _, t := range s.targets {
+		if !t.isClaim() || len(t.pods) == 0 || t.pool.remaining != nil || len(t.ports) > 0 || hasMinValues(t.reqs) {
+			continue
+		}
+		movable := true
+		for _, p := range t.pods {
+			if free[p] == nil {
+				movable = false
+				break
+			}
+		}
+		if !movable {
+			continue
+		}
+		key := string(rune(t.pool.idx)) + t.reqs.String()
+		g, ok := byKey[key]
+		if !ok {
+			g = &repackGroup{pool: t.pool, reqs: t.reqs}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		b := &bin{t: t, pods: t.pods, used: t.used.clone()}
+		for _, p := range t.pods {
+			b.reqs = append(b.reqs, free[p])
+		}
+		g.bins = append(g.bins, b)
+	}
+	return groups
 }
 
 // freePods are the pods whose placement matters to nothing but their own machine's resources,
@@ -196,13 +203,17 @@ func (g *repackGroup) merge() bool {
 	if bestI < 0 {
 		return false
 	}
-	a, b := g.bins[bestI], g.bins[bestJ]
+	g.join(g.bins[bestI], g.bins[bestJ])
+	return true
+}
+
+// join moves bin b's pods into bin a.
+func (g *repackGroup) join(a, b *bin) {
 	a.pods = append(a.pods, b.pods...)
 	a.reqs = append(a.reqs, b.reqs...)
 	a.used.add(b.used)
 	a.price = g.cheapest(a.used)
 	b.pods, b.reqs, b.used, b.price = nil, nil, make(vec, len(a.used)), 0
-	return true
 }
 
 // move moves the one pod whose move between two bins saves the most.

@@ -207,6 +207,7 @@ func (base *solver) pack(b balancing) *solver {
 	s.run()
 	s.dissolve()
 	s.repack()
+	s.coalesce()
 	return s
 }
 

@@ -88,6 +88,11 @@ type Options struct {
 	// MinValuesBestEffort plans a claim even when fewer types than a requirement's minValues fit
 	// (Karpenter's MIN_VALUES_POLICY=BestEffort); by default such a pod is unschedulable.
 	MinValuesBestEffort bool
+	// FewerMachines merges planned claims pairwise while one machine holding both costs no more
+	// than the two (within half a percent): fewer, larger machines at equal price. Off by default:
+	// on scale-downs with pod deletion costs, smaller machines are emptied whole with fewer
+	// evictions (see coalesce.go).
+	FewerMachines bool
 }
 
 // Result is a plan.
