@@ -2,9 +2,13 @@ package replay_test
 
 import (
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
 )
 
@@ -41,5 +45,32 @@ func TestCalmRulesHalveTheMovesOfScaleDowns(t *testing.T) {
 				t.Errorf("%d pods moved twice", on.Reevictions)
 			}
 		})
+	}
+}
+
+// The replay writes deletion costs as the controller does, with Capstan's record of each value,
+// so the decision core does not take them for users' eviction costs: a node ranked for removal
+// must not look free to disrupt because Capstan ranked it.
+func TestReplayedDeletionCostsAreCapstans(t *testing.T) {
+	c, err := replay.New(replay.Config{NodePool: onDemandPool(karpv1.ConsolidationPolicyBalanced), InstanceTypes: simCatalog(t), PodDeletionCost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Run([]replay.Deployment{{Name: "web", CPU: "500m", Memory: "512Mi", Replicas: constant(40)}}, 5*time.Minute)
+	ranked := 0
+	for _, p := range c.Pods() {
+		if _, has := p.Annotations[corev1.PodDeletionCost]; !has {
+			continue
+		}
+		ranked++
+		if o := pods.DeletionCostOf(p); o != pods.DeletionCostCapstan {
+			t.Errorf("pod %s: deletion cost %q is owned by %v, want Capstan's", p.Name, p.Annotations[corev1.PodDeletionCost], o)
+		}
+		if v, ok := pods.UserEvictionCost(p); ok {
+			t.Errorf("pod %s: the decision core reads a user eviction cost of %d from Capstan's ranking", p.Name, v)
+		}
+	}
+	if ranked == 0 {
+		t.Fatal("no pod was given a deletion cost")
 	}
 }

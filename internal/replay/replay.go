@@ -19,6 +19,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -213,7 +214,10 @@ func (c *Cluster) rankDeletionCosts() {
 		v, ok := costs[m.node.NodeClaim.Name]
 		for _, p := range m.node.Pods {
 			if ok {
-				p.Annotations = map[string]string{corev1.PodDeletionCost: strconv.Itoa(int(v))}
+				// With Capstan's record of the value, as the controller writes it: the decision
+				// core tells its own values from users' by it.
+				cost := strconv.Itoa(int(v))
+				p.Annotations = map[string]string{corev1.PodDeletionCost: cost, pods.DeletionCostRecordKey: cost}
 			} else {
 				p.Annotations = nil
 			}
