@@ -9,6 +9,8 @@ CLOUD ?= sim
 # -count=1: the end-to-end tests build and run the capstan binary, which go test cannot track,
 # so a cached pass could hide a change.
 GO_TEST_FLAGS ?= -timeout 45m -count=1
+# The release version: the image's, the charts'. Defaults to the chart's appVersion.
+VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/capstan/Chart.yaml)
 
 .PHONY: help
 help: ## Show the targets.
@@ -23,6 +25,10 @@ generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 	rm -f charts/capstan-crd/templates/*.yaml && cp config/crd/*.yaml charts/capstan-crd/templates/
+
+.PHONY: image
+image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (an OCI layout; digest in bin/image.digest).
+	go run ./hack/image -version $(VERSION) -out $(BIN)/image
 
 .PHONY: verify
 verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout checks.

@@ -6,6 +6,9 @@ import (
 	"os"
 	"runtime/debug"
 
+	// Mozilla's root certificates, used when the system has none (the container image has no
+	// CA bundle: internal/imagebuild).
+	_ "golang.org/x/crypto/x509roots/fallback"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
