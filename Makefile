@@ -10,6 +10,10 @@ CLOUD ?= sim
 # so a cached pass could hide a change.
 GO_TEST_FLAGS ?= -timeout 45m -count=1
 # The release version: the image's, the charts'. Defaults to the chart's appVersion.
+PLAIN_HTTP ?= false
+# Where `make image` writes the OCI layout (and <dir>.digest), and `make release` the packaged charts.
+IMAGE_DIR ?= $(BIN)/image
+CHARTS_DIR ?= $(BIN)/charts
 VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/capstan/Chart.yaml)
 
 .PHONY: help
@@ -17,7 +21,7 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, controller-gen, staticcheck and helm (cached).
+tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, controller-gen, staticcheck, helm and the OCI registry (cached).
 	@hack/tools.sh
 
 .PHONY: generate
@@ -27,8 +31,13 @@ generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
 	rm -f charts/capstan-crd/templates/*.yaml && cp config/crd/*.yaml charts/capstan-crd/templates/
 
 .PHONY: image
-image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (an OCI layout; digest in bin/image.digest).
-	go run ./hack/image -version $(VERSION) -out $(BIN)/image
+image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (IMAGE_DIR; an OCI layout, digest in bin/image.digest).
+	go run ./hack/image -version $(VERSION) -out $(IMAGE_DIR)
+
+.PHONY: release
+release: image tools ## Push the image and the capstan-crd and capstan charts at $(VERSION) to REGISTRY=host[:port]/path (PLAIN_HTTP=true for a registry without TLS).
+	@[ -n "$(REGISTRY)" ] || { echo "make release: set REGISTRY=host[:port]/path" >&2; exit 2; }
+	go run ./hack/release -version $(VERSION) -layout $(IMAGE_DIR) -registry $(REGISTRY) -plain-http=$(PLAIN_HTTP) -helm $(BIN)/helm -out $(CHARTS_DIR)
 
 .PHONY: verify
 verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout checks.

@@ -6,12 +6,12 @@
 # Every version is pinned in a go.mod with its go.sum hashes, nowhere else:
 #   hack/tools/go.mod          etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 #                              (built from the mains next to it)
-#   hack/tools/pins/*/go.mod   kwok, controller-gen, staticcheck and helm, one module each (a
+#   hack/tools/pins/*/go.mod   kwok, controller-gen, staticcheck, helm and the OCI registry, one module each (a
 #                              `tool` directive), so each builds with exactly its own dependencies
 #
 #   hack/tools.sh            build everything and link it into bin/
 #   hack/tools.sh dir        print the directory holding the control plane (building first if needed)
-#   hack/tools.sh pins       print the directory holding kwok, controller-gen, staticcheck and helm
+#   hack/tools.sh pins       print the directory holding kwok, controller-gen, staticcheck, helm and registry
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +29,7 @@ KUBE_VERSION=$(version "$tools" k8s.io/kubernetes)
 KWOK_VERSION=$(version "$pins/kwok" sigs.k8s.io/kwok)
 CONTROLLER_TOOLS_VERSION=$(version "$pins/controller-gen" sigs.k8s.io/controller-tools)
 HELM_VERSION=$(version "$pins/helm" helm.sh/helm/v3)
+REGISTRY_VERSION=$(version "$pins/registry" github.com/distribution/distribution/v3)
 
 key=$( { cat "$tools/go.mod" "$tools/go.sum" "$tools"/*/main.go; echo "$KUBE_VERSION $KWOK_VERSION $CONTROLLER_TOOLS_VERSION"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-16)
 cache="$cache_home/capstan/tools/$key"
@@ -63,11 +64,13 @@ build_control_plane() {
 build_pins() {
   local tmp="$pins_cache.tmp.$$"
   remove_dir "$tmp" ".tmp.$$"; mkdir -p "$tmp"
-  log "building kwok $KWOK_VERSION, controller-gen $CONTROLLER_TOOLS_VERSION, staticcheck and helm $HELM_VERSION from hack/tools/pins"
+  log "building kwok $KWOK_VERSION, controller-gen $CONTROLLER_TOOLS_VERSION, staticcheck, helm $HELM_VERSION and registry $REGISTRY_VERSION from hack/tools/pins"
   (cd "$pins/kwok" && go build -trimpath -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok)
   (cd "$pins/controller-gen" && go build -trimpath -o "$tmp/" sigs.k8s.io/controller-tools/cmd/controller-gen)
   (cd "$pins/staticcheck" && go build -trimpath -o "$tmp/" honnef.co/go/tools/cmd/staticcheck)
   (cd "$pins/helm" && go build -trimpath -ldflags "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$tmp/" helm.sh/helm/v3/cmd/helm)
+  # The CNCF distribution registry, for the release test (make release to a registry on loopback).
+  (cd "$pins/registry" && go build -trimpath -ldflags "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" -o "$tmp/" github.com/distribution/distribution/v3/cmd/registry)
   # kwok needs Stage definitions; its module ships ready ones.
   local kwokdir
   kwokdir=$(cd "$pins/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
@@ -83,12 +86,12 @@ build_pins() {
 if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/kube-scheduler" ]; then
   build_control_plane
 fi
-if [ ! -x "$pins_cache/kwok" ] || [ ! -x "$pins_cache/controller-gen" ] || [ ! -x "$pins_cache/staticcheck" ] || [ ! -x "$pins_cache/helm" ]; then
+if [ ! -x "$pins_cache/kwok" ] || [ ! -x "$pins_cache/controller-gen" ] || [ ! -x "$pins_cache/staticcheck" ] || [ ! -x "$pins_cache/helm" ] || [ ! -x "$pins_cache/registry" ]; then
   build_pins
 fi
 mkdir -p "$root/bin"
 for f in etcd kube-apiserver kube-controller-manager kube-scheduler; do ln -sfn "$cache/$f" "$root/bin/$f"; done
-for f in kwok kwok-stages controller-gen staticcheck helm; do ln -sfn "$pins_cache/$f" "$root/bin/$f"; done
+for f in kwok kwok-stages controller-gen staticcheck helm registry; do ln -sfn "$pins_cache/$f" "$root/bin/$f"; done
 
 case "${1:-}" in
   dir) echo "$cache" ;;

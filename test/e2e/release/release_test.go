@@ -1,0 +1,210 @@
+// Package release publishes Capstan as a user installs it: `make release` to a real OCI registry
+// (the CNCF distribution registry, built by hack/tools.sh) on loopback, then the image and both
+// charts pulled back from it.
+package release
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"capstan.dev/capstan/internal/imagebuild"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+const version = "0.0.1-e2e"
+
+// startRegistry runs bin/registry on a free loopback port with its storage in a temporary
+// directory, and returns its host:port once it answers.
+func startRegistry(t *testing.T, root string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	dir := t.TempDir()
+	config := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n",
+		filepath.Join(dir, "data"), addr)
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(root, "bin", "registry"), "serve", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the registry (built by hack/tools.sh): %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logf.Close()
+	})
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + addr + "/v2/")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		log, _ := os.ReadFile(logf.Name())
+		t.Fatalf("the registry did not answer on %s: %v\n%s", addr, err, log)
+	}
+	return addr
+}
+
+// release runs `make release`, writing the image layout and the charts under out, and returns
+// what it printed: artifact kind to "reference@digest".
+func release(t *testing.T, root, out, registry string) map[string]string {
+	t.Helper()
+	cmd := exec.Command("make", "release", "VERSION="+version, "REGISTRY="+registry, "PLAIN_HTTP=true",
+		"IMAGE_DIR="+filepath.Join(out, "image"), "CHARTS_DIR="+filepath.Join(out, "charts"))
+	cmd.Dir = root
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	printed, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make release: %v\n%s\n%s", err, printed, stderr.String())
+	}
+	got := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(string(printed)))
+	for sc.Scan() {
+		kind, ref, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch kind {
+		case "image":
+			got["image"] = ref
+		case "chart":
+			if strings.Contains(ref, "/capstan-crd:") {
+				got["capstan-crd"] = ref
+			} else {
+				got["capstan"] = ref
+			}
+		}
+	}
+	for _, k := range []string{"image", "capstan-crd", "capstan"} {
+		if got[k] == "" {
+			t.Fatalf("make release printed no %s line:\n%s", k, printed)
+		}
+	}
+	return got
+}
+
+func helm(t *testing.T, root string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(root, "bin", "helm"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// `make release` pushes the multi-platform image and both charts at one version; the image
+// pulled back is the one `make image` wrote, with its labels; the capstan chart pulled back names
+// that image by digest and renders it; a second release of the same source pushes the same image
+// digest.
+func TestReleaseToARegistry(t *testing.T) {
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry := startRegistry(t, root) + "/capstan-e2e"
+	out := t.TempDir()
+	got := release(t, root, out, registry)
+
+	// The image.
+	repo, digest, ok := strings.Cut(got["image"], "@")
+	if !ok || repo != registry+"/controller" {
+		t.Fatalf("image line %q, want %s/controller@sha256:…", got["image"], registry)
+	}
+	written, err := os.ReadFile(filepath.Join(out, "image.digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(written)) != digest {
+		t.Fatalf("pushed %s, make image wrote %s", digest, written)
+	}
+	ref, err := name.ParseReference(repo+":"+version, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(ref)
+	if err != nil {
+		t.Fatalf("pulling %s: %v", ref, err)
+	}
+	if d, _ := idx.Digest(); d.String() != digest {
+		t.Fatalf("the registry serves %s as %s, pushed %s", ref, d, digest)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var platforms []string
+	for _, m := range im.Manifests {
+		platforms = append(platforms, m.Platform.String())
+		img, err := idx.Image(m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Config.Labels[imagebuild.LabelVersion] != version || len(cf.Config.Labels[imagebuild.LabelRevision]) != 40 {
+			t.Errorf("%s: labels %v", m.Platform, cf.Config.Labels)
+		}
+	}
+	if strings.Join(platforms, ",") != "linux/amd64,linux/arm64" {
+		t.Errorf("platforms %v", platforms)
+	}
+
+	// The charts.
+	dir := t.TempDir()
+	for _, chart := range []string{"capstan-crd", "capstan"} {
+		helm(t, root, "pull", "oci://"+registry+"/"+chart, "--version", version, "--plain-http", "--untar", "--untardir", dir)
+		var meta struct{ Version, AppVersion string }
+		b, err := os.ReadFile(filepath.Join(dir, chart, "Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Version != version || meta.AppVersion != version {
+			t.Errorf("chart %s pulled back at version %q, appVersion %q; want %s", chart, meta.Version, meta.AppVersion, version)
+		}
+	}
+	rendered := helm(t, root, "template", "capstan", filepath.Join(dir, "capstan"), "--namespace", "kube-system",
+		"--set", "settings.clusterName=e2e")
+	if want := "image: " + repo + "@" + digest; !strings.Contains(rendered, want) {
+		t.Errorf("the released chart does not render %q", want)
+	}
+
+	// Same source, same image.
+	again := release(t, root, t.TempDir(), registry)
+	if again["image"] != got["image"] {
+		t.Errorf("a second release of the same source pushed %s, the first %s", again["image"], got["image"])
+	}
+}
