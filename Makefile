@@ -28,7 +28,7 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, k
 generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
-	rm -f charts/capstan-crd/templates/*.yaml && cp config/crd/*.yaml charts/capstan-crd/templates/
+	hack/crd-chart.sh
 
 .PHONY: image
 image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (IMAGE_DIR; an OCI layout, digest in bin/image.digest).

@@ -1,9 +1,19 @@
-{{/* The release's full name, within 63 characters. */}}
+{{/* The chart's name, or nameOverride. */}}
+{{- define "capstan.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name, within 63 characters, or fullnameOverride. */}}
 {{- define "capstan.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "capstan.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -17,7 +27,7 @@
 
 {{/* Labels that select the controller's pods. */}}
 {{- define "capstan.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "capstan.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -39,4 +49,27 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $gates = append $gates (printf "%s%s=%t" (upper (substr 0 1 $k)) (substr 1 (len $k) $k) $v) -}}
 {{- end -}}
 {{- join "," $gates -}}
+{{- end -}}
+
+{{/* Karpenter's settings that Capstan cannot honour at other values than these: refused, with why. */}}
+{{- define "capstan.refusals" -}}
+{{- if contains "karpenter" .Values.controller.image.repository }}{{ fail (printf "controller.image.repository=%s is refused: it names Karpenter's image; leave controller.image out to run Capstan's" .Values.controller.image.repository) }}{{ end -}}
+{{- $s := .Values.settings -}}
+{{- if $s.isolatedVPC }}{{ fail "settings.isolatedVPC=true is refused: Capstan reads prices from the AWS Pricing and EC2 spot-price APIs and cannot run without those endpoints yet" }}{{ end -}}
+{{- if $s.eksControlPlane }}{{ fail "settings.eksControlPlane=true is refused: Capstan does not call the EKS API; set settings.clusterEndpoint (and settings.clusterCABundle) instead" }}{{ end -}}
+{{- if $s.enableZonalShift }}{{ fail "settings.enableZonalShift=true is refused: Capstan does not read EKS zonal shifts yet" }}{{ end -}}
+{{- if ne (toString $s.reservedENIs) "0" }}{{ fail (printf "settings.reservedENIs=%v is refused: Capstan computes max-pods and kube-reserved from all of a type's ENIs; with reserved ENIs its nodes' max-pods would differ from what it plans for" $s.reservedENIs) }}{{ end -}}
+{{- if $s.enableDRA }}{{ fail "settings.enableDRA=true is refused: Capstan does not model DRA devices" }}{{ end -}}
+{{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan always ignores pods' DRA requests when it plans nodes" }}{{ end -}}
+{{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan has no node repair yet" }}{{ end -}}
+{{- if $s.disableClusterStateObservability }}{{ fail "settings.disableClusterStateObservability=true is refused: Capstan's cluster-state metrics and events cannot be turned off" }}{{ end -}}
+{{- range $k := list "amiRefreshInterval" "subnetRefreshInterval" "securityGroupRefreshInterval" }}
+{{- if not (kindIs "invalid" (index $s $k)) }}{{ fail (printf "settings.%s is refused: Capstan resolves an EC2NodeClass's AMIs, subnets and security groups every 5 minutes, and the interval is not a setting" $k) }}{{ end -}}
+{{- end -}}
+{{- range $k, $v := $s.featureGates }}
+{{- if and $v (has $k (list "nodeRepair" "nodeOverlay" "staticCapacity" "capacityBuffer" "terminateFirstDrift" "terminateFirstRepair")) }}{{ fail (printf "settings.featureGates.%s=true is refused: Capstan does not implement it yet" $k) }}{{ end -}}
+{{- end -}}
+{{- range $k, $v := $s.awsFeatureGates }}
+{{- if $v }}{{ fail (printf "settings.awsFeatureGates.%s=true is refused: Capstan does not implement it" $k) }}{{ end -}}
+{{- end -}}
 {{- end -}}
