@@ -34,6 +34,10 @@ generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
 image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (IMAGE_DIR; an OCI layout, digest in bin/image.digest).
 	go run ./hack/image -version $(VERSION) -out $(IMAGE_DIR)
 
+.PHONY: image-smoke
+image-smoke: image ## Run the image under podman against a fresh local cluster: --version, and a pending pod provisioned from inside the container.
+	VERSION=$(VERSION) IMAGE_DIR=$(IMAGE_DIR) hack/image-smoke.sh
+
 .PHONY: release
 release: image tools ## Push the image and the capstan-crd and capstan charts at $(VERSION) to REGISTRY=host[:port]/path (PLAIN_HTTP=true for a registry without TLS).
 	@[ -n "$(REGISTRY)" ] || { echo "make release: set REGISTRY=host[:port]/path" >&2; exit 2; }

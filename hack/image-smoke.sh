@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make image-smoke`: runs the image `make image` wrote under podman against a fresh local cluster
+# on the simulated cloud — host network, the cluster's kubeconfig mounted read-only — and checks
+# that `--version` prints the build's version and commit and that Capstan, from inside the
+# container, provisions a pending pod. Needs podman (Debian: apt-get install podman); it is not
+# part of `make test`.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/lib.sh
+. "$root/hack/lib.sh"
+layout="${IMAGE_DIR:-$root/bin/image}"
+version="${VERSION:?set VERSION to the tag of the image in the layout}"
+log() { printf '[image-smoke] %s\n' "$*" >&2; }
+
+command -v podman >/dev/null || { log "podman is not installed (Debian: apt-get install podman)"; exit 1; }
+[ -f "$layout/index.json" ] || { log "no image layout at $layout: run make image"; exit 1; }
+
+image=localhost/capstan-smoke:"$version"
+id=$(podman pull -q "oci:$layout:$version")
+podman tag "$id" "$image"
+
+out=$(podman run --rm "$image" --version)
+commit=$(cd "$root" && git rev-parse HEAD)
+case "$out" in
+  "capstan $version $commit") log "--version: $out" ;;
+  *) log "--version printed '$out', want 'capstan $version $commit'"; exit 1 ;;
+esac
+
+state=$(mktemp -d /tmp/capstan-smoke.XXXXXX)
+export CAPSTAN_STATE_DIR="$state"
+cleanup() {
+  podman rm -f capstan-smoke >/dev/null 2>&1 || true
+  "$root/hack/cluster.sh" down >/dev/null 2>&1 || true
+  remove_dir "$state" "/${state##*/}"
+}
+trap cleanup EXIT
+"$root/hack/cluster.sh" up
+export KUBECONFIG="$state/kubeconfig"
+chmod 0644 "$KUBECONFIG"
+kubectl apply -f "$root/examples/nodepool.yaml" >&2
+podman run -d --name capstan-smoke --network host -v "$KUBECONFIG:/etc/capstan/kubeconfig:ro" "$image" \
+  --kubeconfig /etc/capstan/kubeconfig --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 >/dev/null
+kubectl apply -f "$root/examples/inflate.yaml" >&2
+kubectl scale deployment inflate --replicas 1 >&2
+if kubectl wait --for=jsonpath='{.status.readyReplicas}'=1 deployment/inflate --timeout=180s >&2; then
+  log "a pending pod was provisioned from inside the container: $(kubectl get nodeclaims -o name | tr '\n' ' ')"
+else
+  log "the pod was not provisioned; Capstan's log:"; podman logs capstan-smoke 2>&1 | tail -20 >&2; exit 1
+fi
