@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -35,6 +36,9 @@ type Options struct {
 	// created: at Kubernetes' default of 20, a 1,000-pod ReplicaSet takes about 50 s to exist.
 	// Zero keeps Kubernetes' default.
 	ControllerManagerQPS int
+	// NoCRDs starts the API server without Capstan's CRDs, for a test that installs them itself
+	// (from the capstan-crd chart).
+	NoCRDs bool
 }
 
 // Cluster is a running local cluster.
@@ -244,9 +248,11 @@ func newEnvironment(opts Options) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	crds, err := crd.Load()
-	if err != nil {
-		return nil, err
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	if !opts.NoCRDs {
+		if crds, err = crd.Load(); err != nil {
+			return nil, err
+		}
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: opts.AssetsDir, Scheme: s, CRDs: crds}
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(opts.Dir, "etcd")}

@@ -43,7 +43,8 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 		VMMemoryOverheadPercent: o.VMMemoryOverheadPercent, Log: log.WithName("aws"),
 		KubernetesVersion: func(context.Context) (string, error) { return kubeMinorVersion(dc) },
 	})
-	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter")}).Register(mgr); err != nil {
+	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
+		Resync: o.NodeClassResync()}).Register(mgr); err != nil {
 		return nil, err
 	}
 	if o.InterruptionQueue != "" {

@@ -59,6 +59,10 @@ type Options struct {
 	ClusterCABundle         string
 	InterruptionQueue       string
 	VMMemoryOverheadPercent float64
+	// AMIRefreshInterval, SubnetRefreshInterval and SecurityGroupRefreshInterval bound how stale
+	// an EC2NodeClass's resolved AMIs, subnets and security groups may get (Karpenter's settings):
+	// Capstan resolves all three together, at the shortest of them.
+	AMIRefreshInterval, SubnetRefreshInterval, SecurityGroupRefreshInterval time.Duration
 	// Disruption settings (Capstan's own; Karpenter hard-codes its equivalents).
 	DisruptionPollPeriod          time.Duration
 	DisruptionValidationPeriod    time.Duration
@@ -233,6 +237,9 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
 	envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
 	fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
+	dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
+	dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
+	dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
 	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
 	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
@@ -306,6 +313,15 @@ func (o Options) Validate() error {
 	}
 	if o.VMMemoryOverheadPercent < 0 || o.VMMemoryOverheadPercent >= 1 {
 		bad("vm-memory-overhead-percent", "VM_MEMORY_OVERHEAD_PERCENT", o.VMMemoryOverheadPercent, "must be a fraction in [0, 1)")
+	}
+	for _, r := range []struct {
+		flag, env string
+		v         time.Duration
+	}{{"ami-refresh-interval", "AMI_REFRESH_INTERVAL", o.AMIRefreshInterval}, {"subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", o.SubnetRefreshInterval},
+		{"security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", o.SecurityGroupRefreshInterval}} {
+		if r.v < time.Minute {
+			bad(r.flag, r.env, r.v, "must be at least 1m")
+		}
 	}
 	if o.InterruptionQueue != "" && o.CloudProvider != CloudProviderAWS {
 		bad("interruption-queue", "INTERRUPTION_QUEUE", o.InterruptionQueue, "needs --cloud-provider aws")
@@ -406,3 +422,9 @@ func Usage(w io.Writer) {
 
 // Environ is os.Getenv, for Parse.
 func Environ(k string) string { return os.Getenv(k) }
+
+// NodeClassResync is how often an EC2NodeClass is resolved again: the shortest of the three
+// refresh intervals, so that none of its parts is staler than asked.
+func (o Options) NodeClassResync() time.Duration {
+	return min(o.AMIRefreshInterval, o.SubnetRefreshInterval, o.SecurityGroupRefreshInterval)
+}

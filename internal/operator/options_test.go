@@ -65,10 +65,30 @@ func TestAWSSettings(t *testing.T) {
 	}{
 		{[]string{"--cloud-provider=aws", "--vm-memory-overhead-percent=1.5"}, `--vm-memory-overhead-percent (VM_MEMORY_OVERHEAD_PERCENT) "1.5": must be a fraction in [0, 1)`},
 		{[]string{"--interruption-queue=q"}, `--interruption-queue (INTERRUPTION_QUEUE) "q": needs --cloud-provider aws`},
+		{[]string{"--cloud-provider=aws", "--subnet-refresh-interval=30s"}, `--subnet-refresh-interval (SUBNET_REFRESH_INTERVAL) "30s": must be at least 1m`},
 	} {
 		if _, err := Parse(tc.args, env(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// Karpenter's three refresh intervals are read from its variables (default 1m each), and an
+// EC2NodeClass is resolved again at the shortest of them.
+func TestNodeClassRefreshIntervals(t *testing.T) {
+	o, err := Parse([]string{"--cloud", "aws"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.AMIRefreshInterval != time.Minute || o.SubnetRefreshInterval != time.Minute || o.SecurityGroupRefreshInterval != time.Minute || o.NodeClassResync() != time.Minute {
+		t.Fatalf("defaults %v %v %v, resync %v; want 1m", o.AMIRefreshInterval, o.SubnetRefreshInterval, o.SecurityGroupRefreshInterval, o.NodeClassResync())
+	}
+	o, err = Parse([]string{"--cloud", "aws"}, env(map[string]string{"AMI_REFRESH_INTERVAL": "10m", "SUBNET_REFRESH_INTERVAL": "3m", "SECURITY_GROUP_REFRESH_INTERVAL": "5m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.AMIRefreshInterval != 10*time.Minute || o.NodeClassResync() != 3*time.Minute {
+		t.Fatalf("AMI %v, resync %v; want 10m and the shortest, 3m", o.AMIRefreshInterval, o.NodeClassResync())
 	}
 }
 

@@ -122,6 +122,9 @@ settings:
   legacyNodeRepair: false
   disableClusterStateObservability: false
   disableDryRun: false
+  amiRefreshInterval: 1m
+  subnetRefreshInterval: 1m
+  securityGroupRefreshInterval: 1m
   featureGates:
     nodeRepair: false
     nodeOverlay: false
@@ -139,14 +142,20 @@ settings:
     rebootForRepair: false
 `
 
-// render runs helm template on charts/capstan with the values files (contents) and --set
-// arguments, and returns the output or the error text.
-func render(t *testing.T, files []string, sets ...string) (string, error) {
+func moduleRoot(t *testing.T) string {
 	t.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+// render runs helm template on charts/capstan with the values files (contents) and --set
+// arguments, and returns the output or the error text.
+func render(t *testing.T, files []string, sets ...string) (string, error) {
+	t.Helper()
+	root := moduleRoot(t)
 	args := []string{"template", "capstan", filepath.Join(root, "charts", "capstan"), "--namespace", "kube-system"}
 	for i, f := range files {
 		p := filepath.Join(t.TempDir(), "values"+string(rune('a'+i))+".yaml")
@@ -212,7 +221,8 @@ func TestKarpenterDefaultsRender(t *testing.T) {
 	}
 	e := env(c)
 	for k, v := range map[string]string{"CLUSTER_NAME": "orders", "PREFERENCE_POLICY": "Respect", "MIN_VALUES_POLICY": "Strict",
-		"LOG_OUTPUT_PATHS": "stdout", "LOG_ERROR_OUTPUT_PATHS": "stderr", "BATCH_MAX_DURATION": "10s"} {
+		"LOG_OUTPUT_PATHS": "stdout", "LOG_ERROR_OUTPUT_PATHS": "stderr", "BATCH_MAX_DURATION": "10s", "AMI_REFRESH_INTERVAL": "1m",
+		"SUBNET_REFRESH_INTERVAL": "1m", "SECURITY_GROUP_REFRESH_INTERVAL": "1m"} {
 		if e[k] != v {
 			t.Errorf("%s=%q, want %q", k, e[k], v)
 		}
@@ -315,9 +325,6 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 		"settings.ignoreDRARequests=false":                "ignores pods' DRA requests",
 		"settings.legacyNodeRepair=true":                  "node repair",
 		"settings.disableClusterStateObservability=true":  "cannot be turned off",
-		"settings.amiRefreshInterval=5m":                  "every 5 minutes",
-		"settings.subnetRefreshInterval=1m":               "every 5 minutes",
-		"settings.securityGroupRefreshInterval=2m":        "every 5 minutes",
 		"settings.featureGates.nodeRepair=true":           "does not implement it yet",
 		"settings.featureGates.nodeOverlay=true":          "does not implement it yet",
 		"settings.featureGates.staticCapacity=true":       "does not implement it yet",
@@ -366,10 +373,7 @@ func TestUnknownKeysAreRefused(t *testing.T) {
 // The CRD chart takes Karpenter's karpenter-crd value, additionalAnnotations, onto every CRD,
 // and refuses any other key.
 func TestCRDChartValues(t *testing.T) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := moduleRoot(t)
 	helm := filepath.Join(root, "bin", "helm")
 	chart := filepath.Join(root, "charts", "capstan-crd")
 	out, err := exec.Command(helm, "template", "capstan-crd", chart, "--set", "additionalAnnotations.team=platform").CombinedOutput()

@@ -63,9 +63,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan always ignores pods' DRA requests when it plans nodes" }}{{ end -}}
 {{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan has no node repair yet" }}{{ end -}}
 {{- if $s.disableClusterStateObservability }}{{ fail "settings.disableClusterStateObservability=true is refused: Capstan's cluster-state metrics and events cannot be turned off" }}{{ end -}}
-{{- range $k := list "amiRefreshInterval" "subnetRefreshInterval" "securityGroupRefreshInterval" }}
-{{- if not (kindIs "invalid" (index $s $k)) }}{{ fail (printf "settings.%s is refused: Capstan resolves an EC2NodeClass's AMIs, subnets and security groups every 5 minutes, and the interval is not a setting" $k) }}{{ end -}}
-{{- end -}}
 {{- range $k, $v := $s.featureGates }}
 {{- if and $v (has $k (list "nodeRepair" "nodeOverlay" "staticCapacity" "capacityBuffer" "terminateFirstDrift" "terminateFirstRepair")) }}{{ fail (printf "settings.featureGates.%s=true is refused: Capstan does not implement it yet" $k) }}{{ end -}}
 {{- end -}}

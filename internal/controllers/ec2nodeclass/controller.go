@@ -31,8 +31,9 @@ import (
 // Finalizer holds a class until no NodeClaim uses it.
 const Finalizer = awsv1.Group + "/termination"
 
-// ResyncPeriod is how often a class is resolved again.
-const ResyncPeriod = 5 * time.Minute
+// ResyncPeriod is how often a class is resolved again when Controller.Resync is not set
+// (Karpenter's default refresh interval).
+const ResyncPeriod = time.Minute
 
 // Controller resolves EC2NodeClasses.
 type Controller struct {
@@ -40,6 +41,16 @@ type Controller struct {
 	Provider *aws.Provider
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
+	// Resync is how often a class is resolved again (default ResyncPeriod): the shortest of
+	// the AMI, subnet and security-group refresh intervals.
+	Resync time.Duration
+}
+
+func (c *Controller) resync() time.Duration {
+	if c.Resync > 0 {
+		return c.Resync
+	}
+	return ResyncPeriod
 }
 
 // Name is the controller's name and log key.
@@ -91,7 +102,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// backoff; a selector matching nothing waits for the next resync.
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: ResyncPeriod}, nil
+	return reconcile.Result{RequeueAfter: c.resync()}, nil
 }
 
 // onlyEmpty reports whether every error is a selector that matched nothing (not a failed call).

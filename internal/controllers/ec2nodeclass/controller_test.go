@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -257,6 +258,26 @@ func TestUnreadableUserDataIsNamed(t *testing.T) {
 		cond := meta.FindStatusCondition(got.Status.Conditions, ct)
 		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "spec.userData: a MIME document without a multipart boundary") {
 			t.Errorf("%s: %+v", ct, cond)
+		}
+	}
+}
+
+// A resolved class is resolved again after the controller's Resync (the shortest of Karpenter's
+// refresh intervals), or after Karpenter's default of one minute.
+func TestResolvedClassIsRequeuedAtTheRefreshInterval(t *testing.T) {
+	f := awstest.New(t, env.Client)
+	nc, _ := f.Orders(t)
+	nc = create(t, nc)
+	for _, tc := range []struct {
+		resync, want time.Duration
+	}{{0, time.Minute}, {3 * time.Minute, 3 * time.Minute}} {
+		c := &Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock, Resync: tc.resync}
+		res, err := c.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.RequeueAfter != tc.want {
+			t.Errorf("Resync %v: requeued after %v, want %v", tc.resync, res.RequeueAfter, tc.want)
 		}
 	}
 }

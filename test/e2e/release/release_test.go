@@ -16,12 +16,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"capstan.dev/capstan/internal/imagebuild"
+	"capstan.dev/capstan/internal/localcluster"
+	"capstan.dev/capstan/internal/scheme"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -123,8 +131,9 @@ func helm(t *testing.T, root string, args ...string) string {
 
 // `make release` pushes the multi-platform image and both charts at one version; the image
 // pulled back is the one `make image` wrote, with its labels; the capstan chart pulled back names
-// that image by digest and renders it; a second release of the same source pushes the same image
-// digest.
+// that image by digest and renders it; both charts install from the registry on a local cluster
+// as the runbook installs them (CRD chart first, then the controller chart with the runbook's
+// Karpenter values file); a second release of the same source pushes the same image digest.
 func TestReleaseToARegistry(t *testing.T) {
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -202,9 +211,78 @@ func TestReleaseToARegistry(t *testing.T) {
 		t.Errorf("the released chart does not render %q", want)
 	}
 
+	// Installed from the registry, as the runbook does, on a cluster without Capstan's CRDs.
+	install(t, root, registry, repo+"@"+digest)
+
 	// Same source, same image.
 	again := release(t, root, t.TempDir(), registry)
 	if again["image"] != got["image"] {
 		t.Errorf("a second release of the same source pushed %s, the first %s", again["image"], got["image"])
+	}
+}
+
+// install runs the runbook's two helm commands against the registry on a fresh local cluster, and
+// checks that the CRDs, the Deployment (running the released image by digest), the ServiceAccount
+// (with the values file's IRSA annotation) and the RBAC exist as the chart renders them.
+func install(t *testing.T, root, registry, image string) {
+	t.Helper()
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := localcluster.Start(context.Background(), localcluster.Options{Dir: t.TempDir(), AssetsDir: assets, Log: logr.Discard(), NoCRDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	kc := "--kubeconfig=" + cluster.KubeconfigPath
+	helm(t, root, "install", "capstan-crd", "oci://"+registry+"/capstan-crd", "--version", version, "--plain-http",
+		"--namespace", "kube-system", "--wait", kc)
+	helm(t, root, "upgrade", "--install", "capstan", "oci://"+registry+"/capstan", "--version", version, "--plain-http",
+		"--namespace", "kube-system", "-f", filepath.Join(root, "examples", "aws", "karpenter-values.yaml"), kc)
+
+	sch, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(sch); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cluster.Config, client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, crd := range []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws", "simnodeclasses.capstan.dev"} {
+		var o apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: crd}, &o); err != nil {
+			t.Errorf("CRD %s: %v", crd, err)
+		} else if o.Annotations["meta.helm.sh/release-name"] != "capstan-crd" {
+			t.Errorf("CRD %s is not the capstan-crd release's: %v", crd, o.Annotations)
+		}
+	}
+	var d appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "capstan"}, &d); err != nil {
+		t.Fatalf("the Deployment: %v", err)
+	}
+	if got := d.Spec.Template.Spec.Containers[0].Image; got != image {
+		t.Errorf("the Deployment runs %s, want the released %s", got, image)
+	}
+	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.NodeSelector["workload"] != "system" {
+		t.Errorf("the Deployment does not follow the runbook's values: replicas %d, node selector %v", *d.Spec.Replicas, d.Spec.Template.Spec.NodeSelector)
+	}
+	var sa corev1.ServiceAccount
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "capstan"}, &sa); err != nil {
+		t.Errorf("the ServiceAccount: %v", err)
+	} else if !strings.Contains(sa.Annotations["eks.amazonaws.com/role-arn"], "KarpenterControllerRole-prod-east") {
+		t.Errorf("the ServiceAccount's annotations %v lack the values file's role", sa.Annotations)
+	}
+	var cr rbacv1.ClusterRole
+	if err := c.Get(ctx, client.ObjectKey{Name: "capstan"}, &cr); err != nil || len(cr.Rules) == 0 {
+		t.Errorf("the ClusterRole: %v (%d rules)", err, len(cr.Rules))
+	}
+	var crb rbacv1.ClusterRoleBinding
+	if err := c.Get(ctx, client.ObjectKey{Name: "capstan"}, &crb); err != nil || len(crb.Subjects) != 1 || crb.Subjects[0].Name != sa.Name {
+		t.Errorf("the ClusterRoleBinding: %v %+v", err, crb.Subjects)
 	}
 }
