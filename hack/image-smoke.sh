@@ -12,14 +12,30 @@ layout="${IMAGE_DIR:-$root/bin/image}"
 version="${VERSION:?set VERSION to the tag of the image in the layout}"
 log() { printf '[image-smoke] %s\n' "$*" >&2; }
 
-command -v podman >/dev/null || { log "podman is not installed (Debian: apt-get install podman)"; exit 1; }
+if ! command -v podman >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing podman (apt-get)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman >/dev/null
+  else
+    log "podman is not installed and cannot be installed here (needs root and apt-get): install it (Debian: apt-get install podman)"
+    exit 1
+  fi
+fi
 [ -f "$layout/index.json" ] || { log "no image layout at $layout: run make image"; exit 1; }
 
 image=localhost/capstan-smoke:"$version"
 id=$(podman pull -q "oci:$layout:$version")
 podman tag "$id" "$image"
 
-out=$(podman run --rm "$image" --version)
+if ! out=$(podman run --rm "$image" --version 2>&1); then
+  log "podman could not run the image: $out"
+  case "$out" in
+    *"cgroups in hybrid mode"*)
+      log "the host mixes cgroup v1 and v2 with a controller in v2 (cat /sys/fs/cgroup/unified/cgroup.controllers);" \
+        "moving it to v1 clears this, e.g. mkdir /sys/fs/cgroup/hugetlb && mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb" ;;
+  esac
+  exit 1
+fi
 commit=$(cd "$root" && git rev-parse HEAD)
 case "$out" in
   "capstan $version $commit") log "--version: $out" ;;
