@@ -413,3 +413,30 @@ func TestCRDChartValues(t *testing.T) {
 		t.Errorf("additionalAnnotations=x: %v\n%s", err, out)
 	}
 }
+
+// Capstan's own settings with a chart key reach the binary only when set (the binary's defaults
+// stand otherwise); 0 is a value, not an absence.
+func TestCapstanSettings(t *testing.T) {
+	out, err := render(t, []string{"settings: {clusterName: orders, underutilizedConsolidationK: 0, nodeCost: 0.012}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	object(t, out, "Deployment", &d)
+	if e := env(d.Spec.Template.Spec.Containers[0]); e["UNDERUTILIZED_CONSOLIDATION_K"] != "0" || e["NODE_COST"] != "0.012" {
+		t.Errorf("UNDERUTILIZED_CONSOLIDATION_K=%q NODE_COST=%q", e["UNDERUTILIZED_CONSOLIDATION_K"], e["NODE_COST"])
+	}
+	out, err = render(t, nil, "settings.clusterName=orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	object(t, out, "Deployment", &d)
+	for _, k := range []string{"UNDERUTILIZED_CONSOLIDATION_K", "NODE_COST"} {
+		if _, set := env(d.Spec.Template.Spec.Containers[0])[k]; set {
+			t.Errorf("%s set by default", k)
+		}
+	}
+	if _, err := render(t, nil, "settings.clusterName=orders", "settings.nodeCost=-1"); err == nil || !strings.Contains(err.Error(), "/settings/nodeCost") {
+		t.Errorf("a negative node cost: %v", err)
+	}
+}
