@@ -48,6 +48,23 @@ func DeletionCostOf(p *corev1.Pod) DeletionCostOwner {
 	return DeletionCostUnset
 }
 
+// SetDeletionCost gives the pod Capstan's deletion cost v: the value, and Capstan's record of it
+// (DeletionCostRecordKey), by which DeletionCostOf tells it from a user's.
+func SetDeletionCost(p *corev1.Pod, v int32) {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	s := strconv.Itoa(int(v))
+	p.Annotations[corev1.PodDeletionCost] = s
+	p.Annotations[DeletionCostRecordKey] = s
+}
+
+// ClearDeletionCost removes Capstan's deletion cost from the pod: the value and its record.
+func ClearDeletionCost(p *corev1.Pod) {
+	delete(p.Annotations, DeletionCostRecordKey)
+	delete(p.Annotations, corev1.PodDeletionCost)
+}
+
 // UserEvictionCost is the eviction cost a user gave the pod, for consolidation's scoring:
 // karpenter.sh/disruption-cost when set and readable, else a deletion cost that is not Capstan's
 // own. Unreadable values count as none (the ReplicaSet controller refuses them too).

@@ -213,13 +213,12 @@ func (c *Cluster) rankDeletionCosts() {
 	for _, m := range c.machines {
 		v, ok := costs[m.node.NodeClaim.Name]
 		for _, p := range m.node.Pods {
+			// As the controller writes them, with Capstan's record of the value: the decision
+			// core tells its own values from users' by it.
 			if ok {
-				// With Capstan's record of the value, as the controller writes it: the decision
-				// core tells its own values from users' by it.
-				cost := strconv.Itoa(int(v))
-				p.Annotations = map[string]string{corev1.PodDeletionCost: cost, pods.DeletionCostRecordKey: cost}
+				pods.SetDeletionCost(p, v)
 			} else {
-				p.Annotations = nil
+				pods.ClearDeletionCost(p)
 			}
 		}
 	}

@@ -178,7 +178,7 @@ type renderError struct{ out string }
 
 func (e *renderError) Error() string { return e.out }
 
-// objects splits rendered YAML into documents and returns the one of the kind (and name suffix).
+// object decodes, into into, the first document of the rendered YAML whose kind is kind.
 func object(t *testing.T, rendered, kind string, into any) {
 	t.Helper()
 	for _, doc := range strings.Split(rendered, "\n---\n") {

@@ -188,15 +188,9 @@ func (c *Controller) patch(ctx context.Context, w write) error {
 	case w.dropRecord:
 		delete(p.Annotations, pods.DeletionCostRecordKey)
 	case w.value == nil:
-		delete(p.Annotations, pods.DeletionCostRecordKey)
-		delete(p.Annotations, corev1.PodDeletionCost)
+		pods.ClearDeletionCost(p)
 	default:
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		v := strconv.Itoa(int(*w.value))
-		p.Annotations[corev1.PodDeletionCost] = v
-		p.Annotations[pods.DeletionCostRecordKey] = v
+		pods.SetDeletionCost(p, *w.value)
 	}
 	return c.Client.Patch(ctx, p, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
 }
