@@ -35,7 +35,7 @@ image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (
 	go run ./hack/image -version $(VERSION) -out $(IMAGE_DIR)
 
 .PHONY: image-smoke
-image-smoke: image ## Run the image under podman against a fresh local cluster: --version, and a pending pod provisioned from inside the container.
+image-smoke: image ## Run the image under podman (installed with apt-get if missing) against a fresh local cluster: --version, and a pending pod provisioned from inside the container.
 	VERSION=$(VERSION) IMAGE_DIR=$(IMAGE_DIR) hack/image-smoke.sh
 
 .PHONY: release
@@ -48,8 +48,9 @@ verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout
 	@hack/verify.sh
 
 .PHONY: test
-test: verify ## Run all tests (unit, API validation on a real API server, local cluster).
+test: verify ## Run all tests (unit, API validation on a real API server, local cluster, the image under podman).
 	go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory image-smoke
 
 .PHONY: cluster-up
 cluster-up: ## Start the local cluster; KUBECONFIG=.capstan/kubeconfig.

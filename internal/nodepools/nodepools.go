@@ -19,7 +19,10 @@ import (
 )
 
 // HashVersion is the version of Hash's scheme; a NodeClaim whose hash version differs is not
-// compared (a new scheme must not read as drift).
+// compared (a new scheme must not read as drift) but restamped. Karpenter stamps its claims with
+// its own scheme under the same annotation ("v3" in v1.x), so Capstan's versions must never take
+// a value Karpenter has used: a claim adopted from Karpenter would then be compared with
+// Capstan's hash and drift (TestKarpenterNodeClaimsAreAdopted fails).
 const HashVersion = "v2"
 
 // Requirements are the template's requirements and labels as one requirement set.

@@ -1,80 +1,27 @@
 package charts
 
 import (
-	"archive/zip"
-	"bytes"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"capstan.dev/capstan/internal/testenv"
 )
 
-// karpenterModule is the module whose charts Capstan's must accept.
-const karpenterModule, karpenterVersion = "github.com/aws/karpenter-provider-aws", "v1.15.0"
-
-// karpenterChartFile reads a file of Karpenter's charts from its module's zip: the Go module
-// cache's copy, else the module proxy's (GOPROXY's first URL). The zip is read, not unpacked into
-// the repository.
+// karpenterChartFile reads one file of Karpenter's charts (testenv.KarpenterChartFiles).
 func karpenterChartFile(t *testing.T, name string) []byte {
 	t.Helper()
-	data := moduleZip(t)
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	files, err := testenv.KarpenterChartFiles(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := karpenterModule + "@" + karpenterVersion + "/charts/" + name
-	for _, f := range zr.File {
-		if f.Name != want {
-			continue
-		}
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+	b, ok := files[name]
+	if !ok {
+		t.Fatalf("%s is not in Karpenter's charts", name)
 	}
-	t.Fatalf("%s is not in the module", want)
-	return nil
-}
-
-func moduleZip(t *testing.T) []byte {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMODCACHE", "GOPROXY").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	rel := filepath.Join("cache", "download", karpenterModule, "@v", karpenterVersion+".zip")
-	if b, err := os.ReadFile(filepath.Join(lines[0], rel)); err == nil {
-		return b
-	}
-	for _, proxy := range strings.FieldsFunc(lines[1], func(r rune) bool { return r == ',' || r == '|' }) {
-		if !strings.HasPrefix(proxy, "http") {
-			continue
-		}
-		url := fmt.Sprintf("%s/%s/@v/%s.zip", strings.TrimSuffix(proxy, "/"), karpenterModule, karpenterVersion)
-		resp, err := http.Get(url)
-		if err != nil {
-			t.Fatalf("fetching %s: %v", url, err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("fetching %s: %s %v", url, resp.Status, err)
-		}
-		return b
-	}
-	t.Fatalf("no module proxy URL in GOPROXY=%s and no %s in the module cache", lines[1], rel)
-	return nil
+	return b
 }
 
 // Karpenter v1.15's own values.yaml renders with Capstan's chart: every key is known. Its

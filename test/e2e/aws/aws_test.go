@@ -30,16 +30,7 @@ import (
 // security group) and a NodePool labelling its machines pool=<name>.
 func pool(t testing.TB, name string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) {
 	t.Helper()
-	nc := &awsv1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: awsv1.EC2NodeClassSpec{
-		Role:                       "KarpenterNodeRole-" + cluster,
-		AMISelectorTerms:           []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}},
-		SubnetSelectorTerms:        []awsv1.SubnetSelectorTerm{{Tags: awsv1.SelectorTags{"karpenter.sh/discovery": cluster}}},
-		SecurityGroupSelectorTerms: []awsv1.SecurityGroupSelectorTerm{{Tags: awsv1.SelectorTags{"karpenter.sh/discovery": cluster}}},
-	}}
-	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	np.Spec.Template.ObjectMeta.Labels = map[string]string{"pool": name}
-	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: awsv1.Group, Kind: "EC2NodeClass", Name: name}
-	np.Spec.Template.Spec.Requirements = reqs
+	nc, np := poolObjects(name, reqs...)
 	for _, o := range []client.Object{nc, np} {
 		if err := s.client.Create(t.Context(), o); err != nil {
 			t.Fatal(err)
@@ -51,6 +42,21 @@ func pool(t testing.TB, name string, reqs ...karpv1.NodeSelectorRequirementWithM
 		eventuallyGone(t, name)
 		_ = s.client.Delete(ctx, nc)
 	})
+}
+
+// poolObjects are pool's EC2NodeClass and NodePool, not yet created.
+func poolObjects(name string, reqs ...karpv1.NodeSelectorRequirementWithMinValues) (*awsv1.EC2NodeClass, *karpv1.NodePool) {
+	nc := &awsv1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: awsv1.EC2NodeClassSpec{
+		Role:                       "KarpenterNodeRole-" + cluster,
+		AMISelectorTerms:           []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}},
+		SubnetSelectorTerms:        []awsv1.SubnetSelectorTerm{{Tags: awsv1.SelectorTags{"karpenter.sh/discovery": cluster}}},
+		SecurityGroupSelectorTerms: []awsv1.SecurityGroupSelectorTerm{{Tags: awsv1.SelectorTags{"karpenter.sh/discovery": cluster}}},
+	}}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	np.Spec.Template.ObjectMeta.Labels = map[string]string{"pool": name}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: awsv1.Group, Kind: "EC2NodeClass", Name: name}
+	np.Spec.Template.Spec.Requirements = reqs
+	return nc, np
 }
 
 // eventuallyGone waits for a pool's claims to go and checks its instances went with them.

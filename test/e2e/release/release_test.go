@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +24,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/imagebuild"
 	"capstan.dev/capstan/internal/localcluster"
 	"capstan.dev/capstan/internal/scheme"
@@ -221,7 +224,12 @@ func TestReleaseToARegistry(t *testing.T) {
 	}
 }
 
-// install runs the runbook's two helm commands against the registry on a fresh local cluster, and
+// karpenterCRDs are the CRDs of Karpenter v1.15's karpenter-crd chart that Capstan's capstan-crd
+// chart replaces (its CapacityBuffer CRD, which Capstan does not serve, is left as it is).
+var karpenterCRDs = []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"}
+
+// install moves a cluster from Karpenter's CRD chart to Capstan's as docs/install.md says, then
+// runs the runbook's two helm commands against the registry on a fresh local cluster, and
 // checks that the CRDs, the Deployment (running the released image by digest), the ServiceAccount
 // (with the values file's IRSA annotation) and the RBAC exist as the chart renders them.
 func install(t *testing.T, root, registry, image string) {
@@ -236,11 +244,6 @@ func install(t *testing.T, root, registry, image string) {
 	}
 	t.Cleanup(func() { _ = cluster.Stop() })
 	kc := "--kubeconfig=" + cluster.KubeconfigPath
-	helm(t, root, "install", "capstan-crd", "oci://"+registry+"/capstan-crd", "--version", version, "--plain-http",
-		"--namespace", "kube-system", "--wait", kc)
-	helm(t, root, "upgrade", "--install", "capstan", "oci://"+registry+"/capstan", "--version", version, "--plain-http",
-		"--namespace", "kube-system", "-f", filepath.Join(root, "examples", "aws", "karpenter-values.yaml"), kc)
-
 	sch, err := scheme.New()
 	if err != nil {
 		t.Fatal(err)
@@ -253,6 +256,46 @@ func install(t *testing.T, root, registry, image string) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+
+	// The cluster ran Karpenter v1.15, its CRDs from its karpenter-crd chart, with a NodePool.
+	karpenterCRD, err := testenv.WriteKarpenterChart("karpenter-crd", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm(t, root, "install", "karpenter-crd", karpenterCRD, "--namespace", "kube-system", "--wait", kc)
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "general"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"}
+	np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+		Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	if err := c.Create(ctx, np); err != nil {
+		t.Fatalf("a NodePool under Karpenter's CRDs: %v", err)
+	}
+	// The move, as docs/install.md gives it: the CRDs handed to the capstan-crd release and the
+	// karpenter-crd release forgotten without deleting them (helm uninstall would delete the CRDs
+	// and every NodePool and NodeClaim with them).
+	move := [][]string{
+		append([]string{"annotate", "crd"}, append(slices.Clone(karpenterCRDs), "meta.helm.sh/release-name=capstan-crd",
+			"meta.helm.sh/release-namespace=kube-system", "--overwrite")...),
+		append([]string{"label", "crd"}, append(slices.Clone(karpenterCRDs), "app.kubernetes.io/managed-by=Helm", "--overwrite")...),
+		{"delete", "secret", "--namespace", "kube-system", "--selector", "owner=helm,name=karpenter-crd"},
+	}
+	for _, args := range move {
+		if out, err := exec.Command("kubectl", append(args, kc)...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	helm(t, root, "install", "capstan-crd", "oci://"+registry+"/capstan-crd", "--version", version, "--plain-http",
+		"--namespace", "kube-system", "--wait", kc)
+	got := &karpv1.NodePool{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(np), got); err != nil || got.UID != np.UID {
+		t.Errorf("the NodePool made under Karpenter's CRDs did not survive the move: %v", err)
+	}
+	if out, err := exec.Command(filepath.Join(root, "bin", "helm"), "status", "karpenter-crd", "--namespace", "kube-system", kc).CombinedOutput(); err == nil {
+		t.Errorf("the karpenter-crd release is still recorded:\n%s", out)
+	}
+	helm(t, root, "upgrade", "--install", "capstan", "oci://"+registry+"/capstan", "--version", version, "--plain-http",
+		"--namespace", "kube-system", "-f", filepath.Join(root, "examples", "aws", "karpenter-values.yaml"), kc)
+
 	for _, crd := range []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws", "simnodeclasses.capstan.dev"} {
 		var o apiextensionsv1.CustomResourceDefinition
 		if err := c.Get(ctx, client.ObjectKey{Name: crd}, &o); err != nil {
