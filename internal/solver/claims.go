@@ -237,11 +237,11 @@ func narrowedKeys(before, after requirements.Requirements, changed []string) []s
 	return out
 }
 
-// tryNew plans a new claim from pool p for the pod, or says why it cannot.
-func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
+// tryNew plans a new claim from pool p for the pod, or says why it cannot and at which check.
+func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) (string, MissStage) {
 	f := s.fit(v, p)
 	if f.reason != "" {
-		return f.reason
+		return f.reason, f.stage
 	}
 	need := v.class.req
 	cands := make([]*itInfo, 0, len(f.types))
@@ -262,17 +262,17 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 	}
 	if !fitsResources {
 		if portsClash {
-			return "a DaemonSet holds the pod's host port on every instance type that fits it"
+			return "a DaemonSet holds the pod's host port on every instance type that fits it", MissResources
 		}
-		return s.tooBig(need, p, f)
+		return s.tooBig(need, p, f), MissResources
 	}
 	if len(cands) == 0 {
-		return s.limitsExhausted(p)
+		return s.limitsExhausted(p), MissLimits
 	}
 	t := &target{id: len(s.targets), pool: p, reqs: f.reqs, used: make(vec, s.ri.len()), alloc: make(vec, s.ri.len())}
 	narrow, err := s.topology(v, &target{id: t.id, pool: p, reqs: f.reqs, candidates: cands})
 	if err != nil {
-		return err.Error()
+		return err.Error(), MissPlacement
 	}
 	reqs := f.reqs
 	changed := false
@@ -287,11 +287,11 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 		// cands is this claim's own: filter it in place.
 		cands = s.filterCandidatesInto(cands[:0], cands, need, reqs, keys)
 		if len(cands) == 0 {
-			return "no instance type offers the zone the topology constraints need"
+			return "no instance type offers the zone the topology constraints need", MissPlacement
 		}
 	}
 	if r := s.minValuesShortfall(cands, reqs); r != "" {
-		return r
+		return r, MissPlacement
 	}
 	if !changed {
 		reqs = reqs.Clone()
@@ -308,7 +308,7 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) string {
 	s.open = append(s.open, t)
 	s.rooms = append(s.rooms, room{})
 	s.commit(v, t, pod, cands, nil, false)
-	return ""
+	return "", 0
 }
 
 func withinLimits(capacity, remaining vec, limited []bool) bool {

@@ -71,7 +71,8 @@ func (s *solver) run() {
 		}
 		if len(s.failed) == len(failed) {
 			for _, it := range s.failed {
-				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: s.reasons[it.pod]})
+				m := s.reasons[it.pod]
+				s.result.Unschedulable = append(s.result.Unschedulable, PodError{Pod: it.pod, Reason: m.reason, Pools: m.pools})
 			}
 			return
 		}
@@ -114,12 +115,12 @@ func (s *solver) wantsMemory(cpuHeavy, memHeavy []podItem) bool {
 // placeCounted places a pod, remembering failures, and keeps the class counts and the packing
 // cursor current.
 func (s *solver) placeCounted(it podItem) {
-	if reason := s.place(it); reason != "" {
+	if m := s.place(it); m.reason != "" {
 		s.failed = append(s.failed, it)
 		if s.reasons == nil {
-			s.reasons = map[*corev1.Pod]string{}
+			s.reasons = map[*corev1.Pod]podMiss{}
 		}
-		s.reasons[it.pod] = reason
+		s.reasons[it.pod] = m
 	}
 	it.class.left--
 	for s.cursor < len(s.order) && s.order[s.cursor].left <= 0 {
@@ -127,18 +128,25 @@ func (s *solver) placeCounted(it podItem) {
 	}
 }
 
-// place puts one pod somewhere, relaxing preferences as needed, or returns why it fits nowhere.
-func (s *solver) place(it podItem) string {
+// podMiss is why a pod fits nowhere: in words, and per NodePool.
+type podMiss struct {
+	reason string
+	pools  []PoolMiss
+}
+
+// place puts one pod somewhere, relaxing preferences as needed, or returns why it fits nowhere
+// (with its last variant, the most relaxed).
+func (s *solver) place(it podItem) podMiss {
 	c := it.class
 	if c.err != nil {
-		return c.err.Error()
+		return podMiss{reason: c.err.Error()}
 	}
 	ignore := s.opts.IgnorePreferences
-	var reason string
+	var miss podMiss
 	for i := c.firstVariant(ignore); i < c.variantCount(); i = c.nextVariant(i, ignore) {
 		v := s.variant(c, i)
 		if v.reqs.Empty() {
-			reason = "requirements cannot be satisfied: " + v.reqs.String()
+			miss = podMiss{reason: "requirements cannot be satisfied: " + v.reqs.String()}
 			continue
 		}
 		mono := v.monotonicOnExisting()
@@ -152,34 +160,34 @@ func (s *solver) place(it podItem) string {
 				if mono {
 					v.existingFrom = i
 				}
-				return ""
+				return podMiss{}
 			}
 		}
 		if mono {
 			v.existingFrom = i
 		}
 		if s.tryOpenClaims(v, it.pod) {
-			return ""
+			return podMiss{}
 		}
 		var why []string
+		pools := make([]PoolMiss, 0, len(s.pools))
 		for _, p := range s.pools {
-			r := s.tryNew(v, p, it.pod)
+			r, stage := s.tryNew(v, p, it.pod)
 			if r == "" {
-				return ""
+				return podMiss{}
 			}
 			why = append(why, fmt.Sprintf("NodePool %s: %s", p.np.Name, r))
+			pools = append(pools, PoolMiss{NodePool: p.np.Name, Stage: stage, Reason: r})
 		}
-		switch {
-		case len(s.pools) == 0:
-			reason = "no NodePool"
-		default:
-			reason = strings.Join(why, "; ")
+		miss = podMiss{reason: "no NodePool", pools: pools}
+		if len(s.pools) > 0 {
+			miss.reason = strings.Join(why, "; ")
 		}
 		if rel := v.describeRelaxed(); rel != "" {
-			reason += " (" + rel + ")"
+			miss.reason += " (" + rel + ")"
 		}
 	}
-	return reason
+	return miss
 }
 
 func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {

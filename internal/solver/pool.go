@@ -89,8 +89,10 @@ func (p *pool) fork() *pool {
 // poolFit is what a variant can get from a pool.
 type poolFit struct {
 	reason string
-	reqs   requirements.Requirements
-	types  []*itInfo
+	// stage is the check that failed, when reason is set.
+	stage MissStage
+	reqs  requirements.Requirements
+	types []*itInfo
 }
 
 // undefinedOK says which label keys a NodePool need not define: those its instance types,
@@ -390,7 +392,7 @@ func (s *solver) fit(v *variant, p *pool) *poolFit {
 	f := &poolFit{}
 	p.fits[v.reqsKey] = f
 	if err := p.reqs.Compatible(v.reqs, s.undefinedOK); err != nil {
-		f.reason = "incompatible requirements: " + err.Error()
+		f.reason, f.stage = "incompatible requirements: "+err.Error(), MissRequirements
 		return f
 	}
 	f.reqs = p.reqs.Clone()
@@ -406,14 +408,14 @@ func (s *solver) fit(v *variant, p *pool) *poolFit {
 		}
 	}
 	if len(f.types) == 0 {
-		f.reason = "no instance type satisfies " + v.reqs.String()
+		f.reason, f.stage = "no instance type satisfies "+v.reqs.String(), MissRequirements
 	}
 	return f
 }
 
 // errNewNodeName is the fit of a pod whose required node affinity names the nodes it may run on:
 // a new machine's name is not one of them.
-var errNewNodeName = &poolFit{reason: "required node affinity matchFields metadata.name selects existing nodes only"}
+var errNewNodeName = &poolFit{reason: "required node affinity matchFields metadata.name selects existing nodes only", stage: MissRequirements}
 
 // taintFit returns a failed fit when the variant's class does not tolerate the pool's taints, or
 // nil; the answer is kept per class, pool and PreferNoSchedule avoidance.
@@ -430,7 +432,7 @@ func (s *solver) taintFit(v *variant, p *pool) *poolFit {
 	if f == nil {
 		f = taintsTolerated
 		if t, bad := untoleratedTaint(c.tolerations, p.np.Taints, v.avoidPreferNoS); bad {
-			f = &poolFit{reason: fmt.Sprintf("taint %s not tolerated", describeTaint(t))}
+			f = &poolFit{reason: fmt.Sprintf("taint %s not tolerated", describeTaint(t)), stage: MissTaint}
 		}
 		c.taintFits[i] = f
 	}

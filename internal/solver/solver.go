@@ -51,7 +51,7 @@ type solver struct {
 	balance balancing
 	// failed are the pods of the current pass that fit nowhere, with their reasons.
 	failed  []podItem
-	reasons map[*corev1.Pod]string
+	reasons map[*corev1.Pod]podMiss
 	minReq  vec
 
 	// attachDims are the resource dimensions of CSI drivers' volume attachments.

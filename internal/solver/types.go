@@ -1,6 +1,8 @@
 package solver
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -143,8 +145,71 @@ type Binding struct {
 
 // PodError says why a pod fits nowhere.
 type PodError struct {
-	Pod    *corev1.Pod
+	Pod *corev1.Pod
+	// Reason names every NodePool and why it cannot take the pod (or why none was tried).
 	Reason string
+	// Pools says, per NodePool in the solve's order, why a new machine from it cannot take the
+	// pod; empty when no NodePool was tried (no NodePool, or the pod's own constraints conflict).
+	Pools []PoolMiss
+}
+
+// PoolMiss says why a new machine from one NodePool cannot take a pod.
+type PoolMiss struct {
+	NodePool string
+	// Stage is the check the pod failed; the pods get further through a NodePool's checks in
+	// the order of the stages.
+	Stage  MissStage
+	Reason string
+}
+
+// MissStage is the check of a NodePool a pod failed, in the order the solver makes them.
+type MissStage int
+
+const (
+	// MissTaint: a taint of the NodePool is not tolerated.
+	MissTaint MissStage = iota
+	// MissRequirements: the pod's requirements conflict with the NodePool's, or no instance
+	// type of it satisfies them.
+	MissRequirements
+	// MissResources: no instance type is large enough (after DaemonSet overhead), or a
+	// DaemonSet holds the pod's host port on every type that is.
+	MissResources
+	// MissLimits: the NodePool's limits leave too little for any type that fits.
+	MissLimits
+	// MissPlacement: the pod's topology constraints or the NodePool's minValues cannot be met.
+	MissPlacement
+)
+
+// String names the stage.
+func (m MissStage) String() string {
+	switch m {
+	case MissTaint:
+		return "taint"
+	case MissRequirements:
+		return "requirements"
+	case MissResources:
+		return "resources"
+	case MissLimits:
+		return "limits"
+	case MissPlacement:
+		return "placement"
+	}
+	return fmt.Sprintf("MissStage(%d)", int(m))
+}
+
+// Closest is the NodePool the pod got furthest with — the one whose check it failed came last
+// (the first such NodePool in the solve's order) — and false when no NodePool was tried.
+func (e PodError) Closest() (PoolMiss, bool) {
+	if len(e.Pools) == 0 {
+		return PoolMiss{}, false
+	}
+	best := e.Pools[0]
+	for _, m := range e.Pools[1:] {
+		if m.Stage > best.Stage {
+			best = m
+		}
+	}
+	return best, true
 }
 
 // Price sums the planned NodeClaims' prices.

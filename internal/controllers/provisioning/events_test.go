@@ -1,14 +1,18 @@
 package provisioning
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/events"
 	testingclock "k8s.io/utils/clock/testing"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/solver"
 )
 
 // A pass tells every pod of a small batch where it should schedule; a burst tells its first
@@ -60,5 +64,56 @@ func nominatedEvents(rec *events.FakeRecorder) int {
 		default:
 			return n
 		}
+	}
+}
+
+// A pod no NodePool can take gets one FailedScheduling event that names the NodePool it came
+// closest with and that one reason first, then the others.
+func TestFailedSchedulingNamesTheClosestNodePool(t *testing.T) {
+	tainted := pool("prov-closest-tainted", func(np *karpv1.NodePool) {
+		np.Spec.Weight = new(int32(50))
+		np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	limited := pool("prov-closest-limited", func(np *karpv1.NodePool) {
+		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	})
+	p, rec := setup(t, tainted, limited)
+	ns := namespace(t)
+	pendingPods(t, ns, "wide", 1, "4", nil)
+	if _, err := p.Provision(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "FailedScheduling") {
+			got = append(got, e)
+		}
+	}
+	want := "Failed to schedule pod, closest NodePool prov-closest-limited: limits exhausted: "
+	if len(got) != 1 || !strings.Contains(got[0], want) ||
+		!strings.Contains(got[0], "; other NodePools: prov-closest-tainted: taint dedicated=gpu:NoSchedule not tolerated") {
+		t.Fatalf("FailedScheduling events %q, want one starting %q and then the tainted pool", got, want)
+	}
+}
+
+// An event's message stays within the events API's 1 KiB: NodePools that do not fit are counted.
+func TestUnschedulableMessageFitsAnEvent(t *testing.T) {
+	u := solver.PodError{Reason: "every pool"}
+	for i := range 60 {
+		u.Pools = append(u.Pools, solver.PoolMiss{NodePool: fmt.Sprintf("pool-%02d", i), Stage: solver.MissRequirements,
+			Reason: "incompatible requirements: label team=payments is not in the NodePool's team In [search]"})
+	}
+	u.Pools[37].Stage = solver.MissResources
+	u.Pools[37].Reason = "no instance type has cpu 96 (the largest has cpu 64)"
+	msg := UnschedulableMessage(u)
+	if len(msg) > maxEventMessage {
+		t.Fatalf("message of %d bytes, want at most %d", len(msg), maxEventMessage)
+	}
+	if !strings.HasPrefix(msg, "Failed to schedule pod, closest NodePool pool-37: no instance type has cpu 96 (the largest has cpu 64); other NodePools: pool-00: ") {
+		t.Errorf("message %q does not start with the closest pool", msg)
+	}
+	listed := strings.Count(msg, "incompatible requirements")
+	if want := fmt.Sprintf(" and %d more", 59-listed); !strings.HasSuffix(msg, want) {
+		t.Errorf("message %q lists %d other pools, want it to end %q", msg, listed, want)
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
@@ -63,6 +65,9 @@ type Provisioner struct {
 	nominated nominations
 	// nominatedEvents bounds the Nominated events on pods (see nominatedEventsPerSecond).
 	nominatedEvents flowcontrol.PassiveRateLimiter
+	// unschedulable is what the last pass said of each pod it could not place, so that a pod's
+	// log line is written when its answer changes, not on every pass.
+	unschedulable map[types.UID]string
 }
 
 // Nominated events on pods are bounded: one event per pod is the API server's largest write load
@@ -355,12 +360,73 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
+	said := make(map[types.UID]string, len(plan.Unschedulable))
 	for _, u := range plan.Unschedulable {
-		msg := "Failed to schedule pod, " + u.Reason
+		msg := UnschedulableMessage(u)
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
-		logger.V(1).Info("could not schedule pod", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
+		said[u.Pod.UID] = msg
+		if p.unschedulable[u.Pod.UID] == msg {
+			continue
+		}
+		if c, ok := u.Closest(); ok {
+			logger.Info("could not schedule pod", "Pod", klog.KObj(u.Pod), "NodePool", c.NodePool, "reason", c.Reason,
+				"nodepools", len(u.Pools))
+		} else {
+			logger.Info("could not schedule pod", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
+		}
+		logger.V(1).Info("could not schedule pod: every NodePool", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
+	p.unschedulable = said
 	return res, nil
+}
+
+// maxEventMessage is the longest message an event carries (the events API's limit is 1 KiB).
+const maxEventMessage = 1024
+
+// UnschedulableMessage is the FailedScheduling event's message for a pod the solver could not
+// place: the closest NodePool (the one the pod got furthest with) and its one reason first, then
+// the other NodePools, closest first, as many as fit in an event.
+func UnschedulableMessage(u solver.PodError) string {
+	c, ok := u.Closest()
+	if !ok {
+		return clip("Failed to schedule pod, " + u.Reason)
+	}
+	msg := fmt.Sprintf("Failed to schedule pod, closest NodePool %s: %s", c.NodePool, c.Reason)
+	others := make([]solver.PoolMiss, 0, len(u.Pools)-1)
+	for _, m := range u.Pools {
+		if m.NodePool != c.NodePool {
+			others = append(others, m)
+		}
+	}
+	if len(others) == 0 {
+		return msg
+	}
+	sort.SliceStable(others, func(i, j int) bool { return others[i].Stage > others[j].Stage })
+	msg += "; other NodePools:"
+	for i, m := range others {
+		part := fmt.Sprintf(" %s: %s;", m.NodePool, m.Reason)
+		more := ""
+		if i < len(others)-1 {
+			more = fmt.Sprintf(" and %d more", len(others)-i-1)
+		}
+		if len(msg)+len(part)+len(more) > maxEventMessage {
+			return clip(strings.TrimSuffix(msg, ";") + fmt.Sprintf(" and %d more", len(others)-i))
+		}
+		msg += part
+	}
+	return clip(strings.TrimSuffix(msg, ";"))
+}
+
+// clip cuts a message to maxEventMessage bytes on a character boundary, ending it with "…".
+func clip(msg string) string {
+	if len(msg) <= maxEventMessage {
+		return msg
+	}
+	cut := maxEventMessage - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // nominatedEvent tells each pod, within the events' budget, which claim it should schedule on.
