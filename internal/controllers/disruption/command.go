@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
 )
 
@@ -94,7 +94,7 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 		if np == nil {
 			return opts.PollPeriod, fmt.Errorf("replacement from NodePool %s, which is not in the snapshot", r.NodePool)
 		}
-		nc := provisioning.NewNodeClaim(np, r)
+		nc := planning.NewNodeClaim(np, r)
 		nc.GenerateName = ""
 		nc.Name = fmt.Sprintf("%s-%s-%d", np.Name, st.ID, len(claims))
 		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -64,7 +64,7 @@ func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []dis
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 
-	snap := &disruption.Snapshot{Now: c.Clock.Now(), DaemonSetPods: provisioning.DaemonSetPods(dss.Items),
+	snap := &disruption.Snapshot{Now: c.Clock.Now(), DaemonSetPods: planning.DaemonSetPods(dss.Items),
 		WellKnownLabels: c.Cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: evictions}
 	wait := opts.Decision.ScaleDownWait
 	if wait <= 0 {
@@ -78,7 +78,7 @@ func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []dis
 		snap.PDBs = append(snap.PDBs, &pdbs.Items[i])
 	}
 	managed := map[string]bool{}
-	for _, p := range provisioning.SolverPools(ctx, c.Cloud, opts.NodeCost, nps.Items, ncs.Items) {
+	for _, p := range planning.Pools(ctx, c.Cloud, opts.NodeCost, nps.Items, ncs.Items) {
 		snap.NodePools = append(snap.NodePools, disruption.Pool{NodePool: p.NodePool, Solver: p.Solver})
 		managed[p.NodePool.Name] = true
 	}
@@ -87,7 +87,7 @@ func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []dis
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		switch {
-		case provisioning.Provisionable(p):
+		case planning.Provisionable(p):
 			snap.Pending = append(snap.Pending, p)
 		case p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
 			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)

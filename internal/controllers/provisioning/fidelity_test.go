@@ -147,7 +147,7 @@ func TestStartingNodeIsInFlightCapacity(t *testing.T) {
 // A static NodePool (spec.replicas) never buys machines for pending pods; a dynamic pool does.
 func TestStaticNodePoolIsNotUsedForPendingPods(t *testing.T) {
 	static := pool("prov-static", func(np *karpv1.NodePool) {
-		np.Spec.Replicas = ptrTo(int64(2))
+		np.Spec.Replicas = new(int64(2))
 		np.Spec.Weight = nil
 	})
 	p, _ := setup(t, static)

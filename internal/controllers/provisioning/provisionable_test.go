@@ -9,43 +9,11 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
-
-func TestProvisionable(t *testing.T) {
-	now := metav1.Now()
-	cond := func(reason string) []corev1.PodCondition {
-		return []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: reason}}
-	}
-	for _, tc := range []struct {
-		name string
-		pod  corev1.Pod
-		want bool
-	}{
-		{"marked unschedulable", corev1.Pod{Status: corev1.PodStatus{Conditions: cond(corev1.PodReasonUnschedulable)}}, true},
-		{"not tried yet by the default scheduler", corev1.Pod{}, true},
-		{"not tried yet, default scheduler named", corev1.Pod{Spec: corev1.PodSpec{SchedulerName: corev1.DefaultSchedulerName}}, true},
-		{"not tried yet by another scheduler", corev1.Pod{Spec: corev1.PodSpec{SchedulerName: "volcano"}}, false},
-		{"another scheduler marked it unschedulable", corev1.Pod{Spec: corev1.PodSpec{SchedulerName: "volcano"},
-			Status: corev1.PodStatus{Conditions: cond(corev1.PodReasonUnschedulable)}}, true},
-		{"held by a scheduling gate", corev1.Pod{Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "example.com/wait"}}}}, false},
-		{"scheduled", corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}}}, false},
-		{"bound", corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}}, false},
-		{"being deleted", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}, false},
-		{"finished", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, false},
-		{"a DaemonSet's", corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent"}}}}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := Provisionable(&tc.pod); got != tc.want {
-				t.Fatalf("Provisionable = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
 
 // failingCreates fails the creation of NodeClaims whose pool is named in fail.
 type failingCreates struct {
@@ -64,7 +32,7 @@ func (f failingCreates) Create(ctx context.Context, obj client.Object, opts ...c
 // reports it, in its error and in one log line with the counts.
 func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
 	good := pool("prov-good", nil)
-	bad := pool("prov-bad", func(np *karpv1.NodePool) { np.Spec.Weight = ptrTo(int32(50)) })
+	bad := pool("prov-bad", func(np *karpv1.NodePool) { np.Spec.Weight = new(int32(50)) })
 	p, _ := setup(t, good, bad)
 	ns := namespace(t)
 	pendingPods(t, ns, "any", 6, "250m", oneHostPerPod("any"))

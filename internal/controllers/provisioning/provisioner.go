@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
@@ -25,8 +24,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
-	"capstan.dev/capstan/internal/nodepools"
-	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -208,26 +206,6 @@ func (p *Provisioner) nextBatch(ctx context.Context, idle, maxWait time.Duration
 	}
 }
 
-// Provisionable reports whether a pod is one the provisioner acts on: not bound, not finished,
-// not being deleted, not a DaemonSet's, not held by scheduling gates, and either marked
-// unschedulable by the kube-scheduler or — for pods of the default scheduler — not tried by it yet.
-// Planning a pod the scheduler has not tried is safe: the solver puts it on an existing node with
-// room before it buys anything, as the scheduler would; and it keeps a burst's latency off the
-// scheduler's queue, which on a busy cluster surfaces a thousand pods over a minute.
-func Provisionable(pod *corev1.Pod) bool {
-	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || len(pod.Spec.SchedulingGates) > 0 ||
-		pods.OwnedByDaemonSet(pod) {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled {
-			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
-		}
-	}
-	return pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName
-}
-
 // DefaultCreateConcurrency is how many NodeClaims a pass creates at once unless set: the client's
 // default rate (200 writes/s) over a loaded API server's half-second answers.
 const DefaultCreateConcurrency = 100
@@ -254,7 +232,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		switch {
-		case Provisionable(pod):
+		case planning.Provisionable(pod):
 			pending = append(pending, pod)
 		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
 			bound[pod.Spec.NodeName] = append(bound[pod.Spec.NodeName], pod)
@@ -318,7 +296,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	var wg sync.WaitGroup
 	for i, planned := range plan.NodeClaims {
 		np := st.byName[planned.NodePool]
-		nc := NewNodeClaim(np, planned)
+		nc := planning.NewNodeClaim(np, planned)
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -487,52 +465,3 @@ func describe(rl corev1.ResourceList) string {
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
-
-// NewNodeClaim is the NodeClaim of a planned machine from the pool: the pool's template, the
-// plan's requirements and requests, a generated name.
-func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1.NodeClaim {
-	t := np.Spec.Template
-	labels := map[string]string{karpv1.NodePoolLabelKey: np.Name}
-	for k, v := range t.ObjectMeta.Labels {
-		labels[k] = v
-	}
-	annotations := map[string]string{
-		karpv1.NodePoolHashAnnotationKey:        nodepools.Hash(np),
-		karpv1.NodePoolHashVersionAnnotationKey: nodepools.HashVersion,
-	}
-	for k, v := range t.ObjectMeta.Annotations {
-		annotations[k] = v
-	}
-	reqs := planned.Requirements.Clone()
-	// The pool's name and template labels become labels, not requirements.
-	var api []karpv1.NodeSelectorRequirementWithMinValues
-	for _, r := range nodepools.ToAPI(reqs) {
-		if _, isLabel := labels[r.Key]; isLabel && r.Operator == karpv1.NodeSelectorOpIn && len(r.Values) == 1 && r.Key != karpv1.NodePoolLabelKey {
-			continue
-		}
-		api = append(api, r)
-	}
-	return &karpv1.NodeClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: np.Name + "-",
-			Labels:       labels,
-			Annotations:  annotations,
-			Finalizers:   []string{karpv1.TerminationFinalizer},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: karpv1.SchemeGroupVersion.String(), Kind: "NodePool", Name: np.Name, UID: np.UID,
-				BlockOwnerDeletion: ptrTo(true),
-			}},
-		},
-		Spec: karpv1.NodeClaimSpec{
-			Taints:                 t.Spec.Taints,
-			StartupTaints:          t.Spec.StartupTaints,
-			Requirements:           api,
-			Resources:              karpv1.ResourceRequirements{Requests: planned.Requests},
-			NodeClassRef:           t.Spec.NodeClassRef,
-			TerminationGracePeriod: t.Spec.TerminationGracePeriod,
-			ExpireAfter:            t.Spec.ExpireAfter,
-		},
-	}
-}
-
-func ptrTo[T any](v T) *T { return &v }

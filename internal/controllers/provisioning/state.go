@@ -3,22 +3,16 @@ package provisioning
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
-	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -51,9 +45,9 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 	if err := p.Client.List(ctx, dss); err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
-	st.daemons = DaemonSetPods(dss.Items)
+	st.daemons = planning.DaemonSetPods(dss.Items)
 
-	pools := SolverPools(ctx, p.Cloud, p.NodeCost, nps.Items, ncs.Items)
+	pools := planning.Pools(ctx, p.Cloud, p.NodeCost, nps.Items, ncs.Items)
 	its := map[string][]*cloudprovider.InstanceType{}
 	for _, pool := range pools {
 		st.byName[pool.NodePool.Name] = pool.NodePool
@@ -130,108 +124,4 @@ func (st *clusterState) reserve(claims []karpv1.NodeClaim, bound map[string][]*c
 			en.Requested = nil
 		}
 	}
-}
-
-// DaemonSetPods are one pod per DaemonSet, its template, as the solver charges them to machines.
-func DaemonSetPods(dss []appsv1.DaemonSet) []*corev1.Pod {
-	out := make([]*corev1.Pod, 0, len(dss))
-	for i := range dss {
-		ds := &dss[i]
-		out = append(out, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: ds.Name, Labels: ds.Spec.Template.Labels},
-			Spec: ds.Spec.Template.Spec})
-	}
-	return out
-}
-
-// Pool is a NodePool new machines may come from, and the same pool in the solver's terms.
-type Pool struct {
-	NodePool *karpv1.NodePool
-	Solver   solver.NodePool
-}
-
-// SolverPools are the NodePools new machines may come from — managed by the cloud provider, not
-// being deleted, not static, with instance types, valid requirements and per-node cost (nodeCost
-// unless annotated) — each with what is left of its limits after the claims. Pools left out are
-// logged with why.
-func SolverPools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, nps []karpv1.NodePool, claims []karpv1.NodeClaim) []Pool {
-	var out []Pool
-	for i := range nps {
-		np := &nps[i]
-		if !np.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if !cloudprovider.Manages(cloud, np.Spec.Template.Spec.NodeClassRef) {
-			continue
-		}
-		if np.Spec.Replicas != nil {
-			// A static pool keeps its replica count whatever is pending; pending pods never buy
-			// machines from it (Karpenter's rule for spec.replicas).
-			continue
-		}
-		types, err := cloud.GetInstanceTypes(ctx, np)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		reqs, err := nodepools.Requirements(np)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		cost, err := nodepools.NodeCost(np, nodeCost)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: invalid per-node cost", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		weight := int32(0)
-		if np.Spec.Weight != nil {
-			weight = *np.Spec.Weight
-		}
-		out = append(out, Pool{NodePool: np, Solver: solver.NodePool{
-			Name: np.Name, Weight: weight, Requirements: reqs,
-			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
-			InstanceTypes: types, Remaining: remaining(np, claims, types), NodeCost: cost,
-		}})
-	}
-	return out
-}
-
-// remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts
-// its capacity, one not yet launched the largest capacity it may launch as.
-func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudprovider.InstanceType) corev1.ResourceList {
-	if np.Spec.Limits == nil {
-		return nil
-	}
-	left := np.Spec.Limits.DeepCopy()
-	for i := range claims {
-		nc := &claims[i]
-		if nc.Labels[karpv1.NodePoolLabelKey] != np.Name {
-			continue
-		}
-		used := maps.Clone(nc.Status.Capacity)
-		if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) || len(used) == 0 {
-			used = corev1.ResourceList{}
-			for _, it := range nodeclaims.Candidates(nc, types) {
-				for k, q := range it.Capacity {
-					if cur, ok := used[k]; !ok || q.Cmp(cur) > 0 {
-						used[k] = q
-					}
-				}
-			}
-		}
-		// Every claim, launched or not, is one machine of a limit on nodes.
-		used[karpv1.ResourceNodes] = *resource.NewQuantity(1, resource.DecimalSI)
-		for k, q := range left {
-			if u, ok := used[k]; ok {
-				q.Sub(u)
-				left[k] = q
-			}
-		}
-	}
-	for k, q := range left {
-		if q.Sign() < 0 {
-			left[k] = resource.Quantity{}
-		}
-	}
-	return left
 }

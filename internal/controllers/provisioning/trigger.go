@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/planning"
 )
 
 // PodTrigger starts a provisioning pass when a pod becomes provisionable, and when capacity goes
@@ -26,7 +27,7 @@ func (t *PodTrigger) Name() string { return "provisioner.trigger" }
 func (t *PodTrigger) Register(mgr ctrl.Manager) error {
 	provisionable := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		pod, ok := o.(*corev1.Pod)
-		return ok && Provisionable(pod)
+		return ok && planning.Provisionable(pod)
 	})
 	deleted := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },

@@ -1,0 +1,198 @@
+// Package planning turns the cluster's objects into what the solver reads and the solver's plans
+// into objects: which pods provisioning acts on, the DaemonSet pods charged to every machine, the
+// NodePools new machines may come from with what is left of their limits, and the NodeClaim of a
+// planned machine. Provisioning, disruption and the tools that explain their decisions share it,
+// so that no controller imports another and the tools import no controller.
+package planning
+
+import (
+	"context"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Provisionable reports whether a pod is one provisioning acts on (and consolidation must find
+// room for): not bound, not finished,
+// not being deleted, not a DaemonSet's, not held by scheduling gates, and either marked
+// unschedulable by the kube-scheduler or — for pods of the default scheduler — not tried by it yet.
+// Planning a pod the scheduler has not tried is safe: the solver puts it on an existing node with
+// room before it buys anything, as the scheduler would; and it keeps a burst's latency off the
+// scheduler's queue, which on a busy cluster surfaces a thousand pods over a minute.
+func Provisionable(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || len(pod.Spec.SchedulingGates) > 0 ||
+		pods.OwnedByDaemonSet(pod) {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName
+}
+
+// DaemonSetPods are one pod per DaemonSet, its template, as the solver charges them to machines.
+func DaemonSetPods(dss []appsv1.DaemonSet) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(dss))
+	for i := range dss {
+		ds := &dss[i]
+		out = append(out, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: ds.Name, Labels: ds.Spec.Template.Labels},
+			Spec: ds.Spec.Template.Spec})
+	}
+	return out
+}
+
+// Pool is a NodePool new machines may come from, and the same pool in the solver's terms.
+type Pool struct {
+	NodePool *karpv1.NodePool
+	Solver   solver.NodePool
+}
+
+// Pools are the NodePools new machines may come from — managed by the cloud provider, not
+// being deleted, not static, with instance types, valid requirements and per-node cost (nodeCost
+// unless annotated) — each with what is left of its limits after the claims. Pools left out are
+// logged with why.
+func Pools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, nps []karpv1.NodePool, claims []karpv1.NodeClaim) []Pool {
+	var out []Pool
+	for i := range nps {
+		np := &nps[i]
+		if !np.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if !cloudprovider.Manages(cloud, np.Spec.Template.Spec.NodeClassRef) {
+			continue
+		}
+		if np.Spec.Replicas != nil {
+			// A static pool keeps its replica count whatever is pending; pending pods never buy
+			// machines from it (Karpenter's rule for spec.replicas).
+			continue
+		}
+		types, err := cloud.GetInstanceTypes(ctx, np)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		reqs, err := nodepools.Requirements(np)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		cost, err := nodepools.NodeCost(np, nodeCost)
+		if err != nil {
+			log.FromContext(ctx).Info("skipping nodepool: invalid per-node cost", "NodePool", klog.KObj(np), "error", err.Error())
+			continue
+		}
+		weight := int32(0)
+		if np.Spec.Weight != nil {
+			weight = *np.Spec.Weight
+		}
+		out = append(out, Pool{NodePool: np, Solver: solver.NodePool{
+			Name: np.Name, Weight: weight, Requirements: reqs,
+			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
+			InstanceTypes: types, Remaining: remaining(np, claims, types), NodeCost: cost,
+		}})
+	}
+	return out
+}
+
+// remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts
+// its capacity, one not yet launched the largest capacity it may launch as.
+func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudprovider.InstanceType) corev1.ResourceList {
+	if np.Spec.Limits == nil {
+		return nil
+	}
+	left := np.Spec.Limits.DeepCopy()
+	for i := range claims {
+		nc := &claims[i]
+		if nc.Labels[karpv1.NodePoolLabelKey] != np.Name {
+			continue
+		}
+		used := maps.Clone(nc.Status.Capacity)
+		if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) || len(used) == 0 {
+			used = corev1.ResourceList{}
+			for _, it := range nodeclaims.Candidates(nc, types) {
+				for k, q := range it.Capacity {
+					if cur, ok := used[k]; !ok || q.Cmp(cur) > 0 {
+						used[k] = q
+					}
+				}
+			}
+		}
+		// Every claim, launched or not, is one machine of a limit on nodes.
+		used[karpv1.ResourceNodes] = *resource.NewQuantity(1, resource.DecimalSI)
+		for k, q := range left {
+			if u, ok := used[k]; ok {
+				q.Sub(u)
+				left[k] = q
+			}
+		}
+	}
+	for k, q := range left {
+		if q.Sign() < 0 {
+			left[k] = resource.Quantity{}
+		}
+	}
+	return left
+}
+
+// NewNodeClaim is the NodeClaim of a planned machine from the pool: the pool's template, the
+// plan's requirements and requests, a generated name.
+func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1.NodeClaim {
+	t := np.Spec.Template
+	labels := map[string]string{karpv1.NodePoolLabelKey: np.Name}
+	for k, v := range t.ObjectMeta.Labels {
+		labels[k] = v
+	}
+	annotations := map[string]string{
+		karpv1.NodePoolHashAnnotationKey:        nodepools.Hash(np),
+		karpv1.NodePoolHashVersionAnnotationKey: nodepools.HashVersion,
+	}
+	for k, v := range t.ObjectMeta.Annotations {
+		annotations[k] = v
+	}
+	reqs := planned.Requirements.Clone()
+	// The pool's name and template labels become labels, not requirements.
+	var api []karpv1.NodeSelectorRequirementWithMinValues
+	for _, r := range nodepools.ToAPI(reqs) {
+		if _, isLabel := labels[r.Key]; isLabel && r.Operator == karpv1.NodeSelectorOpIn && len(r.Values) == 1 && r.Key != karpv1.NodePoolLabelKey {
+			continue
+		}
+		api = append(api, r)
+	}
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: np.Name + "-",
+			Labels:       labels,
+			Annotations:  annotations,
+			Finalizers:   []string{karpv1.TerminationFinalizer},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: karpv1.SchemeGroupVersion.String(), Kind: "NodePool", Name: np.Name, UID: np.UID,
+				BlockOwnerDeletion: new(true),
+			}},
+		},
+		Spec: karpv1.NodeClaimSpec{
+			Taints:                 t.Spec.Taints,
+			StartupTaints:          t.Spec.StartupTaints,
+			Requirements:           api,
+			Resources:              karpv1.ResourceRequirements{Requests: planned.Requests},
+			NodeClassRef:           t.Spec.NodeClassRef,
+			TerminationGracePeriod: t.Spec.TerminationGracePeriod,
+			ExpireAfter:            t.Spec.ExpireAfter,
+		},
+	}
+}
