@@ -33,13 +33,15 @@ func (f failingCreates) Create(ctx context.Context, obj client.Object, opts ...c
 func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
 	good := pool("prov-good", nil)
 	bad := pool("prov-bad", func(np *karpv1.NodePool) { np.Spec.Weight = new(int32(50)) })
-	p, _ := setup(t, good, bad)
+	p, rec := setup(t, good, bad)
 	ns := namespace(t)
 	pendingPods(t, ns, "any", 6, "250m", oneHostPerPod("any"))
 	pendingPods(t, ns, "pinned", 3, "250m", func(pod *corev1.Pod) {
 		oneHostPerPod("pinned")(pod)
 		pod.Spec.NodeSelector = map[string]string{karpv1.NodePoolLabelKey: "prov-good"}
 	})
+	// One pod fits no pool: it is told so although the pass fails.
+	pendingPods(t, ns, "huge", 1, "1000", nil)
 	p.Client = failingCreates{Client: p.Client, fail: "prov-bad"}
 	var mu sync.Mutex
 	var lines []string
@@ -68,5 +70,14 @@ func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
 	}
 	if summaries != 1 {
 		t.Errorf("%d summary lines, want 1 for the pass; lines: %v", summaries, lines)
+	}
+	failedScheduling := 0
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "FailedScheduling") && strings.Contains(e, "no instance type has cpu 1k") {
+			failedScheduling++
+		}
+	}
+	if failedScheduling != 1 {
+		t.Errorf("%d FailedScheduling events for the pod that fits nowhere, want 1 despite the failed creates", failedScheduling)
 	}
 }

@@ -335,9 +335,8 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		logger.Info("created nodeclaims", "created", len(res.Created), "failed", failed, "pods", pods,
 			"duration", time.Since(start).String())
 	}
-	if err := errors.Join(errs...); err != nil {
-		return res, err
-	}
+	// Pods that fit nowhere are told so whether or not every create succeeded: a failed create
+	// is retried, their answer does not depend on it.
 	said := make(map[types.UID]string, len(plan.Unschedulable))
 	for _, u := range plan.Unschedulable {
 		msg := UnschedulableMessage(u)
@@ -355,7 +354,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		logger.V(1).Info("could not schedule pod: every NodePool", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
 	p.unschedulable = said
-	return res, nil
+	return res, errors.Join(errs...)
 }
 
 // maxEventMessage is the longest message an event carries (the events API's limit is 1 KiB).
