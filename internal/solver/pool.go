@@ -375,17 +375,29 @@ func describeTaint(t corev1.Taint) string {
 	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
 }
 
-// fit computes what the variant can get from the pool: whether the class tolerates the pool's
-// taints (once per class), whether a new machine can match its node name, and the pool's
-// requirements and instance types narrowed by the variant's (once per requirement key: classes
-// with equal requirements share them, whatever their tolerations).
+// fit computes what the variant can get from the pool: whether a new machine can match its node
+// name, the pool's requirements and instance types narrowed by the variant's (once per
+// requirement key: classes with equal requirements share them, whatever their tolerations), and
+// whether the class tolerates the pool's taints (once per class).
 func (s *solver) fit(v *variant, p *pool) *poolFit {
-	if f := s.taintFit(v, p); f != nil {
-		return f
-	}
 	if !v.term.allowsNew() {
 		return errNewNodeName
 	}
+	f := s.reqsFit(v, p)
+	if f.reason != "" {
+		return f
+	}
+	// Taints after requirements: a pool the pod's requirements exclude is further from taking
+	// it than one whose taint it lacks a toleration for (PoolMiss stages).
+	if tf := s.taintFit(v, p); tf != nil {
+		return tf
+	}
+	return f
+}
+
+// reqsFit is the pool's requirements and instance types narrowed by the variant's, kept per
+// requirement key.
+func (s *solver) reqsFit(v *variant, p *pool) *poolFit {
 	if f, ok := p.fits[v.reqsKey]; ok {
 		return f
 	}

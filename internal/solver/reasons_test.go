@@ -14,8 +14,8 @@ import (
 )
 
 // A pod that fits no NodePool gets, per NodePool, the check it failed, and the closest NodePool
-// is the one it got furthest with: limits beat size, size beats requirements, requirements beat
-// a taint.
+// is the one it got furthest with: limits beat size, size beats a taint, a taint beats
+// requirements (a pool the pod's requirements exclude is the furthest).
 func TestUnschedulablePodNamesTheClosestNodePool(t *testing.T) {
 	tainted := solver.NodePool{Name: "tainted", Weight: 50, InstanceTypes: workload.FakeInstanceTypes(8),
 		Taints: []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}}
@@ -50,8 +50,15 @@ func TestUnschedulablePodNamesTheClosestNodePool(t *testing.T) {
 		t.Errorf("without the limited pool, closest %+v, want small: no type large enough", c)
 	}
 	r = solve(t, solver.Input{Pods: pod, NodePools: []solver.NodePool{tainted, arm}}, solver.Options{})
-	if c, ok := r.Unschedulable[0].Closest(); !ok || c.NodePool != "arm" {
-		t.Errorf("with the tainted and arm pools, closest %+v, want arm (a requirement beats a taint)", c)
+	if c, ok := r.Unschedulable[0].Closest(); !ok || c.NodePool != "tainted" {
+		t.Errorf("with the tainted and arm pools, closest %+v, want tainted (a taint beats a requirement)", c)
+	}
+	// A pool whose requirements exclude the pod and whose taint it lacks is a requirements miss.
+	taintedArm := arm
+	taintedArm.Name, taintedArm.Taints = "tainted-arm", tainted.Taints
+	r = solve(t, solver.Input{Pods: pod, NodePools: []solver.NodePool{taintedArm}}, solver.Options{})
+	if u := r.Unschedulable[0]; len(u.Pools) != 1 || u.Pools[0].Stage != solver.MissRequirements {
+		t.Errorf("a tainted pool the pod's requirements exclude: %+v, want a requirements miss", u.Pools)
 	}
 	r = solve(t, solver.Input{Pods: pod}, solver.Options{})
 	if _, ok := r.Unschedulable[0].Closest(); ok || r.Unschedulable[0].Reason != "no NodePool" {

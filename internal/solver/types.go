@@ -155,22 +155,22 @@ type PodError struct {
 
 // PoolMiss says why a new machine from one NodePool cannot take a pod.
 type PoolMiss struct {
-	NodePool string
+	NodePool string `json:"nodePool"`
 	// Stage is the check the pod failed; the pods get further through a NodePool's checks in
 	// the order of the stages.
-	Stage  MissStage
-	Reason string
+	Stage  MissStage `json:"failedCheck"`
+	Reason string    `json:"reason"`
 }
 
 // MissStage is the check of a NodePool a pod failed, in the order the solver makes them.
 type MissStage int
 
 const (
-	// MissTaint: a taint of the NodePool is not tolerated.
-	MissTaint MissStage = iota
 	// MissRequirements: the pod's requirements conflict with the NodePool's, or no instance
-	// type of it satisfies them.
-	MissRequirements
+	// type of it satisfies them (or the pod names existing nodes only).
+	MissRequirements MissStage = iota
+	// MissTaint: a taint of the NodePool is not tolerated.
+	MissTaint
 	// MissResources: no instance type is large enough (after DaemonSet overhead), or a
 	// DaemonSet holds the pod's host port on every type that is.
 	MissResources
@@ -196,6 +196,9 @@ func (m MissStage) String() string {
 	}
 	return fmt.Sprintf("MissStage(%d)", int(m))
 }
+
+// MarshalText names the stage in JSON and YAML.
+func (m MissStage) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // Closest is the NodePool the pod got furthest with — the one whose check it failed came last
 // (the first such NodePool in the solve's order) — and false when no NodePool was tried.

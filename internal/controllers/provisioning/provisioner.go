@@ -249,26 +249,26 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
 	})
 
-	st, err := p.state(ctx, bound)
+	st, err := planning.ReadState(ctx, p.Client, p.Cloud, p.NodeCost, bound, p.withCreated)
 	if err != nil {
 		return nil, err
 	}
 	if p.nominated == nil {
 		p.nominated = nominations{}
 	}
-	pending, waiting := p.nominated.split(pending, st.inFlight)
+	pending, waiting := p.nominated.split(pending, st.InFlight)
 	for claim, pods := range waiting {
-		en := &st.nodes[st.inFlight[claim]]
+		en := &st.Nodes[st.InFlight[claim]]
 		en.Pods = append(slices.Clip(en.Pods), pods...)
 	}
 	if len(pending) == 0 {
 		return &Result{}, nil
 	}
 	logger.Info("found provisionable pod(s)", "Pods", podList(pending), "duration", "0s")
-	if err := p.limitAttachments(ctx, vols, st.nodes); err != nil {
+	if err := p.limitAttachments(ctx, vols, st.Nodes); err != nil {
 		return nil, err
 	}
-	in := solver.Input{Pods: pending, NodePools: st.pools, Nodes: st.nodes, DaemonSetPods: st.daemons, WellKnownLabels: p.Cloud.WellKnownLabels()}
+	in := solver.Input{Pods: pending, NodePools: st.Pools, Nodes: st.Nodes, DaemonSetPods: st.DaemonSetPods, WellKnownLabels: p.Cloud.WellKnownLabels()}
 	if vols != nil {
 		in.Attachments = vols.attachments
 	}
@@ -295,7 +295,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
 	for i, planned := range plan.NodeClaims {
-		np := st.byName[planned.NodePool]
+		np := st.ByName[planned.NodePool]
 		nc := planning.NewNodeClaim(np, planned)
 		wg.Add(1)
 		sem <- struct{}{}
@@ -314,7 +314,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		if nc == nil {
 			continue
 		}
-		planned, np := plan.NodeClaims[i], st.byName[plan.NodeClaims[i].NodePool]
+		planned, np := plan.NodeClaims[i], st.ByName[plan.NodeClaims[i].NodePool]
 		res.Created = append(res.Created, nc)
 		p.remember(nc)
 		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)

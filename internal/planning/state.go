@@ -1,4 +1,4 @@
-package provisioning
+package planning
 
 import (
 	"context"
@@ -8,50 +8,60 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
-	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
 )
 
-// clusterState is what a pass reads of the cluster, in the solver's terms.
-type clusterState struct {
-	pools   []solver.NodePool
-	byName  map[string]*karpv1.NodePool
-	nodes   []solver.ExistingNode
-	daemons []*corev1.Pod
-	// inFlight indexes, by claim name, the nodes that are NodeClaims without a Node yet.
-	inFlight map[string]int
+// State is what provisioning reads of the cluster, in the solver's terms.
+type State struct {
+	// Pools are the NodePools new machines may come from (Pools); ByName finds them.
+	Pools  []solver.NodePool
+	ByName map[string]*karpv1.NodePool
+	// Nodes are the registered nodes, then the in-flight NodeClaims (no Node yet).
+	Nodes         []solver.ExistingNode
+	DaemonSetPods []*corev1.Pod
+	// InFlight indexes, by claim name, the Nodes that are NodeClaims without a Node yet.
+	InFlight map[string]int
 }
 
-func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod) (*clusterState, error) {
-	st := &clusterState{byName: map[string]*karpv1.NodePool{}, inFlight: map[string]int{}}
+// ReadState lists the NodePools, NodeClaims (passed through claims, which may add the ones the
+// caller created and its cache does not list yet; nil: as listed), Nodes and DaemonSets, and
+// builds the solver's view: the pools with their instance types and limits left, every node
+// with the pods bound there (bound, by node name) and the pods moving to it, and the in-flight
+// claims as nodes.
+func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, bound map[string][]*corev1.Pod,
+	claims func([]karpv1.NodeClaim) []karpv1.NodeClaim) (*State, error) {
+	st := &State{ByName: map[string]*karpv1.NodePool{}, InFlight: map[string]int{}}
 	nps := &karpv1.NodePoolList{}
-	if err := p.Client.List(ctx, nps); err != nil {
+	if err := c.List(ctx, nps); err != nil {
 		return nil, fmt.Errorf("listing nodepools: %w", err)
 	}
 	ncs := &karpv1.NodeClaimList{}
-	if err := p.Client.List(ctx, ncs); err != nil {
+	if err := c.List(ctx, ncs); err != nil {
 		return nil, fmt.Errorf("listing nodeclaims: %w", err)
 	}
-	ncs.Items = p.withCreated(ncs.Items)
+	if claims != nil {
+		ncs.Items = claims(ncs.Items)
+	}
 	nodes := &corev1.NodeList{}
-	if err := p.Client.List(ctx, nodes); err != nil {
+	if err := c.List(ctx, nodes); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	dss := &appsv1.DaemonSetList{}
-	if err := p.Client.List(ctx, dss); err != nil {
+	if err := c.List(ctx, dss); err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
-	st.daemons = planning.DaemonSetPods(dss.Items)
+	st.DaemonSetPods = DaemonSetPods(dss.Items)
 
-	pools := planning.Pools(ctx, p.Cloud, p.NodeCost, nps.Items, ncs.Items)
+	pools := Pools(ctx, cloud, nodeCost, nps.Items, ncs.Items)
 	its := map[string][]*cloudprovider.InstanceType{}
 	for _, pool := range pools {
-		st.byName[pool.NodePool.Name] = pool.NodePool
-		st.pools = append(st.pools, pool.Solver)
+		st.ByName[pool.NodePool.Name] = pool.NodePool
+		st.Pools = append(st.Pools, pool.Solver)
 		its[pool.NodePool.Name] = pool.Solver.InstanceTypes
 	}
 
@@ -68,8 +78,8 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		if n.Spec.ProviderID != "" {
 			byProvider[n.Spec.ProviderID] = n
 		}
-		nodeIndex[n.Name] = len(st.nodes)
-		st.nodes = append(st.nodes, solver.ExistingNode{
+		nodeIndex[n.Name] = len(st.Nodes)
+		st.Nodes = append(st.Nodes, solver.ExistingNode{
 			Name: n.Name, Labels: n.Labels, Taints: nodeclaims.SchedulingTaints(n, claimByProvider[n.Spec.ProviderID]), Allocatable: n.Status.Allocatable,
 			Pods:          bound[n.Name],
 			Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero(),
@@ -85,9 +95,9 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 		if nc.Status.ProviderID != "" && byProvider[nc.Status.ProviderID] != nil {
 			continue
 		}
-		if en, ok := nodeclaims.InFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.daemons); ok {
-			st.inFlight[nc.Name] = len(st.nodes)
-			st.nodes = append(st.nodes, en)
+		if en, ok := nodeclaims.InFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.DaemonSetPods); ok {
+			st.InFlight[nc.Name] = len(st.Nodes)
+			st.Nodes = append(st.Nodes, en)
 		}
 	}
 	st.reserve(ncs.Items, bound, nodeIndex, byProvider)
@@ -96,14 +106,14 @@ func (p *Provisioner) state(ctx context.Context, bound map[string][]*corev1.Pod)
 
 // reserve counts, on each disruption replacement (in flight or registered), the pods its command
 // moves there that still run on the nodes it replaces (nodeclaims.ReservedPods).
-func (st *clusterState) reserve(claims []karpv1.NodeClaim, bound map[string][]*corev1.Pod, nodeIndex map[string]int, byProvider map[string]*corev1.Node) {
+func (st *State) reserve(claims []karpv1.NodeClaim, bound map[string][]*corev1.Pod, nodeIndex map[string]int, byProvider map[string]*corev1.Node) {
 	var byUID map[types.UID]*corev1.Pod
 	for i := range claims {
 		nc := &claims[i]
 		if nc.Annotations[nodeclaims.ReservedPodsAnnotationKey] == "" || !nc.DeletionTimestamp.IsZero() {
 			continue
 		}
-		idx, ok := st.inFlight[nc.Name]
+		idx, ok := st.InFlight[nc.Name]
 		if n := byProvider[nc.Status.ProviderID]; nc.Status.ProviderID != "" && n != nil {
 			idx, ok = nodeIndex[n.Name]
 		}
@@ -119,7 +129,7 @@ func (st *clusterState) reserve(claims []karpv1.NodeClaim, bound map[string][]*c
 			}
 		}
 		if pods := nodeclaims.ReservedPods(nc, byUID); len(pods) > 0 {
-			en := &st.nodes[idx]
+			en := &st.Nodes[idx]
 			en.Pods = append(slices.Clip(en.Pods), pods...)
 			en.Requested = nil
 		}

@@ -1,0 +1,205 @@
+// Command kubectl-capstan is Capstan's kubectl plugin. `kubectl capstan explain pod NAME` says
+// where a pod runs, or why it is pending — per NodePool the check it failed, the NodePool it came
+// closest with and what would make it fit — from the code that decides (planning and the
+// solver), run on what the cluster holds now. It reads the cluster with the user's own
+// credentials and writes nothing. Install: go install capstan.dev/capstan/cmd/kubectl-capstan.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/explain"
+	"capstan.dev/capstan/internal/scheme"
+)
+
+func main() {
+	if err := newRoot(os.Stdout, os.Stderr).Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the flags every command shares.
+type options struct {
+	kube      clientcmd.ConfigOverrides
+	kubeconf  string
+	namespace string
+	output    string
+	cloud     string
+	nodeCost  float64
+	awsRegion string
+	awsURL    string
+	cluster   string
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	o := &options{}
+	root := &cobra.Command{
+		Use:   "kubectl-capstan",
+		Short: "Explain Capstan's decisions",
+		Long: `kubectl capstan explains Capstan's decisions from the code that makes them, on what the
+cluster holds now. It reads the cluster with your credentials and writes nothing.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// kubectl's plugin convention: usage lines read "kubectl capstan …".
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl capstan"},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	f := root.PersistentFlags()
+	f.StringVar(&o.kubeconf, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.kube.CurrentContext, "context", "", "the kubeconfig context to use")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "the namespace (default: the context's)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVar(&o.cloud, "cloud-provider", "", "sim or aws (default: from the NodePools' node classes)")
+	f.Float64Var(&o.nodeCost, "node-cost", 0, "Capstan's NODE_COST setting ($/h per node), if set")
+	f.StringVar(&o.awsRegion, "aws-region", "", "AWS region (aws; default: the SDK's)")
+	f.StringVar(&o.awsURL, "aws-endpoint-url", "", "AWS endpoint URL (aws; local endpoints)")
+	f.StringVar(&o.cluster, "cluster-name", "", "the cluster's name as Capstan's CLUSTER_NAME (aws)")
+
+	explainCmd := &cobra.Command{Use: "explain", Short: "Say why Capstan decided what it did"}
+	explainCmd.AddCommand(&cobra.Command{
+		Use:   "pod NAME",
+		Short: "Where a pod runs, or why it is pending and what would make it fit",
+		Example: `  kubectl capstan explain pod web-7d4b9-x2x9z
+  kubectl capstan explain pod -n batch trainer-0 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.explainPod(cmd.Context(), args[0], cmd.OutOrStdout())
+		},
+	})
+	root.AddCommand(explainCmd)
+	return root
+}
+
+// client reads the cluster as the kubeconfig says, and the namespace to use.
+func (o *options) client() (client.Client, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.kubeconf != "" {
+		if _, err := os.Stat(o.kubeconf); err != nil {
+			return nil, "", fmt.Errorf("--kubeconfig %s: %w", o.kubeconf, err)
+		}
+		rules.ExplicitPath = o.kubeconf
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &o.kube)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	ns := o.namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+		}
+	}
+	s, err := scheme.New()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, "", fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	return c, ns, nil
+}
+
+// provider is the cloud provider Capstan runs with, read-only: named, or inferred from the
+// NodePools' node classes.
+func (o *options) provider(ctx context.Context, c client.Client) (cloudprovider.CloudProvider, error) {
+	kind := o.cloud
+	if kind == "" {
+		nps := &karpv1.NodePoolList{}
+		if err := c.List(ctx, nps); err != nil {
+			return nil, fmt.Errorf("listing nodepools: %w", err)
+		}
+		for _, np := range nps.Items {
+			if ref := np.Spec.Template.Spec.NodeClassRef; ref != nil {
+				switch ref.Kind {
+				case "EC2NodeClass":
+					kind = aws.Name
+				case "SimNodeClass":
+					if kind == "" {
+						kind = sim.Name
+					}
+				}
+			}
+		}
+	}
+	clk := clock.RealClock{}
+	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
+	switch kind {
+	case sim.Name, "":
+		// Offerings come from the SimNodeClasses and the catalog; no machine is launched.
+		return sim.NewProvider(c, sim.NewCloudWithStore(clk, nil), clk, unavailable)
+	case aws.Name:
+		if o.cluster == "" {
+			return nil, errors.New("--cluster-name is needed with the aws cloud provider")
+		}
+		clients, err := aws.NewClients(ctx, aws.ClientOptions{Region: o.awsRegion, EndpointURL: o.awsURL})
+		if err != nil {
+			return nil, err
+		}
+		return aws.NewProvider(c, clients, clk, unavailable, aws.Options{ClusterName: o.cluster}), nil
+	}
+	return nil, fmt.Errorf("--cloud-provider %q: want %s or %s", kind, sim.Name, aws.Name)
+}
+
+func (o *options) explainPod(ctx context.Context, name string, w io.Writer) error {
+	if o.output != "table" && o.output != "json" && o.output != "yaml" {
+		return fmt.Errorf("--output %q: want table, json or yaml", o.output)
+	}
+	c, ns, err := o.client()
+	if err != nil {
+		return err
+	}
+	pod := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
+		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
+	}
+	cloud, err := o.provider(ctx, c)
+	if err != nil {
+		return err
+	}
+	a, err := explain.Pod(ctx, c, cloud, o.nodeCost, pod)
+	if err != nil {
+		return err
+	}
+	return write(w, o.output, a)
+}
+
+// write prints v as the output format says: table (its WriteText), json or yaml.
+func write(w io.Writer, output string, v interface{ WriteText(io.Writer) error }) error {
+	switch output {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return v.WriteText(w)
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// run runs the plugin with args and returns what it printed and its error.
+func run(args ...string) (string, string, error) {
+	var out, errOut bytes.Buffer
+	root := newRoot(&out, &errOut)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestExplainPod(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.Kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cls := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "plugin"},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large"}}}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "plugin"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "plugin"}
+	np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "default"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}}}}
+	for _, o := range []client.Object{cls, np, pod} {
+		if err := env.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+
+	out, _, err := run("explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `Pod default/db-0 is pending: no NodePool can launch a machine for it.
+Closest: NodePool plugin (taint): taint dedicated=db:NoSchedule not tolerated.
+To fit there: add a toleration for the taint to the pod, or use a NodePool without it.
+
+NODEPOOL  FAILED CHECK  REASON
+plugin    taint         taint dedicated=db:NoSchedule not tolerated
+`
+	if out != want {
+		t.Errorf("explain pod printed:\n%s\nwant:\n%s", out, want)
+	}
+
+	out, _, err = run("explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Pod     string
+		Closest struct{ NodePool, FailedCheck, Reason string }
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Pod != "default/db-0" || got.Closest.NodePool != "plugin" || got.Closest.FailedCheck != "taint" {
+		t.Errorf("-o json: %v %+v\n%s", err, got, out)
+	}
+
+	// Bad input: one clear error, nothing printed.
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain", "pod", "db-0", "--kubeconfig", missing}, "--kubeconfig " + missing + ": stat"},
+		{[]string{"explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig, "-o", "wide"}, `--output "wide": want table, json or yaml`},
+		{[]string{"explain", "pod", "nope", "-n", "default", "--kubeconfig", kubeconfig}, `pod default/nope: pods "nope" not found`},
+		{[]string{"explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig, "--cloud-provider", "gcp"}, `--cloud-provider "gcp": want sim or aws`},
+	} {
+		out, _, err := run(tc.args...)
+		if err == nil || out != "" {
+			t.Errorf("%v: printed %q, error %v; want an error and nothing printed", tc.args, out, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %q, want it to name %q", tc.args, err, tc.want)
+		}
+	}
+
+	help, _, err := run("explain", "pod", "--help")
+	if err != nil || !strings.Contains(help, "kubectl capstan explain pod web-7d4b9-x2x9z") {
+		t.Errorf("explain pod --help: %v\n%s", err, help)
+	}
+}
