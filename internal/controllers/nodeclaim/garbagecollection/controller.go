@@ -6,6 +6,7 @@ package garbagecollection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,6 +73,9 @@ func (c *Controller) Sync(ctx context.Context) error {
 			byProvider[id] = true
 		}
 	}
+	// A failure is reported after the sweep: one orphan the cloud will not terminate must not
+	// keep vanished claims and released nodes waiting behind it.
+	var errs []error
 	alive := map[string]bool{}
 	for _, m := range machines {
 		alive[m.Status.ProviderID] = true
@@ -87,7 +91,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 		}
 		log.FromContext(ctx).Info("garbage collecting machine without a nodeclaim", "provider-id", m.Status.ProviderID, "NodeClaim", m.Name)
 		if err := c.Cloud.Delete(ctx, m); cloudprovider.IgnoreNodeClaimNotFound(err) != nil {
-			return fmt.Errorf("terminating orphan %s: %w", m.Status.ProviderID, err)
+			errs = append(errs, fmt.Errorf("terminating orphan %s: %w", m.Status.ProviderID, err))
 		}
 	}
 	nodes := &corev1.NodeList{}
@@ -105,7 +109,8 @@ func (c *Controller) Sync(ctx context.Context) error {
 		}
 		log.FromContext(ctx).Info("garbage collecting nodeclaim whose machine is gone", "NodeClaim", nc.Name, "provider-id", nc.Status.ProviderID)
 		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting nodeclaim %s: %w", nc.Name, err)
+			errs = append(errs, fmt.Errorf("deleting nodeclaim %s: %w", nc.Name, err))
+			continue
 		}
 		c.Metrics.Disrupted(nc, metrics.ReasonGarbageCollected)
 	}
@@ -124,14 +129,17 @@ func (c *Controller) Sync(ctx context.Context) error {
 		log.FromContext(ctx).Info("releasing node whose nodeclaim is gone", "Node", n.Name)
 		orig := n.DeepCopy()
 		controllerutil.RemoveFinalizer(n, karpv1.TerminationFinalizer)
-		if err := c.Client.Patch(ctx, n, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("releasing node %s: %w", n.Name, err)
+		// Optimistic lock: a merge patch replaces the whole finalizer list, and another
+		// controller's finalizer added meanwhile must not be dropped with Capstan's.
+		if err := c.Client.Patch(ctx, n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("releasing node %s: %w", n.Name, err))
+			continue
 		}
 		if err := c.Client.Delete(ctx, n); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting node %s: %w", n.Name, err)
+			errs = append(errs, fmt.Errorf("deleting node %s: %w", n.Name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // vanished reports whether a claim's machine is gone for good. As in Karpenter, only registered

@@ -2,6 +2,8 @@ package garbagecollection
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,12 +11,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
 	"capstan.dev/capstan/internal/testenv"
@@ -47,13 +51,7 @@ func TestOrphansAndVanishedMachines(t *testing.T) {
 	if err := env.Client.Create(t.Context(), kept); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		nc := &karpv1.NodeClaim{}
-		if env.Client.Get(context.Background(), client.ObjectKey{Name: "kept"}, nc) == nil {
-			nc.Finalizers = nil
-			_ = env.Client.Update(context.Background(), nc)
-		}
-	})
+	t.Cleanup(func() { releaseClaim("kept") })
 	lc := &lifecycle.Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: events.NewFakeRecorder(10)}
 	if _, err := lc.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "kept"}}); err != nil {
 		t.Fatal(err)
@@ -133,6 +131,13 @@ func TestOtherProvidersClaimsAreLeftAlone(t *testing.T) {
 	}
 }
 
+// releaseClaim drops a test claim's finalizers so that it goes (a merge patch: an update would
+// send the whole object back, and the API refuses any change to a claim's spec).
+func releaseClaim(name string) {
+	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_ = env.Client.Patch(context.Background(), nc, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+}
+
 func deleted(t *testing.T, name string) bool {
 	t.Helper()
 	nc := &karpv1.NodeClaim{}
@@ -201,5 +206,59 @@ func TestFreshNodeIsNotReleasedBeforeItsClaimIsSeen(t *testing.T) {
 	}
 	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: n.Name}, cur); err == nil && cur.DeletionTimestamp.IsZero() {
 		t.Fatal("a node without a claim past the grace window was not released")
+	}
+}
+
+// failingDelete is the cloud, except that terminating the machine of one claim name fails.
+type failingDelete struct {
+	cloudprovider.CloudProvider
+	name string
+}
+
+func (f failingDelete) Delete(ctx context.Context, nc *karpv1.NodeClaim) error {
+	if nc.Name == f.name {
+		return errors.New("injected: the cloud refuses")
+	}
+	return f.CloudProvider.Delete(ctx, nc)
+}
+
+// One orphan the cloud will not terminate does not stop the sweep: the other orphan is
+// terminated and the vanished claim deleted in the same sweep, and the sweep reports the failure.
+func TestOneFailedTerminationDoesNotStopTheSweep(t *testing.T) {
+	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gc"}, Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large"}}})
+	sc := simtest.New(t, env.Client)
+	clk, cloud, p := sc.Clock, sc.Cloud, sc.Provider
+	gc := &Controller{Client: env.Client, Cloud: failingDelete{CloudProvider: p, name: "stuck"}, Clock: clk}
+	for _, name := range []string{"stuck", "lost-too"} {
+		if _, err := p.Create(t.Context(), claim(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A registered claim whose machine vanished (its node not Ready).
+	gone := claim("gone")
+	gone.Finalizers = []string{karpv1.TerminationFinalizer}
+	if err := env.Client.Create(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseClaim("gone") })
+	gone.Status.ProviderID = "sim:///zone-a/gone-0"
+	if err := env.Client.Status().Update(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	markRegistered(t, "gone")
+	readyNode(t, "gone-node", gone.Status.ProviderID, corev1.ConditionUnknown)
+
+	clk.Step(GracePeriod + time.Second)
+	err := gc.Sync(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "injected: the cloud refuses") {
+		t.Fatalf("sweep error %v, want the refused termination reported", err)
+	}
+	for _, m := range cloud.Instances() {
+		if m.NodeClaim == "lost-too" {
+			t.Error("the second orphan was not terminated: the sweep stopped at the first failure")
+		}
+	}
+	if !deleted(t, "gone") {
+		t.Error("the vanished claim was not deleted: the sweep stopped at the failed termination")
 	}
 }
