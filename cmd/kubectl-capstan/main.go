@@ -1,7 +1,9 @@
 // Command kubectl-capstan is Capstan's kubectl plugin. `kubectl capstan explain pod NAME` says
 // where a pod runs, or why it is pending — per NodePool the check it failed, the NodePool it came
-// closest with and what would make it fit — from the code that decides (planning and the
-// solver), run on what the cluster holds now. It reads the cluster with the user's own
+// closest with and what would make it fit; `explain nodeclaim NAME` (or `node NAME`) what a
+// disruption round would do with a machine now, or which rule keeps it. The answers come from the
+// code that decides (planning, the solver, the disruption core), run on what the cluster holds
+// now. It reads the cluster with the user's own
 // credentials and writes nothing. Install: go install capstan.dev/capstan/cmd/kubectl-capstan.
 package main
 
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -84,8 +87,68 @@ cluster holds now. It reads the cluster with your credentials and writes nothing
 			return o.explainPod(cmd.Context(), args[0], cmd.OutOrStdout())
 		},
 	})
+	explainCmd.AddCommand(&cobra.Command{
+		Use:   "nodeclaim NAME",
+		Short: "What disruption would do with a NodeClaim now, or what keeps it",
+		Example: `  kubectl capstan explain nodeclaim default-x7k2p
+  kubectl capstan explain nodeclaim default-x7k2p -o yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.explainNodeClaim(cmd.Context(), args[0], "", cmd.OutOrStdout())
+		},
+	})
+	explainCmd.AddCommand(&cobra.Command{
+		Use:     "node NAME",
+		Short:   "explain nodeclaim, for the NodeClaim of a node",
+		Example: `  kubectl capstan explain node ip-10-0-1-23.ec2.internal`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.explainNodeClaim(cmd.Context(), "", args[0], cmd.OutOrStdout())
+		},
+	})
 	root.AddCommand(explainCmd)
 	return root
+}
+
+// explainNodeClaim explains the claim named, or the claim of the node named.
+func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io.Writer) error {
+	if err := o.checkOutput(); err != nil {
+		return err
+	}
+	c, _, err := o.client()
+	if err != nil {
+		return err
+	}
+	if node != "" {
+		ncs := &karpv1.NodeClaimList{}
+		if err := c.List(ctx, ncs); err != nil {
+			return fmt.Errorf("listing nodeclaims: %w", err)
+		}
+		for _, nc := range ncs.Items {
+			if nc.Status.NodeName == node {
+				claim = nc.Name
+			}
+		}
+		if claim == "" {
+			return fmt.Errorf("node %s: no NodeClaim names it (a node Capstan did not launch, or not registered yet)", node)
+		}
+	}
+	cloud, err := o.provider(ctx, c)
+	if err != nil {
+		return err
+	}
+	a, err := explain.NodeClaim(ctx, c, cloud, o.nodeCost, time.Now(), claim)
+	if err != nil {
+		return err
+	}
+	return write(w, o.output, a)
+}
+
+func (o *options) checkOutput() error {
+	if o.output != "table" && o.output != "json" && o.output != "yaml" {
+		return fmt.Errorf("--output %q: want table, json or yaml", o.output)
+	}
+	return nil
 }
 
 // client reads the cluster as the kubeconfig says, and the namespace to use.
@@ -161,8 +224,8 @@ func (o *options) provider(ctx context.Context, c client.Client) (cloudprovider.
 }
 
 func (o *options) explainPod(ctx context.Context, name string, w io.Writer) error {
-	if o.output != "table" && o.output != "json" && o.output != "yaml" {
-		return fmt.Errorf("--output %q: want table, json or yaml", o.output)
+	if err := o.checkOutput(); err != nil {
+		return err
 	}
 	c, ns, err := o.client()
 	if err != nil {

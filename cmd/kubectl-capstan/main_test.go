@@ -89,6 +89,8 @@ plugin    taint         taint dedicated=db:NoSchedule not tolerated
 		{[]string{"explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig, "-o", "wide"}, `--output "wide": want table, json or yaml`},
 		{[]string{"explain", "pod", "nope", "-n", "default", "--kubeconfig", kubeconfig}, `pod default/nope: pods "nope" not found`},
 		{[]string{"explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig, "--cloud-provider", "gcp"}, `--cloud-provider "gcp": want sim or aws`},
+		{[]string{"explain", "nodeclaim", "nope", "--kubeconfig", kubeconfig}, `nodeclaim nope: nodeclaims.karpenter.sh "nope" not found`},
+		{[]string{"explain", "node", "nope", "--kubeconfig", kubeconfig}, `node nope: no NodeClaim names it`},
 	} {
 		out, _, err := run(tc.args...)
 		if err == nil || out != "" {

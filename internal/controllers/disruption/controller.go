@@ -14,6 +14,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/snapshot"
 )
 
 // Defaults of Options.
@@ -95,7 +96,7 @@ type Controller struct {
 	// their annotations does not make them run again.
 	done map[string]time.Time
 	// scaleDowns remembers the owners seen shrinking.
-	scaleDowns scaleDowns
+	scaleDowns snapshot.ScaleDowns
 }
 
 type pendingCommand struct {

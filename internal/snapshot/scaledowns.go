@@ -1,4 +1,4 @@
-package disruption
+package snapshot
 
 import (
 	"fmt"
@@ -15,11 +15,12 @@ import (
 // scaleDownMemory is how long a scale-down is remembered: far longer than any wait it causes.
 const scaleDownMemory = time.Hour
 
-// scaleDowns remembers which scalable owners were seen shrinking, for the decision core's wait
+// ScaleDowns remembers which scalable owners were seen shrinking, for the decision core's wait
 // for scale-downs in progress: an owner shrinks when its desired replicas fall between two
-// sightings, or while it has more replicas than it wants. Rounds and the deletion-cost ranking
-// both read the cluster, so it has its own lock.
-type scaleDowns struct {
+// sightings, or while it has more replicas than it wants. Several readers may share one (the
+// disruption controller's rounds and the deletion-cost ranking): it has its own lock. The zero
+// value is ready to use.
+type ScaleDowns struct {
 	mu sync.Mutex
 	// desired is each owner's desired replicas as last seen; seen its last scale-down.
 	desired map[types.UID]int32
@@ -67,7 +68,7 @@ func desiredReplicas(r *int32) int32 {
 // observe records the owners seen shrinking now and returns the scale-downs remembered. An owner
 // seen for the first time (Capstan just started) counts only while it has more replicas than it
 // wants; owners gone are forgotten.
-func (s *scaleDowns) observe(now time.Time, wait time.Duration, owners []scalable) []disruption.ScaleDown {
+func (s *ScaleDowns) observe(now time.Time, wait time.Duration, owners []scalable) []disruption.ScaleDown {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.desired == nil {

@@ -1,0 +1,157 @@
+// Package snapshot reads the cluster into the disruption decision core's Snapshot, for the
+// disruption controller, the deletion-cost ranking and the explain tools alike, and remembers the
+// scale-downs it has seen.
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/planning"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Options say how to read the cluster.
+type Options struct {
+	// Now is the snapshot's time.
+	Now time.Time
+	// NodeCost is the per-node cost of pools without their own (Capstan's NODE_COST).
+	NodeCost float64
+	// ScaleDownWait is how long a scale-down is waited for (disruption.DefaultScaleDownWait when
+	// zero); ScaleDowns remembers owners seen shrinking across reads (nil: a fresh memory, which
+	// sees only owners with more replicas than they want).
+	ScaleDownWait time.Duration
+	ScaleDowns    *ScaleDowns
+	// Evictions are the churn guard's record of recent evictions.
+	Evictions []disruption.Eviction
+	// Shared lists claims, nodes, pods and owners as the reader's own objects, not copies: for a
+	// cache whose objects the caller only reads (a round every 10 s copied every pod of the
+	// cluster). False for a reader that is not a cache.
+	Shared bool
+}
+
+// Read lists what the decision core needs and builds its Snapshot: the NodePools new machines
+// may come from (planning.Pools), every NodeClaim of those pools with its Node and pods, the
+// other nodes, the pending pods, PodDisruptionBudgets, DaemonSets, namespaces' labels and the
+// scale-downs in progress. The disruption controller and `kubectl capstan explain` both read
+// with it.
+func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, o Options) (*disruption.Snapshot, error) {
+	var shared []client.ListOption
+	if o.Shared {
+		shared = append(shared, client.UnsafeDisableDeepCopy)
+	}
+	nps := &karpv1.NodePoolList{}
+	if err := c.List(ctx, nps); err != nil {
+		return nil, fmt.Errorf("listing nodepools: %w", err)
+	}
+	ncs := &karpv1.NodeClaimList{}
+	if err := c.List(ctx, ncs, shared...); err != nil {
+		return nil, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes, shared...); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, shared...); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	pdbs := &policyv1.PodDisruptionBudgetList{}
+	if err := c.List(ctx, pdbs); err != nil {
+		return nil, fmt.Errorf("listing poddisruptionbudgets: %w", err)
+	}
+	dss := &appsv1.DaemonSetList{}
+	if err := c.List(ctx, dss); err != nil {
+		return nil, fmt.Errorf("listing daemonsets: %w", err)
+	}
+	rss := &appsv1.ReplicaSetList{}
+	if err := c.List(ctx, rss, shared...); err != nil {
+		return nil, fmt.Errorf("listing replicasets: %w", err)
+	}
+	sss := &appsv1.StatefulSetList{}
+	if err := c.List(ctx, sss, shared...); err != nil {
+		return nil, fmt.Errorf("listing statefulsets: %w", err)
+	}
+	nss := &corev1.NamespaceList{}
+	if err := c.List(ctx, nss); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+
+	snap := &disruption.Snapshot{Now: o.Now, DaemonSetPods: planning.DaemonSetPods(dss.Items),
+		WellKnownLabels: cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: o.Evictions}
+	wait := o.ScaleDownWait
+	if wait <= 0 {
+		wait = disruption.DefaultScaleDownWait
+	}
+	sd := o.ScaleDowns
+	if sd == nil {
+		sd = &ScaleDowns{}
+	}
+	snap.ScaleDowns = sd.observe(snap.Now, wait, append(replicaSets(rss.Items), statefulSets(sss.Items)...))
+	for i := range nss.Items {
+		snap.NamespaceLabels[nss.Items[i].Name] = nss.Items[i].Labels
+	}
+	for i := range pdbs.Items {
+		snap.PDBs = append(snap.PDBs, &pdbs.Items[i])
+	}
+	managed := map[string]bool{}
+	for _, p := range planning.Pools(ctx, cloud, o.NodeCost, nps.Items, ncs.Items) {
+		snap.NodePools = append(snap.NodePools, disruption.Pool{NodePool: p.NodePool, Solver: p.Solver})
+		managed[p.NodePool.Name] = true
+	}
+
+	bound := map[string][]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		switch {
+		case planning.Provisionable(p):
+			snap.Pending = append(snap.Pending, p)
+		case p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
+			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)
+		}
+	}
+	byProvider := map[string]*corev1.Node{}
+	for i := range nodes.Items {
+		if id := nodes.Items[i].Spec.ProviderID; id != "" {
+			byProvider[id] = &nodes.Items[i]
+		}
+	}
+	owned, claimedIDs := map[string]bool{}, map[string]bool{}
+	for i := range ncs.Items {
+		claimedIDs[ncs.Items[i].Status.ProviderID] = true
+	}
+	for i := range ncs.Items {
+		nc := &ncs.Items[i]
+		if !managed[nc.Labels[karpv1.NodePoolLabelKey]] {
+			continue
+		}
+		n := &disruption.Node{NodeClaim: nc}
+		if nc.Status.ProviderID != "" {
+			n.Node = byProvider[nc.Status.ProviderID]
+		}
+		if n.Node != nil {
+			n.Pods = bound[n.Node.Name]
+			owned[n.Node.Name] = true
+		}
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		// Nodes of pools not managed here (static, being deleted) are not room pods may move to.
+		if owned[n.Name] || n.Spec.ProviderID != "" && claimedIDs[n.Spec.ProviderID] {
+			continue
+		}
+		snap.OtherNodes = append(snap.OtherNodes, solver.ExistingNode{Name: n.Name, Labels: n.Labels, Taints: n.Spec.Taints,
+			Allocatable: n.Status.Allocatable, Pods: bound[n.Name], Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero()})
+	}
+	return snap, nil
+}
