@@ -106,6 +106,30 @@ cluster holds now. It reads the cluster with your credentials and writes nothing
 			return o.explainNodeClaim(cmd.Context(), "", args[0], cmd.OutOrStdout())
 		},
 	})
+	explainCmd.AddCommand(&cobra.Command{
+		Use:     "nodepool NAME",
+		Short:   "A NodePool's nodes and $/h, limits left, disruptions its budgets allow now, cheapest types",
+		Example: `  kubectl capstan explain nodepool default`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.checkOutput(); err != nil {
+				return err
+			}
+			c, _, err := o.client()
+			if err != nil {
+				return err
+			}
+			cloud, err := o.provider(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			a, err := explain.NodePool(cmd.Context(), c, cloud, o.nodeCost, time.Now(), args[0])
+			if err != nil {
+				return err
+			}
+			return write(cmd.OutOrStdout(), o.output, a)
+		},
+	})
 	root.AddCommand(explainCmd)
 	return root
 }

@@ -91,6 +91,7 @@ plugin    taint         taint dedicated=db:NoSchedule not tolerated
 		{[]string{"explain", "pod", "db-0", "-n", "default", "--kubeconfig", kubeconfig, "--cloud-provider", "gcp"}, `--cloud-provider "gcp": want sim or aws`},
 		{[]string{"explain", "nodeclaim", "nope", "--kubeconfig", kubeconfig}, `nodeclaim nope: nodeclaims.karpenter.sh "nope" not found`},
 		{[]string{"explain", "node", "nope", "--kubeconfig", kubeconfig}, `node nope: no NodeClaim names it`},
+		{[]string{"explain", "nodepool", "nope", "--kubeconfig", kubeconfig}, `nodepool nope: nodepools.karpenter.sh "nope" not found`},
 	} {
 		out, _, err := run(tc.args...)
 		if err == nil || out != "" {
@@ -100,6 +101,11 @@ plugin    taint         taint dedicated=db:NoSchedule not tolerated
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %q, want it to name %q", tc.args, err, tc.want)
 		}
+	}
+
+	out, _, err = run("explain", "nodepool", "plugin", "--kubeconfig", kubeconfig)
+	if err != nil || !strings.HasPrefix(out, "NodePool plugin: 0 node(s), 0.0000 $/h.\nNo limits.\n") || !strings.Contains(out, "1 instance type(s) admitted; cheapest: m5.large ") {
+		t.Errorf("explain nodepool: %v\n%s", err, out)
 	}
 
 	help, _, err := run("explain", "pod", "--help")

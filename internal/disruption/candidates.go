@@ -264,23 +264,26 @@ func (d *decider) block(c *Candidate, pdbs *pdbIndex, moved *movedPods) {
 // nodePrice is the price of the machine's offering plus the pool's per-node cost.
 func nodePrice(n *Node, pool *Pool) (price float64, capacityType string, known bool) {
 	lbl := func(k string) string {
-		if v, ok := n.Node.Labels[k]; ok {
-			return v
+		if n.Node != nil {
+			if v, ok := n.Node.Labels[k]; ok {
+				return v
+			}
 		}
 		return n.NodeClaim.Labels[k]
 	}
-	name, zone, ct := lbl(karpv1.InstanceTypeLabelKey), lbl(karpv1.ZoneLabelKey), lbl(karpv1.CapacityTypeLabelKey)
-	for _, it := range pool.Solver.InstanceTypes {
-		if it.Name != name {
-			continue
-		}
-		for _, o := range it.Offerings {
-			if o.Zone == zone && o.CapacityType == ct {
-				return o.Price + pool.Solver.NodeCost, ct, true
-			}
-		}
+	ct := lbl(karpv1.CapacityTypeLabelKey)
+	p, ok := nodeclaims.OfferingPrice(pool.Solver.InstanceTypes, lbl(karpv1.InstanceTypeLabelKey), lbl(karpv1.ZoneLabelKey), ct)
+	if !ok {
+		return 0, ct, false
 	}
-	return 0, ct, false
+	return p + pool.Solver.NodeCost, ct, true
+}
+
+// NodePrice is the hourly price of a node's machine (its offering in its pool's instance types)
+// plus its pool's per-node cost; false when the pool no longer offers it.
+func NodePrice(n *Node, pool *Pool) (float64, bool) {
+	p, _, ok := nodePrice(n, pool)
+	return p, ok
 }
 
 // utilization is the larger of the node's CPU and memory requests over its allocatable.

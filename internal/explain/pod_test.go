@@ -2,8 +2,10 @@ package explain
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -99,6 +101,65 @@ To fit there: request less, or let the NodePool use larger instance types.
 		}
 		if a.Closest != nil && !strings.Contains(out.String(), "NODEPOOL") {
 			t.Errorf("explain pod %s: no per-NodePool table:\n%s", tc.pod.Name, out.String())
+		}
+	}
+}
+
+// explain nodepool: the pool's nodes and price, what is left of its limits after its claims,
+// what its budgets allow each reason now, and its cheapest types.
+func TestExplainNodePool(t *testing.T) {
+	create(t, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "explain-np"},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large", "m5.xlarge"}}})
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "explain-np"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "explain-np"}
+	np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10")}
+	np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "0", Reasons: []karpv1.DisruptionReason{karpv1.DisruptionReasonDrifted}}, {Nodes: "1"}}
+	create(t, np)
+	sim := simtest.New(t, env.Client)
+	for _, name := range []string{"explain-np-a", "explain-np-b"} {
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{karpv1.NodePoolLabelKey: "explain-np",
+			karpv1.InstanceTypeLabelKey: "m5.large", karpv1.ZoneLabelKey: "zone-a", karpv1.CapacityTypeLabelKey: karpv1.CapacityTypeOnDemand}},
+			Spec: karpv1.NodeClaimSpec{NodeClassRef: np.Spec.Template.Spec.NodeClassRef, Requirements: np.Spec.Template.Spec.Requirements}}
+		create(t, nc)
+		nc.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+		nc.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.Now()}}
+		if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np")
+	if err != nil {
+		t.Fatal(err)
+	}
+	large := 0.0
+	for _, tp := range a.Cheapest {
+		if tp.Name == "m5.large" {
+			large = tp.Price
+		}
+	}
+	if !a.Managed || a.Nodes != 2 || large == 0 || math.Abs(a.Price-2*large) > 1e-9 || a.InstanceTypes != 2 || a.Cheapest[0].Name != "m5.large" {
+		t.Fatalf("answer %+v: want 2 managed m5.large nodes priced at twice m5.large's %.4f $/h, 2 types, m5.large cheapest", a, large)
+	}
+	if len(a.Limits) != 1 || a.Limits[0].Resource != "cpu" || a.Limits[0].Limit != "10" || a.Limits[0].Left != "6" {
+		t.Errorf("limits %+v, want cpu 10 with 6 left after two 2-CPU claims", a.Limits)
+	}
+	want := map[string][2]int{"Empty": {1, 1}, "Drifted": {0, 0}, "Underutilized": {1, 1}}
+	if len(a.Disruptions) != len(want) {
+		t.Fatalf("disruptions %+v, want one per reason", a.Disruptions)
+	}
+	for _, d := range a.Disruptions {
+		if w := want[d.Reason]; d.Nodes != w[0] || d.Budget != w[1] {
+			t.Errorf("%s: %d allowed by budget %d, want %d by budget %d", d.Reason, d.Nodes, d.Budget, w[0], w[1])
+		}
+	}
+	var out strings.Builder
+	if err := a.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"NodePool explain-np: 2 node(s), ", "2 instance type(s) admitted; cheapest: m5.large "} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("explain nodepool printed:\n%s\nwant %q in it", out.String(), line)
 		}
 	}
 }

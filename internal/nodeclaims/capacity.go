@@ -52,3 +52,19 @@ func ExpectedAllocatable(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceTy
 	}
 	return alloc
 }
+
+// OfferingPrice is the hourly price of the offering a machine runs on: its instance type's offering
+// in its zone and capacity type, among types; false when the types no longer offer it.
+func OfferingPrice(types []*cloudprovider.InstanceType, typeName, zone, capacityType string) (float64, bool) {
+	for _, it := range types {
+		if it.Name != typeName {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if o.Zone == zone && o.CapacityType == capacityType {
+				return o.Price, true
+			}
+		}
+	}
+	return 0, false
+}

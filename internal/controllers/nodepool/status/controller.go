@@ -29,6 +29,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 )
 
@@ -181,22 +182,10 @@ func (c *Controller) record(np *karpv1.NodePool, claims []karpv1.NodeClaim, its 
 	for k, q := range np.Spec.Limits {
 		limits[string(k)] = q.AsApproximateFloat64()
 	}
-	byName := make(map[string]*cloudprovider.InstanceType, len(its))
-	for _, t := range its {
-		byName[t.Name] = t
-	}
 	cost := 0.0
 	for _, nc := range claims {
-		t, ok := byName[nc.Labels[karpv1.InstanceTypeLabelKey]]
-		if !ok {
-			continue
-		}
-		zone, ct := nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey]
-		for _, o := range t.Offerings {
-			if o.Zone == zone && o.CapacityType == ct {
-				cost += o.Price
-			}
-		}
+		p, _ := nodeclaims.OfferingPrice(its, nc.Labels[karpv1.InstanceTypeLabelKey], nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey])
+		cost += p
 	}
 	c.Metrics.PoolStatus(np.Name, usage, limits, cost)
 }
