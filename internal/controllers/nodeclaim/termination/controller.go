@@ -43,6 +43,9 @@ type Controller struct {
 	// Launches, shared with the lifecycle controller, marks claims whose launch is in flight; may
 	// be nil.
 	Launches *nodeclaims.Launches
+
+	// pdbEvents bounds the pod events of evictions a PodDisruptionBudget blocks.
+	pdbEvents pdbEvents
 }
 
 // Name is the controller's name and log key.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,7 +132,14 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsTooManyRequests(err):
-		c.warn(p, "FailedDraining", "Drain", fmt.Sprintf("Eviction blocked by a PodDisruptionBudget: %s", err))
+		pdb := c.blockingPDB(ctx, p)
+		if c.pdbEvents.allow(pdb, p, now) {
+			name := "a PodDisruptionBudget"
+			if pdb != "" {
+				name = "PodDisruptionBudget " + pdb
+			}
+			c.warn(p, "FailedDraining", "Drain", fmt.Sprintf("Eviction blocked by %s: %s", name, err))
+		}
 		c.warn(nc, "FailedDraining", "Drain", fmt.Sprintf("Pod %s/%s: eviction blocked by a PodDisruptionBudget", p.Namespace, p.Name))
 		return nil
 	default:
@@ -142,4 +151,61 @@ func (c *Controller) evict(ctx context.Context, nc *karpv1.NodeClaim, p *corev1.
 // one pod and then another shows both.
 func (c *Controller) warn(o runtime.Object, reason, action, msg string) {
 	c.Recorder.Eventf(o, nil, corev1.EventTypeWarning, reason, eventkey.Action(action, msg), "%s", msg)
+}
+
+// blockingPDB names (namespace/name) the PodDisruptionBudget of the pod's namespace whose
+// selector matches it, or "" when none is found (the eviction API's answer does not name it).
+func (c *Controller) blockingPDB(ctx context.Context, p *corev1.Pod) string {
+	pdbs := &policyv1.PodDisruptionBudgetList{}
+	if err := c.Client.List(ctx, pdbs, client.InNamespace(p.Namespace)); err != nil {
+		return ""
+	}
+	for i := range pdbs.Items {
+		sel, err := metav1.LabelSelectorAsSelector(pdbs.Items[i].Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		if sel.Matches(labels.Set(p.Labels)) {
+			return p.Namespace + "/" + pdbs.Items[i].Name
+		}
+	}
+	return ""
+}
+
+// pdbEventEvery bounds the pod events of one PodDisruptionBudget's blocked evictions: a drain
+// retries every few seconds, and a PDB guarding many pods would otherwise write an event per pod
+// per retry.
+const pdbEventEvery = time.Minute
+
+// pdbEvents remembers when each PodDisruptionBudget (or, unnamed, each pod) last had a blocked
+// eviction told on a pod.
+type pdbEvents struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// allow reports whether a blocked eviction of the pod may be told on it now: at most once per
+// PDB per pdbEventEvery.
+func (e *pdbEvents) allow(pdb string, p *corev1.Pod, now time.Time) bool {
+	key := pdb
+	if key == "" {
+		key = "pod " + p.Namespace + "/" + p.Name
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.last == nil {
+		e.last = map[string]time.Time{}
+	}
+	if t, ok := e.last[key]; ok && now.Sub(t) < pdbEventEvery {
+		return false
+	}
+	if len(e.last) > 1000 {
+		for k, t := range e.last {
+			if now.Sub(t) >= pdbEventEvery {
+				delete(e.last, k)
+			}
+		}
+	}
+	e.last[key] = now
+	return true
 }

@@ -2,6 +2,7 @@ package termination
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ var env *testenv.Env
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 type fixture struct {
+	rec       *events.FakeRecorder
 	clk       *clocktesting.FakeClock
 	cloud     *sim.Cloud
 	lifecycle *lifecycle.Controller
@@ -44,7 +46,7 @@ func readyClaim(t *testing.T, name string, tgp time.Duration) *fixture {
 	sc := simtest.New(t, env.Client)
 	clk, p := sc.Clock, sc.Provider
 	rec := events.NewFakeRecorder(1000)
-	f := &fixture{clk: clk, cloud: sc.Cloud,
+	f := &fixture{rec: rec, clk: clk, cloud: sc.Cloud,
 		lifecycle: &lifecycle.Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec},
 		ctrl:      &Controller{Client: env.Client, Cloud: p, Clock: clk, Recorder: rec}}
 	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -138,6 +140,18 @@ func condition(t *testing.T, name, typ string) metav1.ConditionStatus {
 	return ""
 }
 
+// pdbPodEvents drains the recorder and counts the pod events of evictions PodDisruptionBudget
+// default/guarded blocked.
+func pdbPodEvents(f *fixture) int {
+	n := 0
+	for len(f.rec.Events) > 0 {
+		if e := <-f.rec.Events; strings.Contains(e, "Eviction blocked by PodDisruptionBudget default/guarded: ") {
+			n++
+		}
+	}
+	return n
+}
+
 // wantGone asserts that the claim, its node and its machine are gone.
 func wantGone(t *testing.T, f *fixture, name string) {
 	t.Helper()
@@ -191,9 +205,21 @@ func TestDrainRespectsPDBAndDoNotDisruptUntilTheGracePeriod(t *testing.T) {
 	if len(left) != 2 {
 		t.Fatalf("pods left after the first eviction round: %v, want guarded and pinned", left)
 	}
+	// The guarded pod is told which PDB blocks it, once a minute however often the drain retries.
+	if n := pdbPodEvents(f); n != 1 {
+		t.Fatalf("%d pod events naming PodDisruptionBudget default/guarded after the first round, want 1", n)
+	}
+	f.clk.Step(10 * time.Second)
+	f.reconcile(t, name)
+	if n := pdbPodEvents(f); n != 0 {
+		t.Fatalf("%d more pod events 10 s later, want none within the minute", n)
+	}
 	// Still blocked well before the deadline.
 	f.clk.Step(30 * time.Minute)
 	f.reconcile(t, name)
+	if n := pdbPodEvents(f); n != 1 {
+		t.Fatalf("%d pod events half an hour later, want 1 again", n)
+	}
 	if left := kubelet(t, name); len(left) != 2 {
 		t.Fatalf("a protected pod was removed before the grace period: left %v", left)
 	}
