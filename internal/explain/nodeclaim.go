@@ -13,6 +13,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
 )
 
@@ -26,6 +27,10 @@ type NodeClaimAnswer struct {
 	Zone         string `json:"zone,omitempty"`
 	// Pods counts the pods bound to its node (DaemonSet pods included).
 	Pods int `json:"pods"`
+	// LaunchedFor is what provisioning or a disruption replacement planned the claim for: its
+	// pods, its instance types and price (planning.LaunchedFor); empty for a claim Capstan did
+	// not launch.
+	LaunchedFor string `json:"launchedFor,omitempty"`
 	// Drifted is the Drifted condition's reason and message, when it is true.
 	Drifted string `json:"drifted,omitempty"`
 	// Disrupted says the claim is being deleted already.
@@ -68,7 +73,7 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	}
 	a := &NodeClaimAnswer{NodeClaim: nc.Name, NodePool: nc.Labels[karpv1.NodePoolLabelKey], Node: nc.Status.NodeName,
 		InstanceType: nc.Labels[karpv1.InstanceTypeLabelKey], CapacityType: nc.Labels[karpv1.CapacityTypeLabelKey],
-		Zone: nc.Labels[karpv1.ZoneLabelKey], Disrupted: !nc.DeletionTimestamp.IsZero()}
+		Zone: nc.Labels[karpv1.ZoneLabelKey], Disrupted: !nc.DeletionTimestamp.IsZero(), LaunchedFor: nc.Annotations[planning.LaunchedForAnnotationKey]}
 	if cond := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeDrifted); cond != nil && cond.Status == "True" {
 		a.Drifted = strings.TrimSpace(cond.Reason + ": " + cond.Message)
 	}
@@ -124,6 +129,9 @@ func (a *NodeClaimAnswer) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "NodeClaim %s (NodePool %s): %s %s in %s, node %s, %d pod(s).\n", a.NodeClaim, a.NodePool,
 		orDash(a.InstanceType), orDash(a.CapacityType), orDash(a.Zone), orDash(a.Node), a.Pods)
+	if a.LaunchedFor != "" {
+		fmt.Fprintf(&b, "Launched for %s.\n", a.LaunchedFor)
+	}
 	if a.Drifted != "" {
 		fmt.Fprintf(&b, "Drifted: %s.\n", a.Drifted)
 	}

@@ -7,7 +7,9 @@ package planning
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -161,6 +163,7 @@ func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1
 	annotations := map[string]string{
 		karpv1.NodePoolHashAnnotationKey:        nodepools.Hash(np),
 		karpv1.NodePoolHashVersionAnnotationKey: nodepools.HashVersion,
+		LaunchedForAnnotationKey:                LaunchedFor(planned),
 	}
 	for k, v := range t.ObjectMeta.Annotations {
 		annotations[k] = v
@@ -195,4 +198,49 @@ func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1
 			ExpireAfter:            t.Spec.ExpireAfter,
 		},
 	}
+}
+
+// LaunchedForAnnotationKey records on a NodeClaim what it was planned for, as LaunchedFor says
+// it: what `kubectl capstan explain nodeclaim` answers to "why was this machine launched?".
+const LaunchedForAnnotationKey = "capstan.dev/launched-for"
+
+// LaunchedFor says what a planned machine is for: its pods (the first few), the instance types
+// it may launch as (cheapest first, the first few) and the cheapest one's hourly price.
+func LaunchedFor(planned *solver.PlannedNodeClaim) string {
+	return fmt.Sprintf("%d pod(s): %s; instance types, cheapest first: %s; %.4f $/h",
+		len(planned.Pods), PodList(planned.Pods), TypeList(planned.InstanceTypes), planned.Price)
+}
+
+// PodList names the first five pods (namespace/name) and counts the rest.
+func PodList(pods []*corev1.Pod) string {
+	const show = 5
+	names := make([]string, 0, show)
+	for i, p := range pods {
+		if i == show {
+			break
+		}
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	s := strings.Join(names, ", ")
+	if len(pods) > show {
+		s += fmt.Sprintf(" and %d other(s)", len(pods)-show)
+	}
+	return s
+}
+
+// TypeList names the first three instance types and counts the rest.
+func TypeList(its []*cloudprovider.InstanceType) string {
+	const show = 3
+	names := make([]string, 0, show)
+	for i, it := range its {
+		if i == show {
+			break
+		}
+		names = append(names, it.Name)
+	}
+	s := strings.Join(names, ", ")
+	if n := len(its) - show; n > 0 {
+		s += fmt.Sprintf(" and %d other(s)", n)
+	}
+	return s
 }

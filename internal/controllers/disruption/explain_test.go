@@ -11,6 +11,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/explain"
+	"capstan.dev/capstan/internal/planning"
 )
 
 // `kubectl capstan explain nodeclaim` names the blocker of a node left alone — a PDB, the
@@ -79,14 +80,26 @@ func TestExplainNodeClaimSaysWhatTheControllerSays(t *testing.T) {
 		})
 	}
 
-	// A node a round takes: the command, its rule and its saving.
+	// A node a round takes: the command, its rule and its saving; and what it was launched for.
 	f := newFixture(t, "explain-empty", nil)
-	f.node("explain-empty-idle", "m5.xlarge")
+	nc, _ := f.node("explain-empty-idle", "m5.xlarge")
+	orig := nc.DeepCopy()
+	nc.Annotations = map[string]string{planning.LaunchedForAnnotationKey: "2 pod(s): explain-empty/web-0, explain-empty/web-1; instance types, cheapest first: m5.xlarge; 0.1920 $/h"}
+	if err := env.Client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
 	a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, 0, f.clk.Now(), "explain-empty-idle")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Command == nil || a.Command.Method != "Emptiness" || a.Command.Rule != "Emptiness: no pods to move" || a.Command.PriceAfter != 0 {
 		t.Fatalf("explain of an empty node: %+v, want the emptiness command", a.Command)
+	}
+	var out strings.Builder
+	if err := a.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "\nLaunched for 2 pod(s): explain-empty/web-0, explain-empty/web-1; instance types, cheapest first: m5.xlarge; 0.1920 $/h.\n") {
+		t.Errorf("explain nodeclaim printed:\n%s\nwant what the claim was launched for", out.String())
 	}
 }

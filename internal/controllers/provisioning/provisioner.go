@@ -264,7 +264,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if len(pending) == 0 {
 		return &Result{}, nil
 	}
-	logger.Info("found provisionable pod(s)", "Pods", podList(pending), "duration", "0s")
+	logger.Info("found provisionable pod(s)", "Pods", planning.PodList(pending), "duration", "0s")
 	if err := p.limitAttachments(ctx, vols, st.Nodes); err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		p.remember(nc)
 		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
-			"requests", describe(planned.Requests), "instance-types", instanceTypeList(planned), "pods", len(planned.Pods))
+			"requests", describe(planned.Requests), "instance-types", planning.TypeList(planned.InstanceTypes), "pods", len(planned.Pods))
 		p.nominatedEvent(planned.Pods, nc.Name)
 	}
 	if len(plan.NodeClaims) > 0 {
@@ -417,38 +417,6 @@ func (p *Provisioner) nominatedEvent(pods []*corev1.Pod, claim string) {
 		}
 		p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Nominated", "Schedule", "Pod should schedule on: nodeclaim/%s", claim)
 	}
-}
-
-func podList(pods []*corev1.Pod) string {
-	const show = 5
-	names := make([]string, 0, show)
-	for i, p := range pods {
-		if i == show {
-			break
-		}
-		names = append(names, p.Namespace+"/"+p.Name)
-	}
-	s := strings.Join(names, ", ")
-	if len(pods) > show {
-		s += fmt.Sprintf(" and %d other(s)", len(pods)-show)
-	}
-	return s
-}
-
-func instanceTypeList(nc *solver.PlannedNodeClaim) string {
-	const show = 3
-	names := make([]string, 0, show)
-	for i, it := range nc.InstanceTypes {
-		if i == show {
-			break
-		}
-		names = append(names, it.Name)
-	}
-	s := strings.Join(names, ", ")
-	if n := len(nc.InstanceTypes) - show; n > 0 {
-		s += fmt.Sprintf(" and %d other(s)", n)
-	}
-	return s
 }
 
 func describe(rl corev1.ResourceList) string {

@@ -17,6 +17,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -146,6 +147,10 @@ func TestPendingPodsBecomeNodeClaimsOnce(t *testing.T) {
 	}
 	if !hasIT || nc.Spec.Resources.Requests.Cpu().MilliValue() < 500 {
 		t.Fatalf("claim spec %+v", nc.Spec)
+	}
+	// What it was launched for, for `kubectl capstan explain nodeclaim`.
+	if lf := nc.Annotations[planning.LaunchedForAnnotationKey]; !strings.Contains(lf, " pod(s): "+ns+"/web-") || !strings.Contains(lf, "; instance types, cheapest first: ") {
+		t.Errorf("claim's %s annotation %q, want its pods and instance types", planning.LaunchedForAnnotationKey, lf)
 	}
 	// Each NodeClaim is its planned machine: same candidate instance types, same requests.
 	for i, created := range res.Created {
