@@ -112,14 +112,7 @@ cluster holds now. It reads the cluster with your credentials and writes nothing
 		Example: `  kubectl capstan explain nodepool default`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.checkOutput(); err != nil {
-				return err
-			}
-			c, _, err := o.client()
-			if err != nil {
-				return err
-			}
-			cloud, err := o.provider(cmd.Context(), c)
+			c, _, cloud, err := o.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -136,10 +129,7 @@ cluster holds now. It reads the cluster with your credentials and writes nothing
 
 // explainNodeClaim explains the claim named, or the claim of the node named.
 func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io.Writer) error {
-	if err := o.checkOutput(); err != nil {
-		return err
-	}
-	c, _, err := o.client()
+	c, _, cloud, err := o.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -157,10 +147,6 @@ func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io
 			return fmt.Errorf("node %s: no NodeClaim names it (a node Capstan did not launch, or not registered yet)", node)
 		}
 	}
-	cloud, err := o.provider(ctx, c)
-	if err != nil {
-		return err
-	}
 	a, err := explain.NodeClaim(ctx, c, cloud, o.nodeCost, time.Now(), claim)
 	if err != nil {
 		return err
@@ -168,11 +154,21 @@ func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io
 	return write(w, o.output, a)
 }
 
-func (o *options) checkOutput() error {
+// connect checks the output format and returns the cluster's client, the namespace to use and
+// the cloud provider, as every command needs them.
+func (o *options) connect(ctx context.Context) (client.Client, string, cloudprovider.CloudProvider, error) {
 	if o.output != "table" && o.output != "json" && o.output != "yaml" {
-		return fmt.Errorf("--output %q: want table, json or yaml", o.output)
+		return nil, "", nil, fmt.Errorf("--output %q: want table, json or yaml", o.output)
 	}
-	return nil
+	c, ns, err := o.client()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cloud, err := o.provider(ctx, c)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return c, ns, cloud, nil
 }
 
 // client reads the cluster as the kubeconfig says, and the namespace to use.
@@ -248,20 +244,13 @@ func (o *options) provider(ctx context.Context, c client.Client) (cloudprovider.
 }
 
 func (o *options) explainPod(ctx context.Context, name string, w io.Writer) error {
-	if err := o.checkOutput(); err != nil {
-		return err
-	}
-	c, ns, err := o.client()
+	c, ns, cloud, err := o.connect(ctx)
 	if err != nil {
 		return err
 	}
 	pod := &corev1.Pod{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
-	}
-	cloud, err := o.provider(ctx, c)
-	if err != nil {
-		return err
 	}
 	a, err := explain.Pod(ctx, c, cloud, o.nodeCost, pod)
 	if err != nil {

@@ -17,7 +17,9 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
+	"capstan.dev/capstan/internal/solver"
 )
 
 // NodePoolAnswer says what a NodePool holds and allows now.
@@ -89,7 +91,11 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		}
 	}
 	if pool == nil {
-		a.Why = notManaged(ctx, cloud, np)
+		_, why, err := planning.PoolFor(ctx, cloud, nodeCost, np, nil)
+		a.Why = why
+		if err != nil {
+			a.Why += ": " + err.Error()
+		}
 		ncs := &karpv1.NodeClaimList{}
 		if err := c.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: name}); err != nil {
 			return nil, fmt.Errorf("listing nodeclaims: %w", err)
@@ -127,40 +133,14 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		a.Disruptions = append(a.Disruptions, out)
 	}
 	a.InstanceTypes = len(pool.Solver.InstanceTypes)
-	allows := func(key, v string) bool {
-		r, ok := pool.Solver.Requirements.Get(key)
-		return !ok || r.Allows(v)
-	}
 	for _, it := range pool.Solver.InstanceTypes {
-		low := math.Inf(1)
-		for _, o := range it.Offerings {
-			if o.Available && allows(karpv1.CapacityTypeLabelKey, o.CapacityType) && allows(karpv1.ZoneLabelKey, o.Zone) {
-				low = math.Min(low, o.Price)
-			}
-		}
-		if !math.IsInf(low, 1) {
+		if low, ok := solver.CheapestOffering(it, pool.Solver.Requirements); ok {
 			a.Cheapest = append(a.Cheapest, TypePrice{Name: it.Name, Price: low + pool.Solver.NodeCost})
 		}
 	}
 	sort.SliceStable(a.Cheapest, func(i, j int) bool { return a.Cheapest[i].Price < a.Cheapest[j].Price })
 	a.Cheapest = a.Cheapest[:min(len(a.Cheapest), cheapestShown)]
 	return a, nil
-}
-
-// notManaged says why planning leaves a pool out.
-func notManaged(ctx context.Context, cloud cloudprovider.CloudProvider, np *karpv1.NodePool) string {
-	switch {
-	case !np.DeletionTimestamp.IsZero():
-		return "it is being deleted"
-	case !cloudprovider.Manages(cloud, np.Spec.Template.Spec.NodeClassRef):
-		return "its NodeClass is not one this cloud provider serves"
-	case np.Spec.Replicas != nil:
-		return "it is static (spec.replicas): pending pods never buy machines from it"
-	}
-	if _, err := cloud.GetInstanceTypes(ctx, np); err != nil {
-		return "no instance types: " + err.Error()
-	}
-	return "its requirements or per-node cost are invalid (see its ValidationSucceeded condition)"
 }
 
 // WriteText prints the answer for a person.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -39,8 +38,8 @@ type PodAnswer struct {
 	// Launch is what provisioning would launch for the pod alone: the NodePool and the instance
 	// types, cheapest first.
 	Launch *Launch `json:"launch,omitempty"`
-	// Misses say, per NodePool, why none can launch a machine for the pod; Closest is the one it
-	// got furthest with. Empty when the pod fits somewhere.
+	// Misses say, per NodePool and closest first, why none can launch a machine for the pod;
+	// Closest is the one it got furthest with. Empty when the pod fits somewhere.
 	Misses  []solver.PoolMiss `json:"nodePools,omitempty"`
 	Closest *solver.PoolMiss  `json:"closest,omitempty"`
 	// Reason is the solver's whole answer for a pod that fits nowhere.
@@ -77,13 +76,7 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 	if err := c.List(ctx, pods); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	bound := map[string][]*corev1.Pod{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName != "" && p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)
-		}
-	}
+	_, bound := planning.SplitPods(pods.Items)
 	st, err := planning.ReadState(ctx, c, cloud, nodeCost, bound, nil)
 	if err != nil {
 		return nil, err
@@ -102,7 +95,7 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		a.Launch = &Launch{NodePool: nc.NodePool, InstanceTypes: its, Price: nc.Price}
 	case len(r.Unschedulable) > 0:
 		u := r.Unschedulable[0]
-		a.Reason, a.Misses = u.Reason, u.Pools
+		a.Reason, a.Misses = u.Reason, u.Ranked()
 		if c, ok := u.Closest(); ok {
 			a.Closest = &c
 		}
@@ -159,11 +152,9 @@ func (a *PodAnswer) WriteText(w io.Writer) error {
 	case a.Closest != nil:
 		fmt.Fprintf(&b, "Pod %s is pending: no NodePool can launch a machine for it.\n", a.Pod)
 		fmt.Fprintf(&b, "Closest: NodePool %s (%s): %s.\nTo fit there: %s.\n\n", a.Closest.NodePool, a.Closest.Stage, a.Closest.Reason, Hint(a.Closest.Stage))
-		misses := append([]solver.PoolMiss(nil), a.Misses...)
-		sort.SliceStable(misses, func(i, j int) bool { return misses[i].Stage > misses[j].Stage })
 		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NODEPOOL\tFAILED CHECK\tREASON")
-		for _, m := range misses {
+		for _, m := range a.Misses {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", m.NodePool, m.Stage, m.Reason)
 		}
 		if err := tw.Flush(); err != nil {

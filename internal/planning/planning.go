@@ -48,6 +48,22 @@ func Provisionable(pod *corev1.Pod) bool {
 	return pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName
 }
 
+// SplitPods sorts pods into the provisionable ones and, by node name, the ones bound to a node
+// and still running there (not finished, not being deleted).
+func SplitPods(pods []corev1.Pod) (pending []*corev1.Pod, bound map[string][]*corev1.Pod) {
+	bound = map[string][]*corev1.Pod{}
+	for i := range pods {
+		pod := &pods[i]
+		switch {
+		case Provisionable(pod):
+			pending = append(pending, pod)
+		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
+			bound[pod.Spec.NodeName] = append(bound[pod.Spec.NodeName], pod)
+		}
+	}
+	return pending, bound
+}
+
 // DaemonSetPods are one pod per DaemonSet, its template, as the solver charges them to machines.
 func DaemonSetPods(dss []appsv1.DaemonSet) []*corev1.Pod {
 	out := make([]*corev1.Pod, 0, len(dss))
@@ -72,44 +88,53 @@ type Pool struct {
 func Pools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, nps []karpv1.NodePool, claims []karpv1.NodeClaim) []Pool {
 	var out []Pool
 	for i := range nps {
-		np := &nps[i]
-		if !np.DeletionTimestamp.IsZero() {
+		p, why, err := PoolFor(ctx, cloud, nodeCost, &nps[i], claims)
+		if p == nil {
+			if err != nil {
+				log.FromContext(ctx).Info("skipping nodepool: "+why, "NodePool", klog.KObj(&nps[i]), "error", err.Error())
+			}
 			continue
 		}
-		if !cloudprovider.Manages(cloud, np.Spec.Template.Spec.NodeClassRef) {
-			continue
-		}
-		if np.Spec.Replicas != nil {
-			// A static pool keeps its replica count whatever is pending; pending pods never buy
-			// machines from it (Karpenter's rule for spec.replicas).
-			continue
-		}
-		types, err := cloud.GetInstanceTypes(ctx, np)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: no instance types", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		reqs, err := nodepools.Requirements(np)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: invalid requirements", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		cost, err := nodepools.NodeCost(np, nodeCost)
-		if err != nil {
-			log.FromContext(ctx).Info("skipping nodepool: invalid per-node cost", "NodePool", klog.KObj(np), "error", err.Error())
-			continue
-		}
-		weight := int32(0)
-		if np.Spec.Weight != nil {
-			weight = *np.Spec.Weight
-		}
-		out = append(out, Pool{NodePool: np, Solver: solver.NodePool{
-			Name: np.Name, Weight: weight, Requirements: reqs,
-			Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
-			InstanceTypes: types, Remaining: remaining(np, claims, types), NodeCost: cost,
-		}})
+		out = append(out, *p)
 	}
 	return out
+}
+
+// PoolFor is the NodePool as one new machines may come from, or nil and why it is not one: being
+// deleted, another provider's NodeClass, static — or, with the error, no instance types, invalid
+// requirements or an invalid per-node cost.
+func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, np *karpv1.NodePool, claims []karpv1.NodeClaim) (*Pool, string, error) {
+	switch {
+	case !np.DeletionTimestamp.IsZero():
+		return nil, "being deleted", nil
+	case !cloudprovider.Manages(cloud, np.Spec.Template.Spec.NodeClassRef):
+		return nil, "its NodeClass is not one this cloud provider serves", nil
+	case np.Spec.Replicas != nil:
+		// A static pool keeps its replica count whatever is pending; pending pods never buy
+		// machines from it (Karpenter's rule for spec.replicas).
+		return nil, "static (spec.replicas): pending pods never buy machines from it", nil
+	}
+	types, err := cloud.GetInstanceTypes(ctx, np)
+	if err != nil {
+		return nil, "no instance types", err
+	}
+	reqs, err := nodepools.Requirements(np)
+	if err != nil {
+		return nil, "invalid requirements", err
+	}
+	cost, err := nodepools.NodeCost(np, nodeCost)
+	if err != nil {
+		return nil, "invalid per-node cost", err
+	}
+	weight := int32(0)
+	if np.Spec.Weight != nil {
+		weight = *np.Spec.Weight
+	}
+	return &Pool{NodePool: np, Solver: solver.NodePool{
+		Name: np.Name, Weight: weight, Requirements: reqs,
+		Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
+		InstanceTypes: types, Remaining: remaining(np, claims, types), NodeCost: cost,
+	}}, "", nil
 }
 
 // remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts

@@ -169,18 +169,20 @@ func (s *solver) place(it podItem) podMiss {
 		if s.tryOpenClaims(v, it.pod) {
 			return podMiss{}
 		}
-		var why []string
-		pools := make([]PoolMiss, 0, len(s.pools))
+		var pools []PoolMiss
 		for _, p := range s.pools {
 			r, stage := s.tryNew(v, p, it.pod)
 			if r == "" {
 				return podMiss{}
 			}
-			why = append(why, fmt.Sprintf("NodePool %s: %s", p.np.Name, r))
 			pools = append(pools, PoolMiss{NodePool: p.np.Name, Stage: stage, Reason: r})
 		}
 		miss = podMiss{reason: "no NodePool", pools: pools}
-		if len(s.pools) > 0 {
+		if len(pools) > 0 {
+			why := make([]string, len(pools))
+			for i, m := range pools {
+				why[i] = fmt.Sprintf("NodePool %s: %s", m.NodePool, m.Reason)
+			}
 			miss.reason = strings.Join(why, "; ")
 		}
 		if rel := v.describeRelaxed(); rel != "" {

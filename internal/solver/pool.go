@@ -300,9 +300,9 @@ func launchLabel(key string) bool {
 	return false
 }
 
-// cheapestOffering is the lowest price among available offerings whose zone and capacity type
-// reqs allow.
-func cheapestOffering(it *cloudprovider.InstanceType, reqs requirements.Requirements) (float64, bool) {
+// CheapestOffering is the lowest price among the type's available offerings whose zone and
+// capacity type reqs allow.
+func CheapestOffering(it *cloudprovider.InstanceType, reqs requirements.Requirements) (float64, bool) {
 	f := offeringFilter(reqs)
 	return f.cheapest(it)
 }
@@ -342,7 +342,7 @@ func typeAllows(info *itInfo, reqs requirements.Requirements) bool {
 	if info.it.Requirements.Intersects(reqs) != nil {
 		return false
 	}
-	_, ok := cheapestOffering(info.it, reqs)
+	_, ok := CheapestOffering(info.it, reqs)
 	return ok
 }
 

@@ -1,7 +1,9 @@
 package solver
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -199,6 +201,13 @@ func (m MissStage) String() string {
 
 // MarshalText names the stage in JSON and YAML.
 func (m MissStage) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// Ranked are the per-NodePool misses, closest first (ties in the solve's order).
+func (e PodError) Ranked() []PoolMiss {
+	out := slices.Clone(e.Pools)
+	slices.SortStableFunc(out, func(a, b PoolMiss) int { return cmp.Compare(b.Stage, a.Stage) })
+	return out
+}
 
 // Closest is the NodePool the pod got furthest with — the one whose check it failed came last
 // (the first such NodePool in the solve's order) — and false when no NodePool was tried.

@@ -227,17 +227,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err := p.Client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	var pending []*corev1.Pod
-	bound := map[string][]*corev1.Pod{}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		switch {
-		case planning.Provisionable(pod):
-			pending = append(pending, pod)
-		case pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero() && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
-			bound[pod.Spec.NodeName] = append(bound[pod.Spec.NodeName], pod)
-		}
-	}
+	pending, bound := planning.SplitPods(pods.Items)
 	pending, vols, err := p.withVolumes(ctx, pending)
 	if err != nil {
 		return nil, err
@@ -369,16 +359,10 @@ func UnschedulableMessage(u solver.PodError) string {
 		return clip("Failed to schedule pod, " + u.Reason)
 	}
 	msg := fmt.Sprintf("Failed to schedule pod, closest NodePool %s: %s", c.NodePool, c.Reason)
-	others := make([]solver.PoolMiss, 0, len(u.Pools)-1)
-	for _, m := range u.Pools {
-		if m.NodePool != c.NodePool {
-			others = append(others, m)
-		}
-	}
+	others := u.Ranked()[1:]
 	if len(others) == 0 {
 		return msg
 	}
-	sort.SliceStable(others, func(i, j int) bool { return others[i].Stage > others[j].Stage })
 	msg += "; other NodePools:"
 	for i, m := range others {
 		part := fmt.Sprintf(" %s: %s;", m.NodePool, m.Reason)
