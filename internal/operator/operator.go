@@ -246,7 +246,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, err
 	}
 	if err := mgr.Add(&deletioncost.Controller{Client: c, Clock: clk, Snapshot: dis.Snapshot, Decision: dis.Options.Decision,
-		Enabled: o.FeatureGates["PodDeletionCostManagement"]}); err != nil {
+		Enabled: o.FeatureGates["PodDeletionCostManagement"], Informers: mgr.GetCache()}); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m}); err != nil {

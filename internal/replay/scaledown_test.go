@@ -2,10 +2,13 @@ package replay_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/catalog"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/solver"
@@ -17,6 +20,11 @@ import (
 type scaleDownCase struct {
 	name string
 	deps []replay.Deployment
+	// spot plays it as the local cluster's side-by-side does: spot machines of every size from 1
+	// to 96 vCPU, priced in proportion to size (linearMenu), which consolidation can delete but
+	// not replace (SpotToSpotConsolidation is off). Otherwise the pool is on-demand types of the
+	// simulated cloud's default catalog with more than 15 vCPU.
+	spot bool
 }
 
 // ramp is a Deployment's count: rising to peak over rise, then the steps' counts at their
@@ -43,16 +51,50 @@ type step struct {
 }
 
 func scaleDownCases() []scaleDownCase {
-	return []scaleDownCase{
-		{"1000-300", []replay.Deployment{{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, 300})}}},
-		{"1000-700", []replay.Deployment{{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, 700})}}},
-		{"two-in-three-steps", []replay.Deployment{
+	cases := []scaleDownCase{
+		{name: "1000-300", deps: []replay.Deployment{{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, 300})}}},
+		{name: "1000-700", deps: []replay.Deployment{{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, 700})}}},
+		{name: "two-in-three-steps", deps: []replay.Deployment{
 			{Name: "small", CPU: "250m", Memory: "256Mi", Replicas: ramp(600, 30*time.Second,
 				step{10 * time.Minute, 450}, step{15 * time.Minute, 300}, step{20 * time.Minute, 150})},
 			{Name: "large", CPU: "1", Memory: "1Gi", Replicas: ramp(100, 20*time.Second,
 				step{10 * time.Minute, 75}, step{15 * time.Minute, 50}, step{20 * time.Minute, 25})},
 		}},
 	}
+	for _, sc := range cases[:3] {
+		sc.name += "-spot"
+		sc.spot = true
+		cases = append(cases, sc)
+	}
+	return cases
+}
+
+// linearMenu is a kwok-format menu of amd64 Linux types c-<n>x (n vCPU, 2 GiB per vCPU) for n
+// from 1 to 96, each offered as spot and on-demand in three zones at prices in proportion to n
+// (spot at 70% of on-demand): the shape of the menu the side-by-side runs on, written here.
+func linearMenu(t testing.TB) []*cloudprovider.InstanceType {
+	t.Helper()
+	var entries []string
+	for _, n := range []int{1, 2, 4, 8, 16, 32, 48, 64, 96} {
+		var offers []string
+		for _, ct := range []struct {
+			name  string
+			price float64
+		}{{"spot", 0.7 * 0.04 * float64(n)}, {"on-demand", 0.04 * float64(n)}} {
+			for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
+				offers = append(offers, fmt.Sprintf(`{"Price": %g, "Available": true, "Requirements": [`+
+					`{"key": "karpenter.sh/capacity-type", "operator": "In", "values": [%q]},`+
+					`{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [%q]}]}`, ct.price, ct.name, z))
+			}
+		}
+		entries = append(entries, fmt.Sprintf(`{"name": "c-%dx-amd64-linux", "architecture": "amd64", "operatingSystems": ["linux"],`+
+			`"resources": {"cpu": "%d", "memory": "%dGi", "pods": "250"}, "offerings": [%s]}`, n, n, 2*n, strings.Join(offers, ",")))
+	}
+	its, err := catalog.ParseKWOK([]byte("[" + strings.Join(entries, ",") + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return its
 }
 
 // runScaleDown plays the case under the policy and returns the price at the peak and at the
@@ -60,9 +102,14 @@ func scaleDownCases() []scaleDownCase {
 func runScaleDown(t testing.TB, sc scaleDownCase, policy karpv1.ConsolidationPolicy, cfg replay.Config) (peak, end float64, r replay.Report) {
 	t.Helper()
 	np := onDemandPool(policy)
-	np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
-		karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
-	cfg.NodePool, cfg.InstanceTypes = np, simCatalog(t)
+	if sc.spot {
+		np.Spec.Template.Spec.Requirements[0].Values = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}
+		cfg.NodePool, cfg.InstanceTypes = np, linearMenu(t)
+	} else {
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
+			karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
+		cfg.NodePool, cfg.InstanceTypes = np, simCatalog(t)
+	}
 	c, err := replay.New(cfg)
 	if err != nil {
 		t.Fatal(err)

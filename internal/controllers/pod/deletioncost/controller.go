@@ -17,7 +17,9 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -32,6 +34,9 @@ const (
 	// DefaultWritesPerSecond bounds the pod patches: a re-ranking of a large cluster must not take
 	// the API client's whole rate (KUBE_CLIENT_QPS, 200 by default) from provisioning.
 	DefaultWritesPerSecond = 20
+	// DefaultDebounce is how long a pass waits after the first pod that woke it, gathering the
+	// pods a burst binds meanwhile into one pass.
+	DefaultDebounce = 2 * time.Second
 )
 
 // Controller ranks the nodes and patches the pods whose deletion cost differs from the ranking.
@@ -49,8 +54,19 @@ type Controller struct {
 	// patches (default DefaultWritesPerSecond, with a burst of as many).
 	Period          time.Duration
 	WritesPerSecond float64
+	// Informers, when set, wakes the controller before its period: a ReplicaSet pod bound to a
+	// node without a deletion cost starts a pass after Debounce (default DefaultDebounce). Without
+	// it, the pods a burst lands have no value for up to a period, and a scale-in then deletes
+	// the older pods around them: a machine that should have been emptied keeps those few.
+	Informers Informers
+	Debounce  time.Duration
 
 	limiter *rate.Limiter
+}
+
+// Informers hands out shared informers; controller-runtime's cache is one.
+type Informers interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...crcache.InformerGetOption) (crcache.Informer, error)
 }
 
 // Name is the controller's name and log key.
@@ -63,6 +79,10 @@ func (c *Controller) NeedLeaderElection() bool { return true }
 func (c *Controller) Start(ctx context.Context) error {
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("controller", c.Name()))
 	period := cmp.Or(c.Period, DefaultPeriod)
+	wake, err := c.watch(ctx)
+	if err != nil {
+		return err
+	}
 	for {
 		if _, err := c.Sync(ctx); err != nil && ctx.Err() == nil {
 			log.FromContext(ctx).Error(err, "writing pod deletion costs")
@@ -71,8 +91,51 @@ func (c *Controller) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.Clock.After(period):
+		case <-wake:
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-c.Clock.After(cmp.Or(c.Debounce, DefaultDebounce)):
+			}
 		}
 	}
+}
+
+// watch returns a channel that receives when a ReplicaSet pod without a deletion cost is bound to
+// a node (or seen bound for the first time) (nil, which never receives, without Informers). Sends never block: one pending
+// wake-up stands for any number of pods.
+func (c *Controller) watch(ctx context.Context) (<-chan struct{}, error) {
+	if c.Informers == nil {
+		return nil, nil
+	}
+	inf, err := c.Informers.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	wake := make(chan struct{}, 1)
+	signal := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" || !pods.OwnedByReplicaSet(p) || pods.DeletionCostOf(p) != pods.DeletionCostUnset {
+			return
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: signal,
+		// Only the binding: later updates of a pod the ranking leaves out (its node not yet
+		// initialized, or kept) would wake a pass each; the period catches those.
+		UpdateFunc: func(old, obj any) {
+			if o, ok := old.(*corev1.Pod); ok && o.Spec.NodeName == "" {
+				signal(obj)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	return wake, nil
 }
 
 // write is one pod's patch: value is the deletion cost to set, or nil to remove Capstan's.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -268,4 +269,57 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A pod bound after a pass is ranked once the debounce has passed, not a period later: a scale-in
+// right after a burst must find the burst's last pods ranked. The clock is stepped by the
+// debounce only, so without the wake-up the pod would never get its value.
+func TestBoundPodsWakeThePass(t *testing.T) {
+	c := newCluster(t)
+	informers, err := crcache.New(env.Config, crcache.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = informers.Start(ctx) }()
+	clk := clocktesting.NewFakeClock(start)
+	ctl := c.controller(true)
+	ctl.Clock, ctl.Informers = clk, informers
+	done := make(chan error, 1)
+	go func() { done <- ctl.Start(ctx) }()
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30 s: %s", what)
+			}
+		}
+	}
+	ranked := func(p *corev1.Pod) func() bool {
+		return func() bool { _, _, has, _ := annotations(t, p); return has }
+	}
+	// The informer's first list shows the cluster's unranked pods: they woke the controller, which
+	// waits for its period (one waiter) and the debounce (a second).
+	waitFor("the first pass ranked node-a's pod", ranked(c.pods["node-a"][0]))
+	waitFor("the initial pods started the debounce", func() bool { return clk.Waiters() == 2 })
+	clk.Step(DefaultDebounce)
+	// The second pass finds nothing to write and waits for a new period beside the first.
+	waitFor("the second pass waits", func() bool { return clk.Waiters() == 2 })
+
+	late := c.createPod(t, "late", "node-a", true)
+	waitFor("the bound pod started the debounce", func() bool { return clk.Waiters() == 3 })
+	clk.Step(DefaultDebounce)
+	waitFor("the pod bound after the pass got a deletion cost", ranked(late))
+	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruption.DeletionCostConsolidation)) {
+		t.Errorf("the late pod on node-a got %s, want node-a's rank %d", cost, disruption.DeletionCostConsolidation)
+	}
+	if clk.Since(start) >= DefaultPeriod {
+		t.Errorf("the clock moved %s, a whole period", clk.Since(start))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Start: %v", err)
+	}
 }
