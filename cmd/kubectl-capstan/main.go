@@ -28,6 +28,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/explain"
+	"capstan.dev/capstan/internal/record"
 	"capstan.dev/capstan/internal/scheme"
 )
 
@@ -49,15 +50,19 @@ type options struct {
 	awsRegion string
 	awsURL    string
 	cluster   string
+	// recording, when set, is read instead of the cluster; recordedAt is its time.
+	recording  string
+	recordedAt time.Time
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	o := &options{}
 	root := &cobra.Command{
 		Use:   "kubectl-capstan",
-		Short: "Explain Capstan's decisions",
+		Short: "Explain Capstan's decisions, and simulate what it would do",
 		Long: `kubectl capstan explains Capstan's decisions from the code that makes them, on what the
-cluster holds now. It reads the cluster with your credentials and writes nothing.`,
+cluster holds now (or a recording of it), and simulates what Capstan would do next, as configured
+and with changes. It reads the cluster with your credentials and writes nothing to it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// kubectl's plugin convention: usage lines read "kubectl capstan …".
@@ -75,6 +80,7 @@ cluster holds now. It reads the cluster with your credentials and writes nothing
 	f.StringVar(&o.awsRegion, "aws-region", "", "AWS region (aws; default: the SDK's)")
 	f.StringVar(&o.awsURL, "aws-endpoint-url", "", "AWS endpoint URL (aws; local endpoints)")
 	f.StringVar(&o.cluster, "cluster-name", "", "the cluster's name as Capstan's CLUSTER_NAME (aws)")
+	f.StringVar(&o.recording, "recording", "", "read this recording (kubectl capstan record) instead of the cluster")
 
 	explainCmd := &cobra.Command{Use: "explain", Short: "Say why Capstan decided what it did"}
 	explainCmd.AddCommand(&cobra.Command{
@@ -116,15 +122,23 @@ cluster holds now. It reads the cluster with your credentials and writes nothing
 			if err != nil {
 				return err
 			}
-			a, err := explain.NodePool(cmd.Context(), c, cloud, o.nodeCost, time.Now(), args[0])
+			a, err := explain.NodePool(cmd.Context(), c, cloud, o.nodeCost, o.now(), args[0])
 			if err != nil {
 				return err
 			}
 			return write(cmd.OutOrStdout(), o.output, a)
 		},
 	})
-	root.AddCommand(explainCmd)
+	root.AddCommand(explainCmd, newRecord(o), newSimulate(o))
 	return root
+}
+
+// now is the time decisions are made at: the recording's, or the clock's.
+func (o *options) now() time.Time {
+	if !o.recordedAt.IsZero() {
+		return o.recordedAt
+	}
+	return time.Now()
 }
 
 // explainNodeClaim explains the claim named, or the claim of the node named.
@@ -147,7 +161,7 @@ func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io
 			return fmt.Errorf("node %s: no NodeClaim names it (a node Capstan did not launch, or not registered yet)", node)
 		}
 	}
-	a, err := explain.NodeClaim(ctx, c, cloud, o.nodeCost, time.Now(), claim)
+	a, err := explain.NodeClaim(ctx, c, cloud, o.nodeCost, o.now(), claim)
 	if err != nil {
 		return err
 	}
@@ -156,9 +170,12 @@ func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io
 
 // connect checks the output format and returns the cluster's client, the namespace to use and
 // the cloud provider, as every command needs them.
-func (o *options) connect(ctx context.Context) (client.Client, string, cloudprovider.CloudProvider, error) {
+func (o *options) connect(ctx context.Context) (client.Reader, string, cloudprovider.CloudProvider, error) {
 	if o.output != "table" && o.output != "json" && o.output != "yaml" {
 		return nil, "", nil, fmt.Errorf("--output %q: want table, json or yaml", o.output)
+	}
+	if o.recording != "" {
+		return o.fromRecording()
 	}
 	c, ns, err := o.client()
 	if err != nil {
@@ -169,6 +186,33 @@ func (o *options) connect(ctx context.Context) (client.Client, string, cloudprov
 		return nil, "", nil, err
 	}
 	return c, ns, cloud, nil
+}
+
+// fromRecording serves --recording as the cluster and its cloud provider.
+func (o *options) fromRecording() (client.Reader, string, cloudprovider.CloudProvider, error) {
+	f, err := os.Open(o.recording)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--recording: %w", err)
+	}
+	defer f.Close()
+	r, err := record.Read(f)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--recording %s: %w", o.recording, err)
+	}
+	s, err := scheme.New()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cloud, err := r.Cloud()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--recording %s: %w", o.recording, err)
+	}
+	o.recordedAt = r.RecordedAt.Time
+	ns := o.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return r.Reader(s), ns, cloud, nil
 }
 
 // client reads the cluster as the kubeconfig says, and the namespace to use.

@@ -113,3 +113,87 @@ plugin    taint         taint dedicated=db:NoSchedule not tolerated
 		t.Errorf("explain pod --help: %v\n%s", err, help)
 	}
 }
+
+// record saves the cluster to a file; simulate and explain read it with --recording and answer
+// as on the cluster: the pending pod gets a machine. Bad input is one error, nothing written.
+func TestRecordThenSimulate(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.Kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cls := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "recorded"},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large", "m5.xlarge"}}}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "recorded"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "recorded"}
+	np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(0)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}}}}
+	for _, o := range []client.Object{cls, np, pod} {
+		if err := env.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+
+	file := filepath.Join(dir, "cluster.json")
+	if out, _, err := run("record", "--kubeconfig", kubeconfig, "-o", file); err != nil || out != "" {
+		t.Fatalf("record: %v, printed %q", err, out)
+	}
+	out, _, err := run("simulate", "--recording", file, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		Now     struct{ Pending int }
+		Settled struct {
+			Pending  int
+			Launched []string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &a); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if a.Now.Pending == 0 || a.Settled.Pending != 0 || len(a.Settled.Launched) != 1 || !strings.HasPrefix(a.Settled.Launched[0], "m5.large (") {
+		t.Errorf("simulate: now %d pending; settled %d pending, launched %v; want the pod on a new m5.large", a.Now.Pending, a.Settled.Pending, a.Settled.Launched)
+	}
+	out, _, err = run("explain", "pod", "web-0", "--recording", file)
+	if err != nil || !strings.Contains(out, "m5.large") {
+		t.Errorf("explain pod on the recording: %v\n%s", err, out)
+	}
+	table, _, err := run("simulate", "--recording", file, "--policy", "Balanced")
+	if err != nil || !strings.Contains(table, "SETTLED WITH THE CHANGES") || !strings.Contains(table, "launched: m5.large (") {
+		t.Errorf("simulate --policy Balanced: %v\n%s", err, table)
+	}
+
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"apiVersion": "capstan.dev/v9", "kind": "ClusterRecording"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"record", "--kubeconfig", missing, "-o", filepath.Join(dir, "never.json")}, "--kubeconfig " + missing + ": stat"},
+		{[]string{"simulate", "--recording", bad}, `apiVersion "capstan.dev/v9"`},
+		{[]string{"simulate", "--recording", missing}, "--recording: open " + missing},
+		{[]string{"simulate", "--recording", file, "--policy", "Sometimes"}, `--policy "Sometimes": want WhenEmpty`},
+		{[]string{"simulate", "--recording", file, "--remove-nodepool", "nope"}, "--remove-nodepool nope: no NodePool of that name"},
+		{[]string{"simulate", "--recording", file, "--feature-gates", "Drift=true"}, `--feature-gates "Drift=true"`},
+		{[]string{"simulate", "--recording", file, "-f", missing}, "-f: open " + missing},
+	} {
+		out, _, err := run(tc.args...)
+		if err == nil || out != "" {
+			t.Errorf("%v: printed %q, error %v; want an error and nothing printed", tc.args, out, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %q, want it to name %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "never.json")); !os.IsNotExist(err) {
+		t.Errorf("a failed record left a file: %v", err)
+	}
+}

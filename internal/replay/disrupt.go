@@ -3,12 +3,16 @@ package replay
 import (
 	"fmt"
 	"slices"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/pods"
 )
 
 // disrupt runs a disruption round as the controller does: finish the command in flight once its
@@ -53,11 +57,15 @@ func (c *Cluster) disrupt() {
 
 // Snapshot is the cluster as the decision core sees it now.
 func (c *Cluster) Snapshot() *disruption.Snapshot {
-	snap := &disruption.Snapshot{Now: c.now, NodePools: []disruption.Pool{c.pool}, Pending: slices.Clone(c.pending),
-		Evictions: c.evictions, ScaleDowns: c.scaleDowns}
-	after := c.pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration
+	snap := &disruption.Snapshot{Now: c.now, NodePools: c.pools, Pending: slices.Clone(c.pending),
+		Evictions: c.evictions, ScaleDowns: c.scaleDowns, OtherNodes: c.fixed.OtherNodes, PDBs: c.fixed.PDBs,
+		DaemonSetPods: c.fixed.DaemonSetPods, NamespaceLabels: c.fixed.NamespaceLabels, WellKnownLabels: c.fixed.WellKnownLabels}
 	for _, m := range c.machines {
 		nc := m.node.NodeClaim
+		var after *time.Duration
+		if pool := c.poolOf(nc.Labels[karpv1.NodePoolLabelKey]); pool != nil {
+			after = pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration
+		}
 		meta.RemoveStatusCondition(&nc.Status.Conditions, karpv1.ConditionTypeConsolidatable)
 		if m.node.Node != nil && after != nil && !c.now.Before(m.lastPodEvent.Add(*after)) {
 			nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
@@ -112,24 +120,33 @@ func (c *Cluster) finish(e *execution) {
 	for _, cand := range e.cmd.Candidates {
 		m := c.machine(cand.NodeClaim.Name)
 		for _, p := range m.node.Pods {
+			if !pods.Reschedulable(p) {
+				// DaemonSet and mirror pods go with the node.
+				continue
+			}
 			c.report.Evictions++
 			if c.moved[p] {
 				c.report.Reevictions++
 				delete(c.moved, p)
 			}
-			if e.cmd.Reason == karpv1.DisruptionReasonUnderutilized {
-				c.evictions = append(c.evictions, disruption.Eviction{Namespace: p.Namespace, Name: p.Name,
-					Owner: metav1.GetControllerOf(p).UID, At: c.now})
+			owner := metav1.GetControllerOf(p)
+			if e.cmd.Reason == karpv1.DisruptionReasonUnderutilized && owner != nil {
+				c.evictions = append(c.evictions, disruption.Eviction{Namespace: p.Namespace, Name: p.Name, Owner: owner.UID, At: c.now})
 			}
-			dep := c.deps[p.Labels["app"]]
 			c.seq++
-			fresh := newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
+			var fresh *corev1.Pod
+			if dep, ok := c.deps[p.Labels["app"]]; ok && slices.Contains(c.byDep[dep.Name], p) {
+				fresh = newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
+				owned := c.byDep[dep.Name]
+				owned[slices.Index(owned, p)] = fresh
+			} else if owner != nil {
+				fresh = recreated(p, c.seq, c.now)
+			} else {
+				c.report.Lost++
+				continue
+			}
 			c.moved[fresh] = true
 			c.pending = append(c.pending, fresh)
-			pods := c.byDep[dep.Name]
-			if i := slices.Index(pods, p); i >= 0 {
-				pods[i] = fresh
-			}
 		}
 		c.machines = slices.DeleteFunc(c.machines, func(x *machine) bool { return x == m })
 	}
@@ -139,4 +156,19 @@ func (c *Cluster) finish(e *execution) {
 	// The evicted pods' replacements are scheduled at once, as the kube-scheduler would.
 	c.schedule()
 	c.bringUp()
+}
+
+// recreated is the pod its controller makes for an evicted one: the same spec, unbound, pending,
+// under a new name (a StatefulSet's keeps its name).
+func recreated(p *corev1.Pod, seq int, now time.Time) *corev1.Pod {
+	q := p.DeepCopy()
+	if metav1.GetControllerOf(p).Kind != "StatefulSet" {
+		q.Name = fmt.Sprintf("%s-r%d", p.Name, seq)
+	}
+	q.UID = types.UID(fmt.Sprintf("%s-%d", p.UID, seq))
+	q.CreationTimestamp = metav1.NewTime(now)
+	q.Spec.NodeName = ""
+	q.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	delete(q.Annotations, corev1.PodDeletionCost)
+	return q
 }

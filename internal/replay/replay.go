@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
@@ -71,6 +73,8 @@ type Report struct {
 	Commands map[disruption.Method]int
 	// Launched counts machines launched; PeakNodes is the most at once.
 	Launched, PeakNodes int
+	// Lost counts evicted pods no controller recreates (a snapshot's bare pods).
+	Lost int
 }
 
 // machine is a node in the replay.
@@ -90,8 +94,11 @@ type machine struct {
 
 // Cluster is the replayed cluster's state.
 type Cluster struct {
-	cfg      Config
-	pool     disruption.Pool
+	cfg   Config
+	pools []disruption.Pool
+	// fixed is what a snapshot brings that the replay does not change: nodes no pool manages,
+	// PodDisruptionBudgets, DaemonSet pods, namespaces' labels, well-known labels.
+	fixed    disruption.Snapshot
 	now      time.Time
 	machines []*machine
 	pending  []*corev1.Pod
@@ -110,6 +117,8 @@ type Cluster struct {
 	ranked time.Time
 	// scaleDowns are the deployments' last scale-downs.
 	scaleDowns []disruption.ScaleDown
+	// unschedulable are the solver's answers for the pods it could place nowhere in the last solve.
+	unschedulable []solver.PodError
 }
 
 type execution struct {
@@ -119,6 +128,17 @@ type execution struct {
 
 // New makes an empty cluster.
 func New(cfg Config) (*Cluster, error) {
+	c := newCluster(cfg)
+	reqs, err := nodepools.Requirements(cfg.NodePool)
+	if err != nil {
+		return nil, fmt.Errorf("reading the NodePool's requirements: %w", err)
+	}
+	c.pools = []disruption.Pool{{NodePool: cfg.NodePool, Solver: solver.NodePool{Name: cfg.NodePool.Name, Requirements: reqs,
+		InstanceTypes: cfg.InstanceTypes, Taints: cfg.NodePool.Spec.Template.Spec.Taints}}}
+	return c, nil
+}
+
+func newCluster(cfg Config) *Cluster {
 	if cfg.Step == 0 {
 		cfg.Step = 10 * time.Second
 	}
@@ -134,15 +154,59 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
 	}
-	reqs, err := nodepools.Requirements(cfg.NodePool)
-	if err != nil {
-		return nil, fmt.Errorf("reading the NodePool's requirements: %w", err)
-	}
-	c := &Cluster{cfg: cfg, now: cfg.Start, byDep: map[string][]*corev1.Pod{}, deps: map[string]Deployment{},
+	return &Cluster{cfg: cfg, now: cfg.Start, byDep: map[string][]*corev1.Pod{}, deps: map[string]Deployment{},
 		report: Report{Commands: map[disruption.Method]int{}}, moved: map[*corev1.Pod]bool{}}
-	c.pool = disruption.Pool{NodePool: cfg.NodePool, Solver: solver.NodePool{Name: cfg.NodePool.Name, Requirements: reqs,
-		InstanceTypes: cfg.InstanceTypes, Taints: cfg.NodePool.Spec.Template.Spec.Taints}}
+}
+
+// FromSnapshot makes the cluster a decision snapshot shows — its pools, machines (priced at
+// their offerings), pods, pending pods, other nodes, PDBs and DaemonSets — at the snapshot's
+// time; cfg's NodePool and InstanceTypes are not used. A machine whose NodeClaim is
+// Consolidatable has waited out consolidateAfter; the others start waiting now. Machines still
+// launching are ready after the launch delay. Pods evicted later come back pending as copies
+// when a controller owns them (Report.Lost counts the others).
+func FromSnapshot(snap *disruption.Snapshot, cfg Config) (*Cluster, error) {
+	cfg.Start = snap.Now
+	c := newCluster(cfg)
+	c.pools = snap.NodePools
+	c.fixed = disruption.Snapshot{OtherNodes: snap.OtherNodes, PDBs: snap.PDBs, DaemonSetPods: snap.DaemonSetPods,
+		NamespaceLabels: snap.NamespaceLabels, WellKnownLabels: snap.WellKnownLabels}
+	c.evictions, c.scaleDowns = slices.Clone(snap.Evictions), slices.Clone(snap.ScaleDowns)
+	for _, n := range snap.Nodes {
+		pool := c.poolOf(n.NodeClaim.Labels[karpv1.NodePoolLabelKey])
+		if pool == nil {
+			return nil, fmt.Errorf("NodeClaim %s: its NodePool %q is not in the snapshot", n.NodeClaim.Name, n.NodeClaim.Labels[karpv1.NodePoolLabelKey])
+		}
+		price, _ := disruption.NodePrice(n, pool)
+		m := &machine{node: &disruption.Node{NodeClaim: n.NodeClaim.DeepCopy()}, price: price, readyAt: c.now, lastPodEvent: c.now}
+		if n.Node != nil {
+			m.node.Node = n.Node.DeepCopy()
+			for _, p := range n.Pods {
+				m.node.Pods = append(m.node.Pods, p.DeepCopy())
+			}
+			if after := pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration; after != nil &&
+				meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
+				m.lastPodEvent = c.now.Add(-*after)
+			}
+		} else {
+			m.readyAt = c.now.Add(cfg.LaunchDelay)
+		}
+		m.planned = m.node.Node != nil && nodeclaims.Planned(m.node.Node)
+		c.machines = append(c.machines, m)
+	}
+	for _, p := range snap.Pending {
+		c.pending = append(c.pending, p.DeepCopy())
+	}
 	return c, nil
+}
+
+// poolOf is the pool of that name, or nil.
+func (c *Cluster) poolOf(name string) *disruption.Pool {
+	for i := range c.pools {
+		if c.pools[i].NodePool.Name == name {
+			return &c.pools[i]
+		}
+	}
+	return nil
 }
 
 // Run plays the deployments for d and returns the report.
@@ -211,7 +275,7 @@ func (c *Cluster) rankDeletionCosts() {
 	c.ranked = c.now
 	costs := disruption.DeletionCosts(c.Snapshot(), c.cfg.Disruption)
 	for _, m := range c.machines {
-		v, ok := costs[m.node.NodeClaim.Name]
+		v, ok := costs[m.node.Name()]
 		for _, p := range m.node.Pods {
 			// As the controller writes them, with Capstan's record of the value: the decision
 			// core tells its own values from users' by it.
@@ -318,10 +382,13 @@ func (c *Cluster) bringUp() {
 			continue
 		}
 		nc := m.node.NodeClaim
-		it := c.instanceType(nc.Labels[karpv1.InstanceTypeLabelKey])
+		capacity, allocatable := nc.Status.Capacity, nc.Status.Allocatable
+		if it := c.instanceType(nc.Labels[karpv1.NodePoolLabelKey], nc.Labels[karpv1.InstanceTypeLabelKey]); it != nil {
+			capacity, allocatable = it.Capacity, it.Allocatable()
+		}
 		m.node.Node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nc.Name, Labels: maps.Clone(nc.Labels), CreationTimestamp: metav1.NewTime(c.now)},
 			Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID, Taints: nc.Spec.Taints},
-			Status: corev1.NodeStatus{Capacity: it.Capacity, Allocatable: it.Allocatable(),
+			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: allocatable,
 				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 		nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue,
 			Reason: "Initialized", LastTransitionTime: metav1.NewTime(c.now)})
@@ -333,17 +400,20 @@ func (c *Cluster) bringUp() {
 	}
 }
 
-func (c *Cluster) instanceType(name string) *cloudprovider.InstanceType {
-	for _, it := range c.cfg.InstanceTypes {
-		if it.Name == name {
-			return it
+// instanceType is the pool's instance type of that name, or nil.
+func (c *Cluster) instanceType(pool, name string) *cloudprovider.InstanceType {
+	if p := c.poolOf(pool); p != nil {
+		for _, it := range p.Solver.InstanceTypes {
+			if it.Name == name {
+				return it
+			}
 		}
 	}
 	return nil
 }
 
 func (c *Cluster) bind(p *corev1.Pod, m *machine) {
-	p.Spec.NodeName = m.node.NodeClaim.Name
+	p.Spec.NodeName = m.node.Name()
 	p.Status.Phase = corev1.PodRunning
 	m.node.Pods = append(m.node.Pods, p)
 	m.lastPodEvent = c.now
@@ -358,7 +428,11 @@ func (c *Cluster) schedule() {
 	if len(c.pending) == 0 {
 		return
 	}
-	in := solver.Input{Pods: c.pending, NodePools: []solver.NodePool{c.pool.Solver}}
+	in := solver.Input{Pods: c.pending, Nodes: slices.Clone(c.fixed.OtherNodes), DaemonSetPods: c.fixed.DaemonSetPods,
+		NamespaceLabels: c.fixed.NamespaceLabels, WellKnownLabels: c.fixed.WellKnownLabels}
+	for _, p := range c.pools {
+		in.NodePools = append(in.NodePools, p.Solver)
+	}
 	byName := map[string]*machine{}
 	order := slices.Clone(c.machines)
 	free := make(map[*machine]float64, len(order))
@@ -383,13 +457,23 @@ func (c *Cluster) schedule() {
 		}
 		en := solver.ExistingNode{Name: m.node.NodeClaim.Name, Labels: m.node.NodeClaim.Labels, Taints: m.node.NodeClaim.Spec.Taints,
 			Allocatable: m.node.NodeClaim.Status.Allocatable, Pods: append(slices.Clip(m.node.Pods), m.nominated...)}
+		if n := m.node.Node; n != nil {
+			// A registered node's own name, labels, taints and allocatable are what the scheduler reads.
+			en.Name, en.Labels, en.Taints, en.Allocatable = n.Name, n.Labels, n.Spec.Taints, n.Status.Allocatable
+		}
 		byName[en.Name] = m
 		in.Nodes = append(in.Nodes, en)
 	}
 	plan := solver.Solve(in, c.cfg.Disruption.Solver)
+	c.unschedulable = plan.Unschedulable
 	placed := map[*corev1.Pod]bool{}
 	for _, b := range plan.Bindings {
 		m := byName[b.Node]
+		if m == nil {
+			// A node no pool manages: the pod runs there, outside the replay's machines.
+			placed[b.Pod] = true
+			continue
+		}
 		if m.node.Node != nil {
 			c.bind(b.Pod, m)
 		} else {
@@ -410,14 +494,15 @@ func (c *Cluster) schedule() {
 // launch adds a machine of the plan's cheapest allowed offering, ready after the launch delay.
 func (c *Cluster) launch(nc *solver.PlannedNodeClaim, replacementFor disruption.Method) *machine {
 	c.seq++
-	name := fmt.Sprintf("%s-%d", c.pool.NodePool.Name, c.seq)
+	pool := c.poolOf(nc.NodePool)
+	name := fmt.Sprintf("%s-%d", pool.NodePool.Name, c.seq)
 	it, o := cheapest(nc)
-	labels := map[string]string{karpv1.NodePoolLabelKey: c.pool.NodePool.Name, karpv1.InstanceTypeLabelKey: it.Name,
+	labels := map[string]string{karpv1.NodePoolLabelKey: pool.NodePool.Name, karpv1.InstanceTypeLabelKey: it.Name,
 		karpv1.ZoneLabelKey: o.Zone, karpv1.CapacityTypeLabelKey: o.CapacityType, corev1.LabelHostname: name}
 	maps.Copy(labels, it.Requirements.Labels())
 	labels[corev1.LabelHostname] = name
 	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, CreationTimestamp: metav1.NewTime(c.now)},
-		Spec: karpv1.NodeClaimSpec{Taints: c.pool.NodePool.Spec.Template.Spec.Taints}}
+		Spec: karpv1.NodeClaimSpec{Taints: pool.NodePool.Spec.Template.Spec.Taints}}
 	if replacementFor != "" {
 		claim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(replacementFor)}
 	}
@@ -426,7 +511,7 @@ func (c *Cluster) launch(nc *solver.PlannedNodeClaim, replacementFor disruption.
 	claim.Status.Capacity, claim.Status.Allocatable = it.Capacity, it.Allocatable()
 	claim.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched",
 		LastTransitionTime: metav1.NewTime(c.now)}}
-	m := &machine{node: &disruption.Node{NodeClaim: claim}, price: o.Price, readyAt: c.now.Add(c.cfg.LaunchDelay), lastPodEvent: c.now}
+	m := &machine{node: &disruption.Node{NodeClaim: claim}, price: o.Price + pool.Solver.NodeCost, readyAt: c.now.Add(c.cfg.LaunchDelay), lastPodEvent: c.now}
 	c.machines = append(c.machines, m)
 	c.report.Launched++
 	return m
@@ -495,4 +580,45 @@ func (c *Cluster) Apply(cmd *disruption.Command) {
 	c.finish(e)
 	c.schedule()
 	c.bringUp()
+}
+
+// Machine is one machine of the replayed cluster, as a report lists it.
+type Machine struct {
+	// Name is the node's name (the NodeClaim's while it has none).
+	Name                                       string
+	NodePool, InstanceType, CapacityType, Zone string
+	// Price is its hourly price, with its pool's per-node cost.
+	Price float64
+}
+
+// Machines are the cluster's machines now, in name order.
+func (c *Cluster) Machines() []Machine {
+	out := make([]Machine, 0, len(c.machines))
+	for _, m := range c.machines {
+		l := m.node.NodeClaim.Labels
+		out = append(out, Machine{Name: m.node.Name(), NodePool: l[karpv1.NodePoolLabelKey], InstanceType: l[karpv1.InstanceTypeLabelKey],
+			CapacityType: l[karpv1.CapacityTypeLabelKey], Zone: l[karpv1.ZoneLabelKey], Price: m.price})
+	}
+	slices.SortFunc(out, func(a, b Machine) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Pending are the pods not placed: waiting for room or for a machine to come up.
+func (c *Cluster) Pending() int { return len(c.pending) + c.nominatedCount() }
+
+// Unschedulable are the solver's answers for the pods the last solve could place nowhere.
+func (c *Cluster) Unschedulable() []solver.PodError { return c.unschedulable }
+
+// Quiet reports whether nothing is under way: no pod waits for a machine coming up, and no
+// disruption command is decided or being carried out. Pods no machine can hold may still pend.
+func (c *Cluster) Quiet() bool {
+	if c.decided != nil || c.executing != nil || c.nominatedCount() > 0 {
+		return false
+	}
+	for _, m := range c.machines {
+		if m.node.Node == nil {
+			return false
+		}
+	}
+	return true
 }

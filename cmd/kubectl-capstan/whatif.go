@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/record"
+	"capstan.dev/capstan/internal/whatif"
+)
+
+func newRecord(o *options) *cobra.Command {
+	var out string
+	var anonymize bool
+	cmd := &cobra.Command{
+		Use:   "record",
+		Short: "Save what Capstan's decisions read from the cluster into one file",
+		Long: `record saves what Capstan's decisions read — NodePools and the offerings their node classes
+resolve to, NodeClaims, Nodes, pods' scheduling fields, PodDisruptionBudgets, DaemonSets, pods'
+owners and namespaces' labels — into one JSON file that explain and simulate read with
+--recording. Container images, commands, environment and volumes other than claims are not kept;
+--anonymize also replaces every name by a salted hash (labels, selectors and NodePool names stay).`,
+		Example: `  kubectl capstan record -o cluster.json
+  kubectl capstan record --anonymize -o shared.json
+  kubectl capstan simulate --recording cluster.json --policy Balanced`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.recording != "" {
+				return fmt.Errorf("--recording: record reads the cluster, not a recording")
+			}
+			c, _, err := o.client()
+			if err != nil {
+				return err
+			}
+			cloud, err := o.provider(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			r, err := record.Record(cmd.Context(), c, cloud, record.Options{Now: o.now(), Anonymize: anonymize})
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				return r.Write(cmd.OutOrStdout())
+			}
+			return writeFile(out, r.Write)
+		},
+	}
+	// Its own -o: the file, as kubectl capstan record -o FILE reads; a recording is JSON.
+	cmd.Flags().StringVarP(&out, "output", "o", "", "the file to write (default: standard output)")
+	cmd.Flags().BoolVar(&anonymize, "anonymize", false, "replace names by salted hashes")
+	return cmd
+}
+
+// writeFile writes through a temporary file renamed at the end: a failure leaves nothing behind.
+func writeFile(path string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".capstan-record-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func newSimulate(o *options) *cobra.Command {
+	var policy, gates string
+	var files, remove []string
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Play the cluster forward as Capstan would, as configured and with changes",
+		Long: `simulate reads the cluster (or --recording) as Capstan's disruption controller does and plays it
+forward on a simulated clock — pending pods placed or machines launched by the solver, disruption
+rounds decided, validated and carried out by the decision core — until nothing happens for ten
+minutes (or two hours pass): once as configured, and once with the changes given. It prints the
+nodes, $/h, pods pending and evicted, and the machines removed and launched. Nothing is written
+to the cluster.`,
+		Example: `  kubectl capstan simulate
+  kubectl capstan simulate --policy Balanced
+  kubectl capstan simulate --recording cluster.json -f nodepool-spot.yaml --remove-nodepool on-demand
+  kubectl capstan simulate --feature-gates SpotToSpotConsolidation=true -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ch, err := changes(policy, files, remove, gates)
+			if err != nil {
+				return err
+			}
+			c, _, cloud, err := o.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			a, err := whatif.Simulate(cmd.Context(), c, cloud, ch, whatif.Options{Now: o.now(), NodeCost: o.nodeCost,
+				Decision: disruption.Options{}})
+			if err != nil {
+				return err
+			}
+			return write(cmd.OutOrStdout(), o.output, a)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&policy, "policy", "", "try every NodePool with this consolidationPolicy (WhenEmpty, WhenEmptyOrUnderutilized, Balanced)")
+	f.StringArrayVarP(&files, "filename", "f", nil, "try these NodePool manifests (each replaces the NodePool of its name, or is added)")
+	f.StringArrayVar(&remove, "remove-nodepool", nil, "try without this NodePool (its machines stay as other nodes)")
+	f.StringVar(&gates, "feature-gates", "", "try with these gates: SpotToSpotConsolidation=true|false")
+	return cmd
+}
+
+// changes reads the flags of simulate; an error names the flag and the value.
+func changes(policy string, files, remove []string, gates string) (whatif.Changes, error) {
+	var ch whatif.Changes
+	switch karpv1.ConsolidationPolicy(policy) {
+	case "":
+	case karpv1.ConsolidationPolicyWhenEmpty, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced:
+		ch.Policy = karpv1.ConsolidationPolicy(policy)
+	default:
+		return ch, fmt.Errorf("--policy %q: want WhenEmpty, WhenEmptyOrUnderutilized or Balanced", policy)
+	}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return ch, fmt.Errorf("-f: %w", err)
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for i := 0; ; i++ {
+			np := &karpv1.NodePool{}
+			if err := dec.Decode(np); err == io.EOF {
+				break
+			} else if err != nil {
+				return ch, fmt.Errorf("-f %s: document %d: %w", path, i+1, err)
+			}
+			if np.Kind == "" && np.Name == "" {
+				continue
+			}
+			if np.Kind != "NodePool" || np.APIVersion != karpv1.SchemeGroupVersion.String() {
+				return ch, fmt.Errorf("-f %s: document %d is %s %s, want a %s NodePool", path, i+1, np.APIVersion, np.Kind, karpv1.SchemeGroupVersion)
+			}
+			if np.Name == "" {
+				return ch, fmt.Errorf("-f %s: document %d: metadata.name is empty", path, i+1)
+			}
+			ch.NodePools = append(ch.NodePools, np)
+		}
+	}
+	ch.RemoveNodePools = remove
+	for _, kv := range strings.Split(gates, ",") {
+		if kv == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(kv, "=")
+		on, err := strconv.ParseBool(value)
+		if name != "SpotToSpotConsolidation" || err != nil {
+			return ch, fmt.Errorf("--feature-gates %q: simulate tries SpotToSpotConsolidation=true|false only", kv)
+		}
+		ch.SpotToSpotConsolidation = &on
+	}
+	return ch, nil
+}
