@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -88,7 +89,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	stored := nc.DeepCopy()
 	errs := c.resolve(ctx, nc)
 	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
-		if err := c.Client.Status().Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
+		// Locked on the version read: the status is lists (subnets, security groups, AMIs,
+		// conditions) that a merge patch writes whole. On a conflict the class is read again.
+		if err := c.Client.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		} else if err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching EC2NodeClass status: %w", err))
 		}
 	}

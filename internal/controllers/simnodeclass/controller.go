@@ -6,9 +6,11 @@ package simnodeclass
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -86,7 +88,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if equality.Semantic.DeepEqual(stored.Status, snc.Status) {
 		return reconcile.Result{}, nil
 	}
-	if err := c.Client.Status().Patch(ctx, snc, client.MergeFrom(stored)); err != nil {
+	// Locked on the version read: a merge patch writes the conditions list whole. On a conflict
+	// the class is read again shortly.
+	if err := c.Client.Status().Patch(ctx, snc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	} else if err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching SimNodeClass status: %w", err))
 	}
 	return reconcile.Result{}, nil

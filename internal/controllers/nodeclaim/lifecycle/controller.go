@@ -107,8 +107,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !controllerutil.ContainsFinalizer(nc, karpv1.TerminationFinalizer) {
 		orig := nc.DeepCopy()
 		controllerutil.AddFinalizer(nc, karpv1.TerminationFinalizer)
-		if err := c.Client.Patch(ctx, nc, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		// A merge patch writes the whole list: locked on the version read, so that a finalizer
+		// another writer added since is never dropped.
+		if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("adding finalizer: %w", err))
 		}
 		c.written.Wrote(nc, orig.ResourceVersion)
 	}
@@ -134,8 +139,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		c.written.Wrote(written, stored.ResourceVersion)
 		if !equalStatus(stored, written) {
-			// Someone else wrote the status since it was read: read the claim again.
-			return reconcile.Result{RequeueAfter: time.Second}, err
+			// Someone else wrote the status since it was read: read the claim again (an error
+			// of the step retries with back-off; controller-runtime ignores RequeueAfter with it).
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			return reconcile.Result{RequeueAfter: time.Second}, nil
 		}
 		base = stored.DeepCopy()
 		base.ResourceVersion = written.ResourceVersion

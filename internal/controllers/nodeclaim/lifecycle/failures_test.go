@@ -263,3 +263,38 @@ func TestNodeClassNotReadyHoldsTheLaunch(t *testing.T) {
 		t.Fatalf("events %q lack NodeClassNotReady", evs)
 	}
 }
+
+// The termination finalizer is added with a write locked on the version read: from a stale read,
+// a finalizer another writer added since is never dropped (a merge patch writes the whole list).
+func TestStaleReadKeepsAnotherWritersFinalizer(t *testing.T) {
+	f := setup(t, "finalizers", simv1alpha1.Failures{})
+	newClaim(t, "finalizers-1", "finalizers")
+	const other = "example.com/keep"
+	cur := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "finalizers-1"}, cur); err != nil {
+		t.Fatal(err)
+	}
+	stale := cur.DeepCopy()
+	patch := client.MergeFrom(cur.DeepCopy())
+	controllerutil.AddFinalizer(cur, other)
+	if err := env.Client.Patch(t.Context(), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		nc := &karpv1.NodeClaim{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: "finalizers-1"}, nc) == nil {
+			patch := client.MergeFrom(nc.DeepCopy())
+			controllerutil.RemoveFinalizer(nc, other)
+			_ = env.Client.Patch(context.Background(), nc, patch)
+		}
+	})
+	f.ctrl.Client = staleClient{Client: env.Client, stale: stale}
+	if _, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "finalizers-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.ctrl.Client = env.Client
+	got := f.reconcile(t, "finalizers-1")
+	if !controllerutil.ContainsFinalizer(got, other) || !controllerutil.ContainsFinalizer(got, karpv1.TerminationFinalizer) {
+		t.Fatalf("finalizers %v, want %s kept and %s added", got.Finalizers, other, karpv1.TerminationFinalizer)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -154,14 +155,23 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 			// Terminated by claim; it cannot be looked up by provider ID, so ask again.
 			return reconcile.Result{RequeueAfter: pollInterval}, false, nil
 		}
-		if _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); !cloudprovider.IsNodeClaimNotFound(err) {
-			return reconcile.Result{RequeueAfter: pollInterval}, false, client.IgnoreNotFound(err)
+		switch _, err := c.Cloud.Get(ctx, nc.Status.ProviderID); {
+		case cloudprovider.IsNodeClaimNotFound(err):
+		case err != nil:
+			// Retried with back-off (controller-runtime ignores RequeueAfter beside an error).
+			return reconcile.Result{}, false, fmt.Errorf("looking up the terminating instance: %w", err)
+		default:
+			return reconcile.Result{RequeueAfter: pollInterval}, false, nil
 		}
 	}
 	if node != nil {
 		orig := node.DeepCopy()
 		controllerutil.RemoveFinalizer(node, karpv1.TerminationFinalizer)
-		if err := c.Client.Patch(ctx, node, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
+		// Locked on the version read: a merge patch writes the whole list, and a finalizer another
+		// writer added since must not be dropped. On a conflict the node is read again shortly.
+		if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, false, nil
+		} else if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, false, fmt.Errorf("removing node finalizer: %w", err)
 		}
 		if err := c.Client.Delete(ctx, node); client.IgnoreNotFound(err) != nil {

@@ -2,6 +2,7 @@ package termination
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
@@ -168,5 +170,69 @@ func TestTerminationWaitsForVolumeDetachment(t *testing.T) {
 			f.reconcile(t, name)
 			wantGone(t, f, name)
 		})
+	}
+}
+
+// staleNodes answers Gets of one Node with a copy taken earlier, as an informer cache that has not
+// seen the latest writes.
+type staleNodes struct {
+	client.Client
+	stale *corev1.Node
+}
+
+func (c staleNodes) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if n, ok := obj.(*corev1.Node); ok && key.Name == c.stale.Name {
+		c.stale.DeepCopyInto(n)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// The node's termination finalizer is removed with a write locked on the version read: from a
+// stale read, a finalizer another writer added since is never dropped, and the node is deleted
+// with that finalizer still holding it.
+func TestStaleReadKeepsAnotherWritersNodeFinalizer(t *testing.T) {
+	const name, other = "node-finalizers", "example.com/keep"
+	f := readyClaim(t, name, time.Hour)
+	// The node as the controller last saw it: tainted, its machine gone.
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, node); err != nil {
+		t.Fatal(err)
+	}
+	tainted := client.MergeFrom(node.DeepCopy())
+	node.Spec.Taints = append(node.Spec.Taints, karpv1.DisruptedNoScheduleTaint)
+	if err := env.Client.Patch(t.Context(), node, tainted); err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range f.cloud.Instances() {
+		if _, err := f.cloud.Terminate(inst.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := node.DeepCopy()
+	patch := client.MergeFrom(node.DeepCopy())
+	controllerutil.AddFinalizer(node, other)
+	if err := env.Client.Patch(t.Context(), node, patch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n := &corev1.Node{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n) == nil {
+			p := client.MergeFrom(n.DeepCopy())
+			n.Finalizers = nil
+			_ = env.Client.Patch(context.Background(), n, p)
+		}
+	})
+	deleteClaim(t, name)
+	f.ctrl.Client = staleNodes{Client: env.Client, stale: stale}
+	f.reconcile(t, name)
+	f.ctrl.Client = env.Client
+	f.reconcile(t, name)
+	got := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, got); err != nil {
+		t.Fatalf("the node is gone; another writer's finalizer should hold it: %v", err)
+	}
+	if !slices.Equal(got.Finalizers, []string{other}) || got.DeletionTimestamp.IsZero() {
+		t.Fatalf("node finalizers %v (deleting: %v), want only %s, and the node deleting", got.Finalizers, !got.DeletionTimestamp.IsZero(), other)
 	}
 }

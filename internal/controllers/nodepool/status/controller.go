@@ -167,7 +167,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if equality.Semantic.DeepEqual(stored.Status, np.Status) {
 		return reconcile.Result{}, nil
 	}
-	if err := c.Client.Status().Patch(ctx, np, client.MergeFrom(stored)); err != nil {
+	// Locked on the version read: a merge patch writes the whole conditions list, and a condition
+	// another writer set since must not be erased. On a conflict the pool is read again shortly.
+	if err := c.Client.Status().Patch(ctx, np, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	} else if err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodepool status: %w", err))
 	}
 	return reconcile.Result{}, nil

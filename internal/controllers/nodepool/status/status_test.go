@@ -1,6 +1,7 @@
 package status
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -152,5 +153,64 @@ func TestOldHashVersionsAreRestamped(t *testing.T) {
 		if got := [2]string{nc.Annotations[karpv1.NodePoolHashAnnotationKey], nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey]}; got != want {
 			t.Errorf("%s stamped %v, want %v", name, got, want)
 		}
+	}
+}
+
+// staleClient answers Gets of one NodePool with a copy taken earlier, as an informer cache that
+// has not seen the latest writes.
+type staleClient struct {
+	client.Client
+	stale *karpv1.NodePool
+}
+
+func (c staleClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if np, ok := obj.(*karpv1.NodePool); ok && key.Name == c.stale.Name {
+		c.stale.DeepCopyInto(np)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// The status is written locked on the version read: from a stale read, a condition another writer
+// set since is never erased (a merge patch writes the conditions list whole).
+func TestStaleReadKeepsAnotherWritersCondition(t *testing.T) {
+	sc := simtest.New(t, env.Client)
+	c := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "stale-status"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "stale-status"}
+	if err := env.Client.Create(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), np) })
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: "stale-status"}}
+	if _, err := c.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	cur := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), req.NamespacedName, cur); err != nil {
+		t.Fatal(err)
+	}
+	// The controller's cache lags: it has not seen its own Ready condition, nor what comes next.
+	stale := cur.DeepCopy()
+	meta.RemoveStatusCondition(&stale.Status.Conditions, karpv1.ConditionTypeReady)
+	const audited = "example.com/Audited"
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: audited, Status: metav1.ConditionTrue, Reason: "Audited"})
+	if err := env.Client.Status().Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	c.Client = staleClient{Client: env.Client, stale: stale}
+	if _, err := c.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	c.Client = env.Client
+	if _, err := c.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if meta.FindStatusCondition(got.Status.Conditions, audited) == nil || meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeReady) == nil {
+		t.Fatalf("conditions %v, want %s kept beside Ready", got.Status.Conditions, audited)
 	}
 }
