@@ -2,10 +2,15 @@ package provisioning
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 const (
@@ -142,5 +147,64 @@ func TestBatchWaitEndsWithTheContext(t *testing.T) {
 	cancel()
 	if ok := <-done; ok {
 		t.Fatal("nextBatch reported a batch after its context ended")
+	}
+}
+
+// failingLister fails every List, as an API server that is down, and records when it was asked.
+type failingLister struct {
+	client.Client
+	clk clock.PassiveClock
+	mu  sync.Mutex
+	at  []time.Time
+}
+
+func (f *failingLister) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = append(f.at, f.clk.Now())
+	return errors.New("the API server is down")
+}
+
+func (f *failingLister) attempts() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.at)
+}
+
+// steppingClock is a fake clock whose After steps time at once, so every wait ends as soon as it
+// begins and the time waited can be read off the clock, without racing the waiting goroutines.
+type steppingClock struct{ *clocktesting.FakeClock }
+
+func (c steppingClock) After(d time.Duration) <-chan time.Time {
+	c.Step(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.Now()
+	return ch
+}
+
+// Passes that fail in a row are retried after pauses that double from RetryAfterFailure, on the
+// injected clock: an API server in trouble is not asked every 5 s.
+func TestFailedPassesBackOff(t *testing.T) {
+	clk := steppingClock{clocktesting.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))}
+	fl := &failingLister{clk: clk}
+	p := &Provisioner{Clock: clk, Client: fl}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	p.Trigger()
+	go func() { _ = p.Start(ctx); close(done) }()
+	for deadline := time.Now().Add(30 * time.Second); len(fl.attempts()) < 5; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, %d passes", len(fl.attempts()))
+		}
+	}
+	cancel()
+	<-done
+	at := fl.attempts()
+	// Each batch on this clock waits its whole window (BatchMax, then the idle second): the gap
+	// between passes is the retry's pause plus 11 s.
+	for i, pause := range []time.Duration{RetryAfterFailure, 2 * RetryAfterFailure, 4 * RetryAfterFailure, 8 * RetryAfterFailure} {
+		if gap, want := at[i+1].Sub(at[i]), pause+11*time.Second; gap != want {
+			t.Errorf("pass %d came %s after the failed pass %d, want %s (a pause of %s)", i+2, gap, i+1, want, pause)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
@@ -149,22 +151,39 @@ func (p *Provisioner) Start(ctx context.Context) error {
 	if maxWait == 0 {
 		maxWait = 10 * time.Second
 	}
+	retry := newRetryBackoff()
 	for {
 		if !p.nextBatch(ctx, idle, maxWait) {
 			return nil
 		}
 		if _, err := p.Provision(ctx); err != nil {
-			log.FromContext(ctx).Error(err, "provisioning")
-			// Try again after a pause, as if a pod had arrived.
+			// Try again after a pause, as if a pod had arrived; the pause doubles with each pass
+			// that fails in a row (an API server or cloud in trouble is not asked every 5 s).
+			delay := retry.Step()
+			log.FromContext(ctx).Error(err, "provisioning", "retry-in", delay.String())
 			go func() {
 				select {
 				case <-ctx.Done():
-				case <-time.After(5 * time.Second):
+				case <-p.Clock.After(delay):
 					p.Trigger()
 				}
 			}()
+			continue
 		}
+		retry = newRetryBackoff()
 	}
+}
+
+// Retries of a failed pass: RetryAfterFailure, doubling with each failure in a row up to
+// MaxRetryAfterFailure.
+const (
+	RetryAfterFailure    = 5 * time.Second
+	MaxRetryAfterFailure = 2 * time.Minute
+)
+
+// newRetryBackoff is the pauses before retries of failed passes in a row.
+func newRetryBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: RetryAfterFailure, Factor: 2, Cap: MaxRetryAfterFailure, Steps: math.MaxInt32}
 }
 
 // nextBatch waits for a trigger, then for its batch to settle: until idle passes without another
