@@ -9,10 +9,12 @@
 package interruption
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -138,11 +141,20 @@ type Controller struct {
 	Unavailable *cloudprovider.UnavailableOfferings
 	// WaitTime is the long-poll wait (default 20 s, SQS's maximum).
 	WaitTime time.Duration
-	// Backoff is the pause after a failed receive (default 10 s).
-	Backoff time.Duration
+	// Backoff is the pause after a failed receive (default 10 s), doubling with each failure in a
+	// row up to MaxBackoff (default 5 minutes). A message that fails does not pause the queue: it
+	// stays there, comes back after its visibility timeout, and the others go on being read.
+	Backoff, MaxBackoff time.Duration
 
 	queueURL string
 }
+
+// ReceiveError is a failure to reach the queue (finding it or receiving from it), as opposed to
+// the failure of one message's handling.
+type ReceiveError struct{ Err error }
+
+func (e *ReceiveError) Error() string { return e.Err.Error() }
+func (e *ReceiveError) Unwrap() error { return e.Err }
 
 // NeedLeaderElection makes only the leader consume the queue.
 func (c *Controller) NeedLeaderElection() bool { return true }
@@ -151,20 +163,32 @@ func (c *Controller) NeedLeaderElection() bool { return true }
 func (c *Controller) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithValues("controller", "interruption", "queue", c.Queue)
 	ctx = log.IntoContext(ctx, logger)
-	backoff := c.Backoff
-	if backoff == 0 {
-		backoff = 10 * time.Second
-	}
+	pauses := c.pauses()
 	for ctx.Err() == nil {
-		if err := c.Poll(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "reading the interruption queue")
+		err := c.Poll(ctx)
+		var re *ReceiveError
+		switch {
+		case err == nil || ctx.Err() != nil:
+			pauses = c.pauses()
+		case !errors.As(err, &re):
+			// Messages that failed are left on the queue for redelivery; read on.
+			logger.Error(err, "handling interruption messages")
+			pauses = c.pauses()
+		default:
+			pause := pauses.Step()
+			logger.Error(err, "reading the interruption queue", "retry-in", pause.String())
 			select {
 			case <-ctx.Done():
-			case <-c.Clock.After(backoff):
+			case <-c.Clock.After(pause):
 			}
 		}
 	}
 	return nil
+}
+
+// pauses are the waits after failed receives in a row.
+func (c *Controller) pauses() *wait.Backoff {
+	return &wait.Backoff{Duration: cmp.Or(c.Backoff, 10*time.Second), Factor: 2, Cap: cmp.Or(c.MaxBackoff, 5*time.Minute), Steps: math.MaxInt32}
 }
 
 // Poll receives one batch (long-polling) and handles its messages concurrently.
@@ -172,7 +196,7 @@ func (c *Controller) Poll(ctx context.Context) error {
 	if c.queueURL == "" {
 		out, err := c.SQS.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(c.Queue)})
 		if err != nil {
-			return fmt.Errorf("finding queue %s: %w", c.Queue, err)
+			return &ReceiveError{fmt.Errorf("finding queue %s: %w", c.Queue, err)}
 		}
 		c.queueURL = aws.ToString(out.QueueUrl)
 	}
@@ -184,7 +208,7 @@ func (c *Controller) Poll(ctx context.Context) error {
 		WaitTimeSeconds: int32(wait / time.Second), VisibilityTimeout: 20,
 		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameSentTimestamp}})
 	if err != nil {
-		return fmt.Errorf("receiving from queue %s: %w", c.Queue, err)
+		return &ReceiveError{fmt.Errorf("receiving from queue %s: %w", c.Queue, err)}
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(out.Messages))

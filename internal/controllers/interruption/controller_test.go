@@ -4,20 +4,24 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/testenv"
@@ -224,5 +228,96 @@ func TestParse(t *testing.T) {
 		if _, err := Parse(body); !errors.Is(err, ErrUnreadable) {
 			t.Errorf("%q: %v, want ErrUnreadable", body, err)
 		}
+	}
+}
+
+// A message whose handling fails is left for redelivery without pausing the queue: the next
+// message is handled at once. The clock never moves here, so a pause would hold it forever.
+func TestAFailingMessageDoesNotHoldUpTheQueue(t *testing.T) {
+	ww, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lists atomic.Int32
+	flaky := interceptor.NewClient(ww, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if lists.Add(1) == 1 {
+				return errors.New("apiserver unavailable")
+			}
+			return c.List(ctx, list, opts...)
+		}})
+	f, c, _ := fixture(t, flaky)
+	nc := spotClaim(t, "spot-after-failure", "i-0eeeeeeeeeeeeeee1")
+	if err := f.AWS.SendMessage(queue, f.AWS.ScheduledChange("i-0eeeeeeeeeeeeeee9")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); lists.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first message was never handled")
+		}
+	}
+	if err := f.AWS.SendMessage(queue, f.AWS.SpotInterruptionWarning("i-0eeeeeeeeeeeeeee1")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); get(t, nc).DeletionTimestamp.IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("after a failed message, the next one waited: the warned claim is not being deleted")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if msgs := f.AWS.Messages(queue); len(msgs) != 1 || !strings.Contains(msgs[0].Body, "scheduledChange") {
+		t.Errorf("queue %v: the failed message must stay for redelivery, the handled one go", msgs)
+	}
+}
+
+// countingSQS counts the receives.
+type countingSQS struct {
+	awsprovider.SQSAPI
+	receives atomic.Int32
+}
+
+func (c *countingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.receives.Add(1)
+	return c.SQSAPI.ReceiveMessage(ctx, in, opts...)
+}
+
+// steppingClock steps the fake clock at once on After, so the pauses can be read off the clock.
+type steppingClock struct{ *clocktesting.FakeClock }
+
+func (c steppingClock) After(d time.Duration) <-chan time.Time {
+	c.Step(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.Now()
+	return ch
+}
+
+// Receives that fail in a row are retried after pauses that double from Backoff: 10, 20, 40 and
+// 80 s after four failures, on the injected clock.
+func TestFailedReceivesBackOff(t *testing.T) {
+	f, c, _ := fixture(t, env.Client)
+	sqsc := &countingSQS{SQSAPI: c.SQS}
+	c.SQS, c.Clock = sqsc, steppingClock{f.Clock}
+	f.AWS.InjectFault("ReceiveMessage", 4, awsfake.Fault{Code: "AccessDenied", Message: "not allowed"})
+	start := f.Clock.Now()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); sqsc.receives.Load() < 5; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d receives after 30 s", sqsc.receives.Load())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waited := f.Clock.Since(start); waited != 150*time.Second {
+		t.Errorf("paused %s in all after four failed receives, want 10+20+40+80 s", waited)
 	}
 }
