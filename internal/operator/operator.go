@@ -199,6 +199,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		}
 		op.Cloud = p
 	}
+	// Every call the controllers make to the cloud is bounded (docs/reliability.md).
+	op.Cloud = cloudprovider.WithDeadlines(op.Cloud, cloudprovider.Deadlines{})
 	c := mgr.GetClient()
 	launches := &nodeclaims.Launches{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),

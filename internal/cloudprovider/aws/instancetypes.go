@@ -19,6 +19,7 @@ import (
 	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -39,30 +40,65 @@ type market struct {
 	version int
 }
 
-// refreshMarket reads instance types and offerings when older than the TTL, and prices when
-// older than theirs. A failed price refresh keeps the prices it has (or, before the first
-// success, the embedded catalog's on-demand prices) and is logged once per failure spell.
+// refreshMarket returns the market, refreshing it first when it is due: instance types and
+// offerings older than the TTL, prices older than theirs. One refresh runs at a time, without
+// holding the lock callers read under: while it runs, callers get the copy there is (only the
+// first callers, before any copy, wait for it, sharing its answer). A failed describe with a copy
+// keeps the copy and is not tried again for a back-off (30 s, doubling up to the TTL), so a
+// throttled EC2 API is not asked again by every caller. A failed price refresh keeps the prices
+// it has (or, before the first success, the embedded catalog's on-demand prices) and is logged
+// once per failure spell.
 func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
 	p.marketMu.Lock()
-	defer p.marketMu.Unlock()
-	now := p.clock.Now()
-	m := p.market
-	if m == nil || now.Sub(m.fetched) >= p.opts.InstanceTypesTTL {
+	m, now := p.market, p.clock.Now()
+	due := m == nil || now.Sub(m.fetched) >= p.opts.InstanceTypesTTL && !now.Before(p.describeRetryAt) ||
+		m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL
+	busy := p.refreshing
+	p.marketMu.Unlock()
+	if !due || busy && m != nil {
+		return m, nil
+	}
+	v, err, _ := p.refreshes.Do("market", func() (any, error) { return p.refresh(ctx) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*market), nil
+}
+
+// refresh reads what is due of the market and stores it. Only one runs at a time (refreshes).
+func (p *Provider) refresh(ctx context.Context) (*market, error) {
+	p.marketMu.Lock()
+	p.refreshing = true
+	m, now := p.market, p.clock.Now()
+	p.marketMu.Unlock()
+	defer func() {
+		p.marketMu.Lock()
+		p.refreshing = false
+		p.marketMu.Unlock()
+	}()
+	if m == nil || now.Sub(m.fetched) >= p.opts.InstanceTypesTTL && !now.Before(p.retryAt()) {
 		fresh, err := p.describeMarket(ctx)
 		if err != nil {
-			if m != nil {
-				p.log.Error(err, "refreshing instance types; keeping the last answer")
-				return m, nil
+			if m == nil {
+				return nil, err
 			}
-			return nil, err
+			p.marketMu.Lock()
+			wait := p.describeBackoff.Step()
+			p.describeRetryAt = now.Add(wait)
+			p.marketMu.Unlock()
+			p.log.Error(err, "refreshing instance types; keeping the last answer", "retry-in", wait.String())
+		} else {
+			if m != nil {
+				fresh.onDemand, fresh.spot, fresh.priced = m.onDemand, m.spot, m.priced
+			}
+			fresh.fetched = now
+			p.marketMu.Lock()
+			p.describeBackoff, p.describeRetryAt = p.newDescribeBackoff(), time.Time{}
+			fresh.version = p.nextVersion()
+			p.market = fresh
+			p.marketMu.Unlock()
+			m = fresh
 		}
-		if m != nil {
-			fresh.onDemand, fresh.spot, fresh.priced = m.onDemand, m.spot, m.priced
-		}
-		fresh.fetched = now
-		fresh.version = p.nextVersion()
-		m = fresh
-		p.market = m
 	}
 	if m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL {
 		c := *m
@@ -85,11 +121,25 @@ func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
 			p.warnOnce("spot", fmt.Errorf("%w; keeping the last prices read (on-demand prices for types without one)", err))
 		}
 		c.priced = now
+		p.marketMu.Lock()
 		c.version = p.nextVersion()
+		p.market = &c
+		p.marketMu.Unlock()
 		m = &c
-		p.market = m
 	}
 	return m, nil
+}
+
+// retryAt is when a failed describe may be tried again.
+func (p *Provider) retryAt() time.Time {
+	p.marketMu.Lock()
+	defer p.marketMu.Unlock()
+	return p.describeRetryAt
+}
+
+// newDescribeBackoff is the waits after failed describes in a row: 30 s, doubling up to the TTL.
+func (p *Provider) newDescribeBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 30 * time.Second, Factor: 2, Cap: p.opts.InstanceTypesTTL, Steps: math.MaxInt32}
 }
 
 func (p *Provider) nextVersion() int {

@@ -14,12 +14,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,6 +70,12 @@ type Provider struct {
 	market        *market
 	versionSeq    int
 	priceFailures map[string]bool
+	// refreshes runs one market refresh at a time; refreshing is set while one runs.
+	refreshes  singleflight.Group
+	refreshing bool
+	// describeBackoff and describeRetryAt pace describes after failures (refreshMarket).
+	describeBackoff *wait.Backoff
+	describeRetryAt time.Time
 
 	builtMu sync.Mutex
 	built   map[types.UID]builtTypes
@@ -97,8 +105,10 @@ func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, u
 	if o.PricingTTL == 0 {
 		o.PricingTTL = 10 * time.Minute
 	}
-	return &Provider{kube: kube, clients: clients, clock: clk, unavailable: unavailable, opts: o, log: o.Log,
+	p := &Provider{kube: kube, clients: clients, clock: clk, unavailable: unavailable, opts: o, log: o.Log,
 		built: map[types.UID]builtTypes{}, templates: map[string]bool{}, templateUse: map[string]time.Time{}}
+	p.describeBackoff = p.newDescribeBackoff()
+	return p
 }
 
 // Name implements CloudProvider.

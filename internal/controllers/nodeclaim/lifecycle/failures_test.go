@@ -298,3 +298,29 @@ func TestStaleReadKeepsAnotherWritersFinalizer(t *testing.T) {
 		t.Fatalf("finalizers %v, want %s kept and %s added", got.Finalizers, other, karpv1.TerminationFinalizer)
 	}
 }
+
+// hangingCloud never answers a launch: an endpoint that accepts the connection and says nothing.
+type hangingCloud struct{ cloudprovider.CloudProvider }
+
+func (hangingCloud) Create(ctx context.Context, _ *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A launch that never answers is cut at its deadline: the claim's Launched condition names the
+// timeout, and the claim's launch is no longer in flight (its termination may go on).
+func TestHungLaunchIsCutAtItsDeadline(t *testing.T) {
+	f := setup(t, "hung", simv1alpha1.Failures{})
+	f.ctrl.Cloud = cloudprovider.WithDeadlines(hangingCloud{f.ctrl.Cloud}, cloudprovider.Deadlines{Create: 50 * time.Millisecond})
+	f.ctrl.Launches = &nodeclaims.Launches{}
+	newClaim(t, "hung-1", "hung")
+	nc := f.reconcile(t, "hung-1")
+	cond := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeLaunched)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "LaunchFailed" ||
+		!strings.Contains(cond.Message, "the cloud provider's Create did not answer within 50ms") {
+		t.Fatalf("Launched condition %+v, want LaunchFailed naming the timeout", cond)
+	}
+	if f.ctrl.Launches.InFlight("hung-1") {
+		t.Error("the timed-out launch is still in flight")
+	}
+}
