@@ -129,7 +129,7 @@ and with changes. It reads the cluster with your credentials and writes nothing 
 			return write(cmd.OutOrStdout(), o.output, a)
 		},
 	})
-	root.AddCommand(explainCmd, newRecord(o), newSimulate(o))
+	root.AddCommand(explainCmd, newRecord(o), newSimulate(o), newReplay(o))
 	return root
 }
 

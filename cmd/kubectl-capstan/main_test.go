@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +19,9 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/report"
 	"capstan.dev/capstan/internal/testenv"
+	"capstan.dev/capstan/internal/trace"
 )
 
 var env *testenv.Env
@@ -195,5 +200,101 @@ func TestRecordThenSimulate(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "never.json")); !os.IsNotExist(err) {
 		t.Errorf("a failed record left a file: %v", err)
+	}
+}
+
+// replay writes one HTML page whose summary table holds the simulation's own totals, per
+// configuration; bad input is one error and no file.
+func TestReplayWritesTheReport(t *testing.T) {
+	dir := t.TempDir()
+	tracePath := filepath.Join(dir, "trace.yaml")
+	if err := os.WriteFile(tracePath, []byte(`apiVersion: capstan.dev/v1alpha1
+kind: Trace
+metadata: {name: short}
+spec:
+  duration: 2h
+  step: 1m
+  workloads:
+    - name: web
+      cpu: 500m
+      memory: 1Gi
+      steps: [{at: 0s, count: 50}, {at: 30m, count: 200}, {at: 1h, count: 40}]
+  interruptions: [{at: 45m, fraction: 0.5}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	configs := []string{"../../examples/replay/whenemptyorunderutilized.yaml", "../../examples/replay/balanced.yaml"}
+	out := filepath.Join(dir, "report.html")
+	if printed, _, err := run("replay", "--trace", tracePath, "--config", configs[0], "--config", configs[1], "-o", out); err != nil || printed != "" {
+		t.Fatalf("replay: %v, printed %q", err, printed)
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, err := trace.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfgs []report.Config
+	for _, c := range configs {
+		cfg, err := replayConfig(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.PodDeletionCost = true
+		cfgs = append(cfgs, cfg)
+	}
+	runs, err := report.Play(tr, cfgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile(`<tr data-config="([^"]+)"><td>[^<]*</td><td class="cost">([0-9.]+)</td><td class="evictions">(\d+)</td><td class="moved-twice">(\d+)</td><td class="interrupted">(\d+)</td><td class="pending">(\d+)</td><td class="peak-nodes">(\d+)</td><td class="launched">(\d+)</td></tr>`)
+	rows := row.FindAllStringSubmatch(string(page), -1)
+	if len(rows) != len(runs) {
+		t.Fatalf("%d summary rows, want %d", len(rows), len(runs))
+	}
+	for i, r := range runs {
+		want := []string{r.Name, fmt.Sprintf("%.2f", r.Totals.CostHours), fmt.Sprint(r.Totals.Evictions), fmt.Sprint(r.Totals.MovedTwice),
+			fmt.Sprint(r.Totals.Interrupted), fmt.Sprintf("%.0f", r.Totals.PendingPodSeconds), fmt.Sprint(r.Totals.PeakNodes), fmt.Sprint(r.Totals.Launched)}
+		if !slices.Equal(rows[i][1:], want) {
+			t.Errorf("summary row %v, want the simulation's totals %v", rows[i][1:], want)
+		}
+		if r.Totals.Interrupted == 0 || r.Totals.CostHours <= 0 {
+			t.Errorf("%s: totals %+v; the trace interrupts spot machines and costs money", r.Name, r.Totals)
+		}
+	}
+	if n := strings.Count(string(page), "<svg"); n != 5 {
+		t.Errorf("%d plots, want 5", n)
+	}
+	if strings.Contains(string(page), "http://") && !strings.Contains(string(page), "http://www.w3.org/") {
+		t.Error("the page refers to the network")
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: capstan.dev/v1alpha1\nkind: Trace\nspec: {duration: 1h, workload: []}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	never := filepath.Join(dir, "never.html")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--trace", bad, "--config", configs[0], "-o", never}, `unknown field "workload"`},
+		{[]string{"replay", "--config", configs[0], "-o", never}, "--trace and at least one --config are needed"},
+		{[]string{"replay", "--trace", tracePath, "--config", tracePath, "-o", never}, `is a "Trace": want a NodePool`},
+	} {
+		printed, _, err := run(tc.args...)
+		if err == nil || printed != "" || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, printed %q; want an error naming %q", tc.args, err, printed, tc.want)
+		}
+	}
+	if _, err := os.Stat(never); !os.IsNotExist(err) {
+		t.Errorf("a failed replay left a file: %v", err)
 	}
 }

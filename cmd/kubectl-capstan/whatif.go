@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -10,11 +13,18 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/clock"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/record"
+	"capstan.dev/capstan/internal/report"
+	"capstan.dev/capstan/internal/trace"
 	"capstan.dev/capstan/internal/whatif"
 )
 
@@ -168,4 +178,135 @@ func changes(policy string, files, remove []string, gates string) (whatif.Change
 		ch.SpotToSpotConsolidation = &on
 	}
 	return ch, nil
+}
+
+func newReplay(o *options) *cobra.Command {
+	var traceFile, out, gates string
+	var configs []string
+	var deletionCost bool
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Play a workload trace through Capstan under several configurations, into an HTML report",
+		Long: `replay plays a workload trace (Deployments scaling as it says, spot interruptions; see
+docs/replay.md) through Capstan's solver and disruption decision core on a simulated clock, once
+per --config (a file with a NodePool and, optionally, the SimNodeClass whose instance types it
+uses; the simulated cloud's default catalog otherwise), and writes one self-contained HTML page:
+nodes, $/h, cumulative cost, pending pods and evictions over time, one line per configuration,
+and a table of totals. It needs no cluster.`,
+		Example: `  kubectl capstan replay --trace examples/traces/diurnal.yaml \
+    --config examples/replay/whenemptyorunderutilized.yaml --config examples/replay/balanced.yaml -o report.html`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if traceFile == "" || len(configs) == 0 {
+				return fmt.Errorf("--trace and at least one --config are needed")
+			}
+			f, err := os.Open(traceFile)
+			if err != nil {
+				return fmt.Errorf("--trace: %w", err)
+			}
+			defer f.Close()
+			t, err := trace.Read(f)
+			if err != nil {
+				return fmt.Errorf("--trace %s: %w", traceFile, err)
+			}
+			ch, err := changes("", nil, nil, gates)
+			if err != nil {
+				return err
+			}
+			var cfgs []report.Config
+			for _, path := range configs {
+				cfg, err := replayConfig(cmd.Context(), path)
+				if err != nil {
+					return fmt.Errorf("--config %s: %w", path, err)
+				}
+				if ch.SpotToSpotConsolidation != nil {
+					cfg.Decision.SpotToSpotConsolidation = *ch.SpotToSpotConsolidation
+				}
+				cfg.PodDeletionCost = deletionCost
+				cfgs = append(cfgs, cfg)
+			}
+			runs, err := report.Play(t, cfgs)
+			if err != nil {
+				return err
+			}
+			title := "Replay of " + cmp.Or(t.Metadata.Name, filepath.Base(traceFile))
+			desc := fmt.Sprintf("%s of simulated time in steps of %s, %d configuration(s).", t.Spec.Duration.Duration, t.StepOrDefault(), len(cfgs))
+			write := func(w io.Writer) error { return report.WriteHTML(w, title, desc, runs) }
+			if out == "" || out == "-" {
+				return write(cmd.OutOrStdout())
+			}
+			return writeFile(out, write)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&traceFile, "trace", "", "the trace to play (docs/replay.md)")
+	f.StringArrayVar(&configs, "config", nil, "a configuration: a file with a NodePool (and optionally its SimNodeClass); repeat to compare")
+	// Its own -o: the report file.
+	f.StringVarP(&out, "output", "o", "", "the HTML file to write (default: standard output)")
+	f.StringVar(&gates, "feature-gates", "", "SpotToSpotConsolidation=true|false for every configuration")
+	f.BoolVar(&deletionCost, "pod-deletion-cost", true, "rank pods for scale-ins as PodDeletionCostManagement does (Capstan's default)")
+	return cmd
+}
+
+// replayConfig reads a configuration file: one NodePool, and optionally the SimNodeClass whose
+// instance types it uses (the simulated cloud's default catalog otherwise).
+func replayConfig(ctx context.Context, path string) (report.Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return report.Config{}, err
+	}
+	var np *karpv1.NodePool
+	class := &simv1alpha1.SimNodeClass{}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for i := 1; ; i++ {
+		var raw runtime.RawExtension
+		if err := dec.Decode(&raw); err == io.EOF {
+			break
+		} else if err != nil {
+			return report.Config{}, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(raw.Raw) == 0 {
+			continue
+		}
+		var head metav1.TypeMeta
+		if err := json.Unmarshal(raw.Raw, &head); err != nil {
+			return report.Config{}, fmt.Errorf("document %d: %w", i, err)
+		}
+		switch head.Kind {
+		case "NodePool":
+			if np != nil {
+				return report.Config{}, fmt.Errorf("document %d: a configuration holds one NodePool", i)
+			}
+			np = &karpv1.NodePool{}
+			if err := strictJSON(raw.Raw, np); err != nil {
+				return report.Config{}, fmt.Errorf("document %d (NodePool): %w", i, err)
+			}
+		case "SimNodeClass":
+			if err := strictJSON(raw.Raw, class); err != nil {
+				return report.Config{}, fmt.Errorf("document %d (SimNodeClass): %w", i, err)
+			}
+		default:
+			return report.Config{}, fmt.Errorf("document %d is a %q: want a NodePool and optionally a SimNodeClass", i, head.Kind)
+		}
+	}
+	if np == nil {
+		return report.Config{}, fmt.Errorf("no NodePool")
+	}
+	clk := clock.RealClock{}
+	p, err := sim.NewProvider(nil, sim.NewCloudWithStore(clk, nil), clk, nil)
+	if err != nil {
+		return report.Config{}, err
+	}
+	its, err := p.InstanceTypes(ctx, class)
+	if err != nil {
+		return report.Config{}, fmt.Errorf("instance types: %w", err)
+	}
+	return report.Config{Name: cmp.Or(np.Name, strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))), NodePool: np, InstanceTypes: its}, nil
+}
+
+// strictJSON decodes, refusing unknown fields.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }

@@ -1,7 +1,9 @@
 package replay
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -133,20 +135,9 @@ func (c *Cluster) finish(e *execution) {
 			if e.cmd.Reason == karpv1.DisruptionReasonUnderutilized && owner != nil {
 				c.evictions = append(c.evictions, disruption.Eviction{Namespace: p.Namespace, Name: p.Name, Owner: owner.UID, At: c.now})
 			}
-			c.seq++
-			var fresh *corev1.Pod
-			if dep, ok := c.deps[p.Labels["app"]]; ok && slices.Contains(c.byDep[dep.Name], p) {
-				fresh = newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
-				owned := c.byDep[dep.Name]
-				owned[slices.Index(owned, p)] = fresh
-			} else if owner != nil {
-				fresh = recreated(p, c.seq, c.now)
-			} else {
-				c.report.Lost++
-				continue
+			if fresh := c.recreate(p); fresh != nil {
+				c.moved[fresh] = true
 			}
-			c.moved[fresh] = true
-			c.pending = append(c.pending, fresh)
 		}
 		c.machines = slices.DeleteFunc(c.machines, func(x *machine) bool { return x == m })
 	}
@@ -171,4 +162,52 @@ func recreated(p *corev1.Pod, seq int, now time.Time) *corev1.Pod {
 	q.Status = corev1.PodStatus{Phase: corev1.PodPending}
 	delete(q.Annotations, corev1.PodDeletionCost)
 	return q
+}
+
+// recreate is what the pod's controller does when the pod is gone from its node: a new pod,
+// pending (nil, counted lost, for a pod no controller owns).
+func (c *Cluster) recreate(p *corev1.Pod) *corev1.Pod {
+	c.seq++
+	var fresh *corev1.Pod
+	switch dep, ok := c.deps[p.Labels["app"]]; {
+	case ok && slices.Contains(c.byDep[dep.Name], p):
+		fresh = newPod(fmt.Sprintf("%s-%d", dep.Name, c.seq), dep, c.now)
+		owned := c.byDep[dep.Name]
+		owned[slices.Index(owned, p)] = fresh
+	case metav1.GetControllerOf(p) != nil:
+		fresh = recreated(p, c.seq, c.now)
+	default:
+		c.report.Lost++
+		return nil
+	}
+	c.pending = append(c.pending, fresh)
+	return fresh
+}
+
+// InterruptSpot reclaims a fraction of the running spot machines (rounded up; the first by name),
+// as a spot interruption storm does: their pods come back pending, and are counted in
+// Report.Interrupted, not as disruption's evictions. It returns the machines reclaimed.
+func (c *Cluster) InterruptSpot(fraction float64) int {
+	var spot []*machine
+	for _, m := range c.machines {
+		if m.node.Node != nil && m.node.NodeClaim.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeSpot && !m.leaving {
+			spot = append(spot, m)
+		}
+	}
+	slices.SortFunc(spot, func(a, b *machine) int { return cmp.Compare(a.node.Name(), b.node.Name()) })
+	n := min(len(spot), int(math.Ceil(fraction*float64(len(spot)))))
+	for _, m := range spot[:n] {
+		for _, p := range m.node.Pods {
+			if pods.Reschedulable(p) {
+				c.report.Interrupted++
+				c.recreate(p)
+			}
+		}
+		c.machines = slices.DeleteFunc(c.machines, func(x *machine) bool { return x == m })
+	}
+	if n > 0 {
+		c.schedule()
+		c.bringUp()
+	}
+	return n
 }

@@ -73,8 +73,9 @@ type Report struct {
 	Commands map[disruption.Method]int
 	// Launched counts machines launched; PeakNodes is the most at once.
 	Launched, PeakNodes int
-	// Lost counts evicted pods no controller recreates (a snapshot's bare pods).
-	Lost int
+	// Lost counts evicted pods no controller recreates (a snapshot's bare pods); Interrupted the
+	// pods of machines reclaimed by InterruptSpot.
+	Lost, Interrupted int
 }
 
 // machine is a node in the replay.
