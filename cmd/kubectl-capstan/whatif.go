@@ -90,7 +90,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 
 func newSimulate(o *options) *cobra.Command {
 	var policy, gates string
-	var files, remove []string
+	var files, remove, scales []string
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Play the cluster forward as Capstan would, as configured and with changes",
@@ -103,15 +103,19 @@ to the cluster.`,
 		Example: `  kubectl capstan simulate
   kubectl capstan simulate --policy Balanced
   kubectl capstan simulate --recording cluster.json -f nodepool-spot.yaml --remove-nodepool on-demand
-  kubectl capstan simulate --feature-gates SpotToSpotConsolidation=true -o json`,
+  kubectl capstan simulate --feature-gates SpotToSpotConsolidation=true -o json
+  kubectl capstan simulate -n shop --scale deployment/web=40`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ch, err := changes(policy, files, remove, gates)
 			if err != nil {
 				return err
 			}
-			c, _, cloud, err := o.connect(cmd.Context())
+			c, ns, cloud, err := o.connect(cmd.Context())
 			if err != nil {
+				return err
+			}
+			if ch.Scale, err = scaleFlags(scales, ns); err != nil {
 				return err
 			}
 			a, err := whatif.Simulate(cmd.Context(), c, cloud, ch, whatif.Options{Now: o.now(), NodeCost: o.nodeCost,
@@ -127,7 +131,23 @@ to the cluster.`,
 	f.StringArrayVarP(&files, "filename", "f", nil, "try these NodePool manifests (each replaces the NodePool of its name, or is added)")
 	f.StringArrayVar(&remove, "remove-nodepool", nil, "try without this NodePool (its machines stay as other nodes)")
 	f.StringVar(&gates, "feature-gates", "", "try with these gates: SpotToSpotConsolidation=true|false")
+	f.StringArrayVar(&scales, "scale", nil, "try with a Deployment scaled: deployment/NAME=REPLICAS (in -n's namespace)")
 	return cmd
+}
+
+// scaleFlags reads --scale deployment/NAME=N values.
+func scaleFlags(values []string, ns string) ([]whatif.Scale, error) {
+	var out []whatif.Scale
+	for _, v := range values {
+		target, count, ok := strings.Cut(v, "=")
+		kind, name, named := strings.Cut(target, "/")
+		n, err := strconv.Atoi(count)
+		if !ok || !named || name == "" || (kind != "deployment" && kind != "deployments" && kind != "deploy") || err != nil || n < 0 {
+			return nil, fmt.Errorf("--scale %q: want deployment/NAME=REPLICAS", v)
+		}
+		out = append(out, whatif.Scale{Namespace: ns, Deployment: name, Replicas: n})
+	}
+	return out, nil
 }
 
 // changes reads the flags of simulate; an error names the flag and the value.

@@ -6,20 +6,27 @@
 package whatif
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/snapshot"
 )
@@ -43,11 +50,20 @@ type Changes struct {
 	RemoveNodePools []string
 	// SpotToSpotConsolidation, when set, overrides the gate of that name.
 	SpotToSpotConsolidation *bool
+	// Scale sets Deployments' replica counts.
+	Scale []Scale
+}
+
+// Scale is a Deployment's replica count to try.
+type Scale struct {
+	Namespace, Deployment string
+	Replicas              int
 }
 
 // Empty reports whether nothing is changed.
 func (ch Changes) Empty() bool {
-	return ch.Policy == "" && len(ch.NodePools) == 0 && len(ch.RemoveNodePools) == 0 && ch.SpotToSpotConsolidation == nil
+	return ch.Policy == "" && len(ch.NodePools) == 0 && len(ch.RemoveNodePools) == 0 && ch.SpotToSpotConsolidation == nil &&
+		len(ch.Scale) == 0
 }
 
 // Options say how to simulate.
@@ -127,6 +143,9 @@ func Simulate(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	}
 	snap, err = snapshot.Read(ctx, changed, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost})
 	if err != nil {
+		return nil, err
+	}
+	if err := scale(ctx, c, snap, ch.Scale); err != nil {
 		return nil, err
 	}
 	dec := o.Decision
@@ -306,4 +325,87 @@ func (a *Answer) WriteText(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// scale sets the Deployments' pod counts in the snapshot, as their ReplicaSets would: a scale-in
+// deletes pending pods first, then the lowest controller.kubernetes.io/pod-deletion-cost, then
+// the newest; a scale-out adds pending copies of one of its pods.
+func scale(ctx context.Context, c client.Reader, snap *disruption.Snapshot, scales []Scale) error {
+	if len(scales) == 0 {
+		return nil
+	}
+	rss := &appsv1.ReplicaSetList{}
+	if err := c.List(ctx, rss); err != nil {
+		return fmt.Errorf("listing replicasets: %w", err)
+	}
+	for _, sc := range scales {
+		owners := map[string]bool{}
+		for _, rs := range rss.Items {
+			if o := metav1.GetControllerOf(&rs); rs.Namespace == sc.Namespace && o != nil && o.Kind == "Deployment" && o.Name == sc.Deployment {
+				owners[rs.Name] = true
+			}
+		}
+		of := func(p *corev1.Pod) bool {
+			o := metav1.GetControllerOf(p)
+			return p.Namespace == sc.Namespace && o != nil && o.Kind == "ReplicaSet" && owners[o.Name] && pods.Reschedulable(p)
+		}
+		type placed struct {
+			pod  *corev1.Pod
+			node *disruption.Node
+		}
+		var all []placed
+		for _, p := range snap.Pending {
+			if of(p) {
+				all = append(all, placed{pod: p})
+			}
+		}
+		for _, n := range snap.Nodes {
+			for _, p := range n.Pods {
+				if of(p) {
+					all = append(all, placed{pod: p, node: n})
+				}
+			}
+		}
+		if len(all) == 0 {
+			return fmt.Errorf("--scale deployment/%s=%d: no pods of Deployment %s/%s", sc.Deployment, sc.Replicas, sc.Namespace, sc.Deployment)
+		}
+		for i := len(all); i < sc.Replicas; i++ {
+			q := recreate(all[0].pod, i)
+			snap.Pending = append(snap.Pending, q)
+		}
+		if len(all) <= sc.Replicas {
+			continue
+		}
+		cost := func(p *corev1.Pod) int {
+			v, _ := strconv.Atoi(p.Annotations[corev1.PodDeletionCost])
+			return v
+		}
+		slices.SortStableFunc(all, func(a, b placed) int {
+			if (a.node == nil) != (b.node == nil) {
+				if a.node == nil {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Or(cmp.Compare(cost(a.pod), cost(b.pod)), b.pod.CreationTimestamp.Compare(a.pod.CreationTimestamp.Time))
+		})
+		for _, d := range all[:len(all)-sc.Replicas] {
+			if d.node == nil {
+				snap.Pending = slices.DeleteFunc(snap.Pending, func(p *corev1.Pod) bool { return p == d.pod })
+			} else {
+				d.node.Pods = slices.DeleteFunc(d.node.Pods, func(p *corev1.Pod) bool { return p == d.pod })
+			}
+		}
+	}
+	return nil
+}
+
+// recreate is a new pending pod like p, as its ReplicaSet makes.
+func recreate(p *corev1.Pod, i int) *corev1.Pod {
+	q := p.DeepCopy()
+	q.Name, q.UID = fmt.Sprintf("%s-scaled-%d", p.Name, i), types.UID(fmt.Sprintf("%s-scaled-%d", p.UID, i))
+	q.Spec.NodeName = ""
+	q.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	delete(q.Annotations, corev1.PodDeletionCost)
+	return q
 }
