@@ -57,9 +57,6 @@ func run() int {
 		log.Error(err, "starting capstan")
 		return 1
 	}
-	if gates := opts.FeatureGates.EnabledWithoutEffect(); len(gates) > 0 {
-		log.Info("feature gates enabled that this version of capstan does not act on yet", "gates", gates)
-	}
 	log.Info("starting capstan", "version", opts.BuildVersion, "commit", opts.BuildCommit, "cluster-name", opts.ClusterName, "cloud-provider", opts.CloudProvider)
 	if err := op.Manager.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "capstan stopped")

@@ -149,9 +149,8 @@ func parseFeatureGates(s string) (FeatureGates, error) {
 // implementedGates are the gates off by default whose features Capstan has.
 var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true}
 
-// EnabledWithoutEffect lists the feature gates turned on beyond the defaults whose
-// features Capstan does not have yet: they are accepted (a deployment written for Karpenter
-// starts), and said so at start-up.
+// EnabledWithoutEffect lists, in name order, the feature gates turned on beyond the defaults
+// whose features Capstan does not have yet: Parse refuses them.
 func (g FeatureGates) EnabledWithoutEffect() []string {
 	var out []string
 	for name, on := range g {
@@ -284,6 +283,10 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 	fg, err := parseFeatureGates(r.gates)
 	if err != nil {
 		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %w", err)
+	}
+	if off := fg.EnabledWithoutEffect(); len(off) > 0 {
+		// A gate that would be accepted and then do nothing is refused (the chart refuses it too).
+		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %s=true: Capstan does not implement it yet (docs/features.md); set it false or leave it out", strings.Join(off, "=true, "))
 	}
 	o.FeatureGates = fg
 	return o, o.Validate()

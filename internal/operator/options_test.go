@@ -205,13 +205,16 @@ func TestLoggerOutputPathsAndLevel(t *testing.T) {
 	}
 }
 
-func TestGatesEnabledWithoutEffectAreNamed(t *testing.T) {
-	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=true,ReservedCapacity=true,PodDeletionCostManagement=true"}))
-	if err != nil {
-		t.Fatal(err)
+// A gate Capstan has no feature for is refused when turned on, naming it; one on by default, or
+// one Capstan acts on, is accepted.
+func TestGatesWithoutEffectAreRefused(t *testing.T) {
+	_, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=true,StaticCapacity=true,ReservedCapacity=true,PodDeletionCostManagement=true"}))
+	if err == nil || !strings.Contains(err.Error(), "FEATURE_GATES") || !strings.Contains(err.Error(), "NodeRepair=true, StaticCapacity=true: Capstan does not implement it yet") {
+		t.Fatalf("error %v, want NodeRepair and StaticCapacity refused by name", err)
 	}
-	if got := o.FeatureGates.EnabledWithoutEffect(); len(got) != 1 || got[0] != "NodeRepair" {
-		t.Fatalf("gates without effect %v, want [NodeRepair] (ReservedCapacity is on by default, PodDeletionCostManagement acts)", got)
+	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=true"}))
+	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] {
+		t.Fatalf("gates Capstan acts on or that are off: %v, %v", o.FeatureGates, err)
 	}
 }
 
