@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -26,8 +27,10 @@ const KwokNodeAnnotation = "kwok.x-k8s.io/node"
 type Joiner struct {
 	Cloud  *Cloud
 	Client client.Client
-	// Interval is how often Start looks for machines due to register (default 200ms).
+	// Interval is how often Start looks for machines due to register (default 200ms), on Clock
+	// (default the real clock: the simulated kubelets keep the wall's time).
 	Interval time.Duration
+	Clock    clock.Clock
 }
 
 // Start registers due machines until ctx ends. It implements controller-runtime's Runnable.
@@ -37,7 +40,11 @@ func (j *Joiner) Start(ctx context.Context) error {
 	if interval == 0 {
 		interval = 200 * time.Millisecond
 	}
-	return periodic.Run(ctx, interval, "registering simulated machines", j.Sync)
+	var clk clock.Clock = clock.RealClock{}
+	if j.Clock != nil {
+		clk = j.Clock
+	}
+	return periodic.Run(ctx, clk, interval, "registering simulated machines", j.Sync)
 }
 
 // NeedLeaderElection makes only the leader register machines.

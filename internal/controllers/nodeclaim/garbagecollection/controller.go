@@ -52,7 +52,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if interval == 0 {
 		interval = 10 * time.Second
 	}
-	return periodic.Run(ctx, interval, "garbage collecting", c.Sync)
+	return periodic.Run(ctx, c.Clock, interval, "garbage collecting", c.Sync)
 }
 
 // Sync runs one sweep.
