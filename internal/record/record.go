@@ -23,11 +23,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
+	"capstan.dev/capstan/internal/versioned"
 )
 
 // The file's type. A reader refuses other kinds and versions it does not know.
@@ -343,26 +343,9 @@ func (r *Recording) Write(w io.Writer) error {
 
 // Read reads a recording (JSON or YAML), refusing unknown fields, other kinds and versions.
 func Read(in io.Reader) (*Recording, error) {
-	b, err := io.ReadAll(in)
-	if err != nil {
-		return nil, err
-	}
-	var head struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
-	if err := yaml.Unmarshal(b, &head); err != nil {
-		return nil, fmt.Errorf("not a recording: %w", err)
-	}
-	if head.Kind != Kind {
-		return nil, fmt.Errorf("kind %q: not a %s (made by kubectl capstan record)", head.Kind, Kind)
-	}
-	if head.APIVersion != APIVersion {
-		return nil, fmt.Errorf("apiVersion %q: this kubectl-capstan reads %s only; use the kubectl-capstan that recorded it, or a newer one", head.APIVersion, APIVersion)
-	}
 	r := &Recording{}
-	if err := yaml.UnmarshalStrict(b, r); err != nil {
-		return nil, fmt.Errorf("reading the recording: %w", err)
+	if err := versioned.Read(in, APIVersion, Kind, "recording", r); err != nil {
+		return nil, err
 	}
 	for _, c := range r.InstanceTypes {
 		for _, t := range c.InstanceTypes {

@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"capstan.dev/capstan/internal/replay"
+	"capstan.dev/capstan/internal/versioned"
 )
 
 // The file's type; a reader refuses other kinds and versions.
@@ -77,26 +76,9 @@ type Interruption struct {
 // Read reads a trace, refusing unknown fields, other kinds and versions, and bad values, with the
 // field and the value named.
 func Read(in io.Reader) (*Trace, error) {
-	b, err := io.ReadAll(in)
-	if err != nil {
-		return nil, err
-	}
-	var head struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-	}
-	if err := yaml.Unmarshal(b, &head); err != nil {
-		return nil, fmt.Errorf("not a trace: %w", err)
-	}
-	if head.Kind != Kind {
-		return nil, fmt.Errorf("kind %q: want %s", head.Kind, Kind)
-	}
-	if head.APIVersion != APIVersion {
-		return nil, fmt.Errorf("apiVersion %q: this version reads %s only", head.APIVersion, APIVersion)
-	}
 	t := &Trace{}
-	if err := yaml.UnmarshalStrict(b, t); err != nil {
-		return nil, fmt.Errorf("reading the trace: %w", err)
+	if err := versioned.Read(in, APIVersion, Kind, "trace", t); err != nil {
+		return nil, err
 	}
 	return t, t.validate()
 }
@@ -169,20 +151,11 @@ func (w Workload) count(at time.Duration) int {
 		return d.Min + int(math.Round(float64(d.Max-d.Min)*(1+math.Cos(phase))/2))
 	}
 	n := 0
-	i, _ := slices.BinarySearchFunc(w.Steps, at, func(s Step, at time.Duration) int {
-		switch {
-		case s.At.Duration < at:
-			return -1
-		case s.At.Duration > at:
-			return 1
+	for _, s := range w.Steps {
+		if s.At.Duration > at {
+			break
 		}
-		return 0
-	})
-	if i < len(w.Steps) && w.Steps[i].At.Duration == at {
-		return w.Steps[i].Count
-	}
-	if i > 0 {
-		n = w.Steps[i-1].Count
+		n = s.Count
 	}
 	return n
 }

@@ -51,11 +51,10 @@ type market struct {
 func (p *Provider) refreshMarket(ctx context.Context) (*market, error) {
 	p.marketMu.Lock()
 	m, now := p.market, p.clock.Now()
-	due := m == nil || now.Sub(m.fetched) >= p.opts.InstanceTypesTTL && !now.Before(p.describeRetryAt) ||
-		m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL
+	types, prices := p.due(m, now)
 	busy := p.refreshing
 	p.marketMu.Unlock()
-	if !due || busy && m != nil {
+	if !types && !prices || busy && m != nil {
 		return m, nil
 	}
 	v, err, _ := p.refreshes.Do("market", func() (any, error) { return p.refresh(ctx) })
@@ -70,13 +69,14 @@ func (p *Provider) refresh(ctx context.Context) (*market, error) {
 	p.marketMu.Lock()
 	p.refreshing = true
 	m, now := p.market, p.clock.Now()
+	types, _ := p.due(m, now)
 	p.marketMu.Unlock()
 	defer func() {
 		p.marketMu.Lock()
 		p.refreshing = false
 		p.marketMu.Unlock()
 	}()
-	if m == nil || now.Sub(m.fetched) >= p.opts.InstanceTypesTTL && !now.Before(p.retryAt()) {
+	if types {
 		fresh, err := p.describeMarket(ctx)
 		if err != nil {
 			if m == nil {
@@ -130,11 +130,14 @@ func (p *Provider) refresh(ctx context.Context) (*market, error) {
 	return m, nil
 }
 
-// retryAt is when a failed describe may be tried again.
-func (p *Provider) retryAt() time.Time {
-	p.marketMu.Lock()
-	defer p.marketMu.Unlock()
-	return p.describeRetryAt
+// due says whether the types and offerings (older than the TTL, and no failed describe's
+// back-off running) and the prices (older than theirs) should be read again. Under marketMu.
+func (p *Provider) due(m *market, now time.Time) (types, prices bool) {
+	if m == nil {
+		return true, true
+	}
+	types = now.Sub(m.fetched) >= p.opts.InstanceTypesTTL && !now.Before(p.describeRetryAt)
+	return types, m.onDemand == nil || now.Sub(m.priced) >= p.opts.PricingTTL
 }
 
 // newDescribeBackoff is the waits after failed describes in a row: 30 s, doubling up to the TTL.

@@ -14,12 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/clocktest"
 	"capstan.dev/capstan/internal/cloudprovider"
 	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
@@ -287,22 +287,12 @@ func (c *countingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 	return c.SQSAPI.ReceiveMessage(ctx, in, opts...)
 }
 
-// steppingClock steps the fake clock at once on After, so the pauses can be read off the clock.
-type steppingClock struct{ *clocktesting.FakeClock }
-
-func (c steppingClock) After(d time.Duration) <-chan time.Time {
-	c.Step(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.Now()
-	return ch
-}
-
 // Receives that fail in a row are retried after pauses that double from Backoff: 10, 20, 40 and
 // 80 s after four failures, on the injected clock.
 func TestFailedReceivesBackOff(t *testing.T) {
 	f, c, _ := fixture(t, env.Client)
 	sqsc := &countingSQS{SQSAPI: c.SQS}
-	c.SQS, c.Clock = sqsc, steppingClock{f.Clock}
+	c.SQS, c.Clock = sqsc, clocktest.Stepping{FakeClock: f.Clock}
 	f.AWS.InjectFault("ReceiveMessage", 4, awsfake.Fault{Code: "AccessDenied", Message: "not allowed"})
 	start := f.Clock.Now()
 	ctx, cancel := context.WithCancel(t.Context())

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"capstan.dev/capstan/internal/clocktest"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -171,21 +172,10 @@ func (f *failingLister) attempts() []time.Time {
 	return slices.Clone(f.at)
 }
 
-// steppingClock is a fake clock whose After steps time at once, so every wait ends as soon as it
-// begins and the time waited can be read off the clock, without racing the waiting goroutines.
-type steppingClock struct{ *clocktesting.FakeClock }
-
-func (c steppingClock) After(d time.Duration) <-chan time.Time {
-	c.Step(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.Now()
-	return ch
-}
-
 // Passes that fail in a row are retried after pauses that double from RetryAfterFailure, on the
 // injected clock: an API server in trouble is not asked every 5 s.
 func TestFailedPassesBackOff(t *testing.T) {
-	clk := steppingClock{clocktesting.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))}
+	clk := clocktest.Stepping{FakeClock: clocktesting.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))}
 	fl := &failingLister{clk: clk}
 	p := &Provisioner{Clock: clk, Client: fl}
 	ctx, cancel := context.WithCancel(t.Context())

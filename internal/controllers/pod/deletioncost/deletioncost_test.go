@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/clocktest"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/testenv"
@@ -26,17 +27,6 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
-
-// steppingClock is a fake clock whose After steps time at once, so a paced pass runs without
-// waiting and the time it was paced over can be read off the clock.
-type steppingClock struct{ *clocktesting.FakeClock }
-
-func (c steppingClock) After(d time.Duration) <-chan time.Time {
-	c.Step(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.Now()
-	return ch
-}
 
 var start = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
@@ -97,7 +87,7 @@ func (c *cluster) createPod(t *testing.T, name, node string, owned bool) *corev1
 }
 
 func (c *cluster) controller(enabled bool) *Controller {
-	return &Controller{Client: namespaced{env.Client, c.ns}, Clock: steppingClock{clocktesting.NewFakeClock(start)}, Enabled: enabled,
+	return &Controller{Client: namespaced{env.Client, c.ns}, Clock: clocktest.Stepping{FakeClock: clocktesting.NewFakeClock(start)}, Enabled: enabled,
 		Snapshot: func(context.Context) (*disruption.Snapshot, error) { return c.snap, nil }}
 }
 
@@ -235,7 +225,7 @@ func TestWritesArePaced(t *testing.T) {
 	c := newCluster(t)
 	ctl := c.controller(true)
 	ctl.WritesPerSecond = 2
-	clk := ctl.Clock.(steppingClock)
+	clk := ctl.Clock.(clocktest.Stepping)
 	sync(t, ctl)
 	if paced := clk.Since(start); paced < 2*time.Second {
 		t.Errorf("six writes at 2/s took %s of the clock, want at least 2s", paced)
