@@ -28,6 +28,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/explain"
+	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/record"
 	"capstan.dev/capstan/internal/scheme"
 )
@@ -174,14 +175,26 @@ func (o *options) connect(ctx context.Context) (client.Reader, string, cloudprov
 	if o.output != "table" && o.output != "json" && o.output != "yaml" {
 		return nil, "", nil, fmt.Errorf("--output %q: want table, json or yaml", o.output)
 	}
+	var c client.Reader
+	var ns string
+	var cloud cloudprovider.CloudProvider
 	if o.recording != "" {
-		return o.fromRecording()
+		var err error
+		if c, ns, cloud, err = o.fromRecording(); err != nil {
+			return nil, "", nil, err
+		}
+	} else {
+		cc, cns, err := o.client()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if cloud, err = o.provider(ctx, cc); err != nil {
+			return nil, "", nil, err
+		}
+		c, ns = cc, cns
 	}
-	c, ns, err := o.client()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	cloud, err := o.provider(ctx, c)
+	// Prices and capacity as Capstan's decisions read them: with the NodeOverlays it applies.
+	cloud, err := overlay.Local(ctx, c, cloud)
 	if err != nil {
 		return nil, "", nil, err
 	}

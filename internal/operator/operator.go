@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	disruptionctl "capstan.dev/capstan/internal/controllers/disruption"
@@ -33,6 +35,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/podevents"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
+	"capstan.dev/capstan/internal/controllers/nodeoverlay"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/pod/deletioncost"
 	"capstan.dev/capstan/internal/controllers/pod/startup"
@@ -41,6 +44,7 @@ import (
 	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/scheme"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -171,6 +175,13 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	op := &Operator{Manager: mgr}
 	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
+	// overlays hold the NodeOverlays' evaluation when the gate is on: the providers' launches
+	// read it, and so does every controller through the wrapped provider below.
+	var overlays *overlay.Store
+	var nodeClass client.Object
+	if o.FeatureGates["NodeOverlay"] {
+		overlays = &overlay.Store{}
+	}
 	switch o.CloudProvider {
 	case CloudProviderSim:
 		// The simulated cloud keeps its machines in the cluster (ConfigMaps next to the leader
@@ -185,7 +196,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		if err != nil {
 			return nil, err
 		}
-		op.Cloud, op.SimCloud = p, cloud
+		if overlays != nil {
+			p.SetOverlays(overlays.ForLaunches())
+		}
+		op.Cloud, op.SimCloud, nodeClass = p, cloud, &simv1alpha1.SimNodeClass{}
 		if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {
 			return nil, err
 		}
@@ -197,11 +211,23 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		if err != nil {
 			return nil, err
 		}
-		op.Cloud = p
+		if overlays != nil {
+			p.SetOverlays(overlays.ForLaunches())
+		}
+		op.Cloud, nodeClass = p, &awsv1.EC2NodeClass{}
 	}
 	// Every call the controllers make to the cloud is bounded (docs/reliability.md).
 	op.Cloud = cloudprovider.WithDeadlines(op.Cloud, cloudprovider.Deadlines{})
 	c := mgr.GetClient()
+	if overlays != nil {
+		// The evaluation reads the cloud's own instance types; everything else reads them as
+		// the overlays adjust them (docs/features.md, NodeOverlay).
+		if err := (&nodeoverlay.Controller{Client: c, Cloud: op.Cloud, Store: overlays, Clock: clk,
+			NodeClasses: []client.Object{nodeClass}}).Register(mgr); err != nil {
+			return nil, err
+		}
+		op.Cloud = cloudprovider.WithOverlays(op.Cloud, overlays)
+	}
 	launches := &nodeclaims.Launches{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,

@@ -212,8 +212,8 @@ func TestGatesWithoutEffectAreRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "FEATURE_GATES") || !strings.Contains(err.Error(), "NodeRepair=true, StaticCapacity=true: Capstan does not implement it yet") {
 		t.Fatalf("error %v, want NodeRepair and StaticCapacity refused by name", err)
 	}
-	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=true"}))
-	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] {
+	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=true,NodeOverlay=true"}))
+	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["NodeOverlay"] {
 		t.Fatalf("gates Capstan acts on or that are off: %v, %v", o.FeatureGates, err)
 	}
 }

@@ -20,11 +20,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	karpv1alpha1 "capstan.dev/capstan/api/karpenter/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/versioned"
@@ -56,10 +58,13 @@ type Recording struct {
 	Nodes                []corev1.Node                  `json:"nodes"`
 	Pods                 []corev1.Pod                   `json:"pods"`
 	PodDisruptionBudgets []policyv1.PodDisruptionBudget `json:"podDisruptionBudgets,omitempty"`
-	DaemonSets           []appsv1.DaemonSet             `json:"daemonSets,omitempty"`
-	ReplicaSets          []appsv1.ReplicaSet            `json:"replicaSets,omitempty"`
-	StatefulSets         []appsv1.StatefulSet           `json:"statefulSets,omitempty"`
-	Namespaces           []corev1.Namespace             `json:"namespaces,omitempty"`
+	// NodeOverlays are the cluster's NodeOverlays with their conditions (whether Capstan applies
+	// them); InstanceTypes are recorded without them.
+	NodeOverlays []karpv1alpha1.NodeOverlay `json:"nodeOverlays,omitempty"`
+	DaemonSets   []appsv1.DaemonSet         `json:"daemonSets,omitempty"`
+	ReplicaSets  []appsv1.ReplicaSet        `json:"replicaSets,omitempty"`
+	StatefulSets []appsv1.StatefulSet       `json:"statefulSets,omitempty"`
+	Namespaces   []corev1.Namespace         `json:"namespaces,omitempty"`
 }
 
 // NodeClassInstanceType lists the instance types a node class offered, with their offerings.
@@ -125,6 +130,11 @@ func Record(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvi
 	r.ReplicaSets = lists[6].list.(*appsv1.ReplicaSetList).Items
 	r.StatefulSets = lists[7].list.(*appsv1.StatefulSetList).Items
 	r.Namespaces = lists[8].list.(*corev1.NamespaceList).Items
+	overlays := &karpv1alpha1.NodeOverlayList{}
+	if err := c.List(ctx, overlays); err != nil && !meta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("listing nodeoverlays: %w", err)
+	}
+	r.NodeOverlays = overlays.Items
 
 	seen := map[string]bool{}
 	for i := range r.NodePools {
@@ -227,6 +237,10 @@ func trimPodSpec(s *corev1.PodSpec) {
 func (r *Recording) trim() {
 	for i := range r.NodePools {
 		trimMeta(&r.NodePools[i].ObjectMeta)
+	}
+	for i := range r.NodeOverlays {
+		// Names kept even when anonymised: they order overlays of equal weight.
+		trimMeta(&r.NodeOverlays[i].ObjectMeta)
 	}
 	for i := range r.NodeClaims {
 		trimMeta(&r.NodeClaims[i].ObjectMeta)

@@ -59,6 +59,9 @@ func (r *Recording) Reader(scheme *runtime.Scheme) client.Reader {
 	for i := range r.Namespaces {
 		add(&r.Namespaces[i])
 	}
+	for i := range r.NodeOverlays {
+		add(&r.NodeOverlays[i])
+	}
 	return &reader{scheme: scheme, objs: objs}
 }
 

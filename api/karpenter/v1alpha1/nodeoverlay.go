@@ -63,8 +63,8 @@ type NodeOverlayStatus struct {
 }
 
 // NodeOverlay adjusts the prices and extended resources of the instance types it selects
-// (Karpenter's alpha NodeOverlay). Capstan accepts overlays; applying them comes with its newer
-// capabilities (docs/api.md).
+// (Karpenter's alpha NodeOverlay). Capstan applies overlays when its NodeOverlay feature gate is
+// on (docs/features.md).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=nodeoverlays,scope=Cluster,categories=karpenter,shortName=overlays

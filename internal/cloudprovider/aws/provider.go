@@ -64,7 +64,9 @@ type Provider struct {
 	clock       clock.PassiveClock
 	unavailable *cloudprovider.UnavailableOfferings
 	opts        Options
-	log         logr.Logger
+	// overlays adjust the types a launch chooses from (NodeOverlay); nil when the gate is off.
+	overlays cloudprovider.Overlays
+	log      logr.Logger
 
 	marketMu      sync.Mutex
 	market        *market
@@ -110,6 +112,10 @@ func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, u
 	p.describeBackoff = p.newDescribeBackoff()
 	return p
 }
+
+// SetOverlays makes launches choose by the NodeOverlays' prices and capacity (the gate on), as
+// the decision that planned the claim did. Call it before the provider is used.
+func (p *Provider) SetOverlays(o cloudprovider.Overlays) { p.overlays = o }
 
 // Name implements CloudProvider.
 func (p *Provider) Name() string { return Name }
@@ -212,6 +218,14 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	if err != nil {
 		return nil, err
 	}
+	prioritized := false
+	if p.overlays != nil {
+		raw := its
+		if its, err = p.overlays.Apply(claim.Labels[karpv1.NodePoolLabelKey], its); err != nil {
+			return nil, err
+		}
+		prioritized = pricesChanged(raw, its)
+	}
 	reqs, err := nodepools.FromAPI(claim.Spec.Requirements)
 	if err != nil {
 		return nil, fmt.Errorf("NodeClaim %s requirements: %w", claim.Name, err)
@@ -272,7 +286,23 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	if len(keep) > MaxInstanceTypes {
 		keep = keep[:MaxInstanceTypes]
 	}
-	return p.launch(ctx, nc, claim, keep, capacityType)
+	return p.launch(ctx, nc, claim, keep, capacityType, prioritized)
+}
+
+// pricesChanged reports whether overlays changed the price of any offering (Apply keeps the
+// order of types and offerings).
+func pricesChanged(raw, adjusted []*cloudprovider.InstanceType) bool {
+	for i := range raw {
+		if raw[i] == adjusted[i] {
+			continue
+		}
+		for j := range raw[i].Offerings {
+			if raw[i].Offerings[j].Price != adjusted[i].Offerings[j].Price {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // subnetByZone is the class's subnet in each zone with the most free addresses (status lists
@@ -302,7 +332,11 @@ func imageFor(nc *awsv1.EC2NodeClass, arch string) string {
 	return ""
 }
 
-func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, cands []candidate, capacityType string) (*karpv1.NodeClaim, error) {
+// launch asks CreateFleet for one instance of the candidates. With prioritized (NodeOverlays
+// changed prices), an on-demand fleet takes the candidates in their order — cheapest by the
+// overlays' prices first — rather than by EC2's own prices; a spot fleet keeps
+// price-capacity-optimized over the candidates, which are the cheapest by the overlays' prices.
+func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, cands []candidate, capacityType string, prioritized bool) (*karpv1.NodeClaim, error) {
 	subnets := subnetByZone(nc)
 	byName := map[string]*cloudprovider.InstanceType{}
 	type group struct {
@@ -311,7 +345,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 	}
 	groups := map[string]*group{}
 	var order []string
-	for _, c := range cands {
+	for rank, c := range cands {
 		byName[c.it.Name] = c.it
 		arch := c.it.Requirements.Labels()[corev1.LabelArchStable]
 		image := imageFor(nc, arch)
@@ -333,8 +367,12 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 			if !ok {
 				continue
 			}
-			g.overrides = append(g.overrides, ec2types.FleetLaunchTemplateOverridesRequest{InstanceType: ec2types.InstanceType(c.it.Name),
-				SubnetId: aws.String(sn.ID), AvailabilityZone: aws.String(sn.Zone)})
+			ov := ec2types.FleetLaunchTemplateOverridesRequest{InstanceType: ec2types.InstanceType(c.it.Name),
+				SubnetId: aws.String(sn.ID), AvailabilityZone: aws.String(sn.Zone)}
+			if prioritized && capacityType == karpv1.CapacityTypeOnDemand {
+				ov.Priority = aws.Float64(float64(rank))
+			}
+			g.overrides = append(g.overrides, ov)
 		}
 	}
 	tags := p.resourceTags(nc, claim)
@@ -372,6 +410,9 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		in.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
 	} else {
 		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
+		if prioritized {
+			in.OnDemandOptions.AllocationStrategy = ec2types.FleetOnDemandAllocationStrategyPrioritized
+		}
 	}
 	out, err := p.clients.EC2.CreateFleet(ctx, in)
 	if err != nil && isCode(err, "InvalidLaunchTemplateName.NotFoundException") {

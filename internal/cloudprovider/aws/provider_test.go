@@ -20,11 +20,13 @@ import (
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/api/karpenter/v1alpha1"
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
+	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/testenv"
 	"capstan.dev/capstan/test/awsfake"
 )
@@ -606,5 +608,51 @@ func TestUnusedLaunchTemplatesAreCollected(t *testing.T) {
 	}
 	if len(f.AWS.LaunchTemplates()) != 1 {
 		t.Fatal("a template created half a TTL ago was deleted after a restart")
+	}
+}
+
+// A NodeOverlay discount on on-demand m6i makes m6i.xlarge the cheapest fitting type by the
+// overlays' prices: the fleet is asked for "prioritized" on-demand allocation with the overrides
+// in that order, so EC2 launches what Capstan priced rather than what EC2 prices lowest.
+func TestOverlaidPricesPrioritiseTheOnDemandFleet(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc = resolved(t, f, nc)
+	its, err := f.Provider.InstanceTypes(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discount := v1alpha1.NodeOverlay{ObjectMeta: metav1.ObjectMeta{Name: "savings-plan"}, Spec: v1alpha1.NodeOverlaySpec{
+		Requirements: []v1alpha1.NodeSelectorRequirement{
+			{Key: awsv1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{"m6i"}},
+			{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
+		PriceAdjustment: ptr("-60%")}}
+	table, verdicts := overlay.Evaluate([]v1alpha1.NodeOverlay{discount}, []overlay.Pool{{Name: np.Name, Types: its}})
+	if len(verdicts) != 0 {
+		t.Fatal(verdicts)
+	}
+	store := &overlay.Store{}
+	store.Set(table)
+	f.Provider.SetOverlays(store.ForLaunches())
+	claim := claimFor(nc, np, "orders-overlaid", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("6Gi")})
+	got, err := f.Provider.Create(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ := got.Labels[corev1.LabelInstanceTypeStable]; typ != "m6i.xlarge" {
+		t.Errorf("launched %s, want m6i.xlarge (the cheapest fitting type at the overlay's prices)", typ)
+	}
+	fleets := f.AWS.Requests("CreateFleet")
+	form := fleets[len(fleets)-1].Form
+	if s := form.Get("OnDemandOptions.AllocationStrategy"); s != "prioritized" {
+		t.Errorf("allocation strategy %q, want prioritized", s)
+	}
+	for k, v := range form {
+		if strings.HasSuffix(k, ".InstanceType") && v[0] == "m6i.xlarge" {
+			if p := form.Get(strings.TrimSuffix(k, "InstanceType") + "Priority"); p != "0" {
+				t.Errorf("m6i.xlarge's priority %q, want 0 (first)", p)
+			}
+		}
 	}
 }

@@ -44,6 +44,8 @@ type Provider struct {
 	clock       clock.PassiveClock
 	catalog     []catalog.Entry
 	unavailable *cloudprovider.UnavailableOfferings
+	// overlays adjust the types a launch chooses from (NodeOverlay); nil when the gate is off.
+	overlays cloudprovider.Overlays
 
 	// built holds each SimNodeClass's instance types as of a generation (building them from
 	// the catalog on every call was a tenth of Capstan's CPU during a burst).
@@ -68,6 +70,10 @@ func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavail
 	}
 	return &Provider{kube: kube, cloud: cloud, clock: c, catalog: entries, unavailable: unavailable}, nil
 }
+
+// SetOverlays makes launches choose by the NodeOverlays' prices and capacity (the gate on), as
+// the decision that planned the claim did. Call it before the provider is used.
+func (p *Provider) SetOverlays(o cloudprovider.Overlays) { p.overlays = o }
 
 // Name implements CloudProvider.
 func (p *Provider) Name() string { return Name }
@@ -273,6 +279,18 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	if err != nil {
 		return nil, err
 	}
+	// The cloud bills its own prices; overlays only change which offering is cheapest.
+	bills := map[cloudprovider.OfferingKey]float64{}
+	if p.overlays != nil {
+		for _, it := range its {
+			for _, o := range it.Offerings {
+				bills[cloudprovider.OfferingKey{InstanceType: it.Name, Zone: o.Zone, CapacityType: o.CapacityType}] = o.Price
+			}
+		}
+		if its, err = p.overlays.Apply(nc.Labels[karpv1.NodePoolLabelKey], its); err != nil {
+			return nil, err
+		}
+	}
 	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
 	if err != nil {
 		return nil, fmt.Errorf("NodeClaim %s requirements: %w", nc.Name, err)
@@ -315,6 +333,9 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 			return nil, fmt.Errorf("launching %s in %s: injected launch error", key.InstanceType, key.Zone)
 		}
 		never := anyMatch(snc.Spec.Failures.NeverRegister, key.InstanceType, key.Zone, key.CapacityType)
+		if bill, ok := bills[key]; ok {
+			c.o.Price = bill
+		}
 		inst, err := p.cloud.launch(nc.Name, func(id string) *Instance {
 			return p.newInstance(id, nc, snc, c, never)
 		})

@@ -5,6 +5,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -143,6 +144,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			ObservedGeneration: np.Generation, LastTransitionTime: now})
 	}
 	its, err := c.Cloud.GetInstanceTypes(ctx, np)
+	if pending := (*cloudprovider.OverlaysPendingError)(nil); errors.As(err, &pending) {
+		// Not the class's fault: the pool's NodeOverlays are evaluated in a moment (its cost
+		// reads their prices).
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	classOK := err == nil
 	c.record(np, ncs.Items, its)
 	if classOK {
