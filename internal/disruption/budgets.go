@@ -27,6 +27,13 @@ type Allowance struct {
 	Err error
 }
 
+// PoolAllowance is how many more of the pool's nodes the reason may disrupt now, given its node
+// count and the nodes already being disrupted: the decision core's budget rule, for the
+// controllers that disrupt outside it (static pools' drift).
+func PoolAllowance(np *karpv1.NodePool, reason karpv1.DisruptionReason, now time.Time, nodes, disrupting int) Allowance {
+	return allowance(np, reason, now, nodes, disrupting)
+}
+
 // allowance computes the pool's allowance for the reason, given its node count and the nodes
 // already being disrupted.
 func allowance(np *karpv1.NodePool, reason karpv1.DisruptionReason, now time.Time, nodes, disrupting int) Allowance {

@@ -36,6 +36,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/podevents"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodeoverlay"
+	"capstan.dev/capstan/internal/controllers/nodepool/static"
 	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/controllers/pod/deletioncost"
 	"capstan.dev/capstan/internal/controllers/pod/startup"
@@ -250,6 +251,12 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&startup.Controller{Client: c, Clock: clk, Metrics: m},
 	} {
 		if err := r.Register(mgr); err != nil {
+			return nil, err
+		}
+	}
+	if o.FeatureGates["StaticCapacity"] {
+		if err := (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
+			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m}).Register(mgr); err != nil {
 			return nil, err
 		}
 	}

@@ -326,7 +326,6 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 		"settings.legacyNodeRepair=true":                  "node repair",
 		"settings.disableClusterStateObservability=true":  "cannot be turned off",
 		"settings.featureGates.nodeRepair=true":           "does not implement it yet",
-		"settings.featureGates.staticCapacity=true":       "does not implement it yet",
 		"settings.featureGates.capacityBuffer=true":       "does not implement it yet",
 		"settings.featureGates.terminateFirstDrift=true":  "does not implement it yet",
 		"settings.featureGates.terminateFirstRepair=true": "does not implement it yet",
@@ -341,7 +340,7 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 	}
 	// At their defaults the same keys install.
 	if _, err := render(t, []string{karpenterDefaults}, "settings.disableDryRun=true", "settings.featureGates.spotToSpotConsolidation=true",
-		"settings.featureGates.nodeOverlay=true"); err != nil {
+		"settings.featureGates.nodeOverlay=true", "settings.featureGates.staticCapacity=true"); err != nil {
 		t.Errorf("accepted settings refused: %v", err)
 	}
 }

@@ -27,8 +27,8 @@ type NodePoolSpec struct {
 	// +optional
 	Weight *int32 `json:"weight,omitempty"`
 	// Replicas makes the pool static: it keeps this many machines whatever the pending pods,
-	// and consolidation does not apply. Capstan accepts the field (Karpenter's alpha static
-	// capacity) and does not yet provision static pools; see docs/api.md.
+	// and consolidation does not apply (Karpenter's alpha static capacity; Capstan keeps the
+	// count when its StaticCapacity feature gate is on, docs/features.md).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Replicas *int64 `json:"replicas,omitempty"`
@@ -197,6 +197,7 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=nodepools,scope=Cluster,categories=karpenter
 // +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.nodes
 // +kubebuilder:printcolumn:name="NodeClass",type="string",JSONPath=".spec.template.spec.nodeClassRef.name"
 // +kubebuilder:printcolumn:name="Nodes",type="integer",JSONPath=".status.nodes"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"

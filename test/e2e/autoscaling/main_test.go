@@ -130,9 +130,10 @@ func startCapstan() error {
 	cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath, "--disable-leader-election",
 		"--metrics-bind-address="+s.metricsAddr, "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
 		"--batch-idle-duration=1s", "--batch-max-duration=10s",
-		// Off by default (as in Karpenter); on here so that TestNodeOverlay… runs, and every other
-		// test runs with the overlays' evaluation in the way (with no overlay selecting its pool).
-		"--feature-gates=NodeOverlay=true",
+		// Off by default (as in Karpenter); on here so that TestNodeOverlay… and TestStaticPool…
+		// run, and every other test runs with the overlays' evaluation in the way (no overlay
+		// selects its pool).
+		"--feature-gates=NodeOverlay=true,StaticCapacity=true",
 		// Disruption rounds as in production, only with a shorter wait before acting.
 		"--disruption-validation-period=2s", "--disruption-poll-period=2s")
 	cmd.Stdout, cmd.Stderr = f, f

@@ -1,0 +1,260 @@
+// Package static keeps each static NodePool — one with spec.replicas, Karpenter's StaticCapacity
+// gate — at exactly its replica count whatever the pods: it launches NodeClaims from the pool's
+// template when there are fewer, removes the ones that cost least to remove when there are more
+// (`kubectl scale nodepool NAME --replicas N`), and replaces drifted nodes one at a time within
+// the pool's Drifted budget. Expired and interrupted nodes are deleted by their own controllers
+// and refilled here. Static pools are never consolidated and pending pods never buy machines from
+// them (the decision core and the solver leave them out).
+package static
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/planning"
+	"capstan.dev/capstan/internal/requirements"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// Controller reconciles static NodePools.
+type Controller struct {
+	Client client.Client
+	// APIReader reads the pool's NodeClaims from the API server, not the cache: a count that
+	// missed the controller's own recent creates would launch them again.
+	APIReader client.Reader
+	Cloud     cloudprovider.CloudProvider
+	Clock     clock.Clock
+	// Recorder and Metrics may be nil.
+	Recorder events.EventRecorder
+	Metrics  *metrics.Metrics
+}
+
+// Pauses between reconciles of a static pool.
+const (
+	// Resync is the pause when the pool is at its count.
+	Resync = time.Minute
+	// Waiting is the pause while a change is under way (a replacement initialising, a node
+	// limit reached).
+	Waiting = 5 * time.Second
+)
+
+// Name is the controller's name and log key.
+func (c *Controller) Name() string { return "nodepool.static" }
+
+// Register adds the controller to a manager: static NodePools, and their NodeClaims' changes.
+func (c *Controller) Register(mgr ctrl.Manager) error {
+	isStatic := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		np, ok := o.(*karpv1.NodePool)
+		return ok && np.Spec.Replicas != nil
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).
+		For(&karpv1.NodePool{}, builder.WithPredicates(isStatic)).
+		Watches(&karpv1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if np := o.GetLabels()[karpv1.NodePoolLabelKey]; np != "" {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: np}}}
+			}
+			return nil
+		})).Complete(c)
+}
+
+// Reconcile brings one static pool to its replica count, or one drifted node nearer replacement.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	np := &karpv1.NodePool{}
+	if err := c.Client.Get(ctx, req.NamespacedName, np); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if np.Spec.Replicas == nil || !np.DeletionTimestamp.IsZero() || !cloudprovider.Manages(c.Cloud, np.Spec.Template.Spec.NodeClassRef) {
+		return reconcile.Result{}, nil
+	}
+	list := &karpv1.NodeClaimList{}
+	if err := c.APIReader.List(ctx, list, client.MatchingLabels{karpv1.NodePoolLabelKey: np.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodeclaims of nodepool %s: %w", np.Name, err)
+	}
+	var live []*karpv1.NodeClaim
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp.IsZero() {
+			live = append(live, &list.Items[i])
+		}
+	}
+	replicas := int(*np.Spec.Replicas)
+	// Every claim counts against limits.nodes until it is gone, deleting ones too: the limit
+	// is what the pool may run at any moment.
+	room := math.MaxInt
+	if q, ok := np.Spec.Limits[karpv1.ResourceNodes]; ok {
+		room = max(0, int(q.Value())-len(list.Items))
+	}
+	switch {
+	case len(live) < replicas:
+		return c.launch(ctx, np, min(replicas-len(live), room), replicas-len(live))
+	case len(live) > replicas:
+		return c.remove(ctx, np, live, len(live)-replicas)
+	}
+	return c.replaceDrifted(ctx, np, live, len(list.Items)-len(live), room)
+}
+
+// launch creates n NodeClaims from the pool's template (want of them were needed).
+func (c *Controller) launch(ctx context.Context, np *karpv1.NodePool, n, want int) (reconcile.Result, error) {
+	if n <= 0 {
+		c.event(np, corev1.EventTypeWarning, "NodeLimitReached", "Launch",
+			fmt.Sprintf("static NodePool needs %d more node(s) to reach %d replicas, and limits.nodes leaves room for none", want, *np.Spec.Replicas))
+		return reconcile.Result{RequeueAfter: Waiting}, nil
+	}
+	reqs, err := nodepools.Requirements(np)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	reqs.Add(requirements.Single(karpv1.NodePoolLabelKey, np.Name))
+	for range n {
+		// No pods and no instance types: the cloud launches the cheapest type the template's
+		// requirements allow, as Karpenter does for static pools.
+		nc := planning.NewNodeClaim(np, &solver.PlannedNodeClaim{NodePool: np.Name, Requirements: reqs})
+		nc.Annotations[planning.LaunchedForAnnotationKey] = fmt.Sprintf("static NodePool %s keeps %d replicas", np.Name, *np.Spec.Replicas)
+		if err := c.Client.Create(ctx, nc); err != nil {
+			return reconcile.Result{}, fmt.Errorf("creating nodeclaim for static nodepool %s: %w", np.Name, err)
+		}
+		c.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
+		log.FromContext(ctx).Info("created nodeclaim", "NodePool", np.Name, "NodeClaim", nc.Name, "replicas", *np.Spec.Replicas)
+	}
+	if n < want {
+		return reconcile.Result{RequeueAfter: Waiting}, nil
+	}
+	return reconcile.Result{RequeueAfter: Resync}, nil
+}
+
+// remove deletes n of the live claims, those that cost least to remove first: drifted ones, then
+// ones not launched yet, not initialised, empty, and holding the fewest pods. A claim with a
+// node is deleted only once every claim staying is initialised, so a replacement is up before
+// the node it replaces goes.
+func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, n int) (reconcile.Result, error) {
+	pods := map[string]int{}
+	for _, nc := range live {
+		if nc.Status.NodeName == "" {
+			continue
+		}
+		l := &corev1.PodList{}
+		if err := c.Client.List(ctx, l, client.MatchingFields{"spec.nodeName": nc.Status.NodeName}); err != nil {
+			return reconcile.Result{}, fmt.Errorf("listing pods of node %s: %w", nc.Status.NodeName, err)
+		}
+		for i := range l.Items {
+			if !daemon(&l.Items[i]) && l.Items[i].DeletionTimestamp.IsZero() {
+				pods[nc.Name]++
+			}
+		}
+	}
+	rank := func(nc *karpv1.NodeClaim) int {
+		switch {
+		case drifted(nc):
+			return 0
+		case nc.Status.ProviderID == "":
+			return 1
+		case !initialized(nc):
+			return 2
+		}
+		return 3
+	}
+	slices.SortStableFunc(live, func(a, b *karpv1.NodeClaim) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(pods[a.Name], pods[b.Name]), cmp.Compare(a.Name, b.Name))
+	})
+	victims, staying := live[:n], live[n:]
+	for _, nc := range victims {
+		if nc.Status.ProviderID == "" {
+			continue
+		}
+		for _, s := range staying {
+			if !initialized(s) {
+				// A replacement still starting: the node it replaces stays until it is up.
+				return reconcile.Result{RequeueAfter: Waiting}, nil
+			}
+		}
+	}
+	for _, nc := range victims {
+		if err := c.Client.Delete(ctx, nc); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("deleting nodeclaim %s of static nodepool %s: %w", nc.Name, np.Name, err)
+		}
+		log.FromContext(ctx).Info("deleted nodeclaim", "NodePool", np.Name, "NodeClaim", nc.Name, "replicas", *np.Spec.Replicas,
+			"drifted", drifted(nc), "pods", pods[nc.Name])
+	}
+	return reconcile.Result{RequeueAfter: Resync}, nil
+}
+
+// replaceDrifted starts replacing the longest-drifted node when the pool is at its count, settled
+// (nothing starting or going) and its Drifted budget allows one: it launches the replacement
+// first, and remove deletes the drifted node once the replacement is initialised. When
+// limits.nodes leaves no room for the extra node (limits.nodes == replicas, aws#8873), the
+// drifted node is deleted first and the pool refilled after.
+func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, deleting, room int) (reconcile.Result, error) {
+	var oldest *karpv1.NodeClaim
+	for _, nc := range live {
+		if !initialized(nc) {
+			return reconcile.Result{RequeueAfter: Waiting}, nil
+		}
+		if drifted(nc) && (oldest == nil || driftedAt(nc).Before(driftedAt(oldest))) {
+			oldest = nc
+		}
+	}
+	if oldest == nil || deleting > 0 {
+		return reconcile.Result{RequeueAfter: Resync}, nil
+	}
+	a := disruption.PoolAllowance(np, karpv1.DisruptionReasonDrifted, c.Clock.Now(), len(live), deleting)
+	if a.Allowed < 1 {
+		c.event(np, corev1.EventTypeNormal, "DisruptionBlocked", "Drift",
+			fmt.Sprintf("drifted nodeclaim %s waits: the NodePool's Drifted budget allows no disruption now", oldest.Name))
+		return reconcile.Result{RequeueAfter: Resync}, nil
+	}
+	if room >= 1 {
+		return c.launch(ctx, np, 1, 1)
+	}
+	log.FromContext(ctx).Info("replacing a drifted nodeclaim by deleting it first: limits.nodes leaves no room for its replacement",
+		"NodePool", np.Name, "NodeClaim", oldest.Name)
+	if err := c.Client.Delete(ctx, oldest); err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("deleting drifted nodeclaim %s: %w", oldest.Name, err)
+	}
+	return reconcile.Result{RequeueAfter: Waiting}, nil
+}
+
+func (c *Controller) event(np *karpv1.NodePool, typ, reason, action, msg string) {
+	if c.Recorder != nil {
+		c.Recorder.Eventf(np, nil, typ, reason, action, "%s", msg)
+	}
+}
+
+func drifted(nc *karpv1.NodeClaim) bool {
+	return meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeDrifted)
+}
+
+func driftedAt(nc *karpv1.NodeClaim) time.Time {
+	return meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeDrifted).LastTransitionTime.Time
+}
+
+func initialized(nc *karpv1.NodeClaim) bool {
+	return meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
+}
+
+// daemon reports whether a pod belongs to a DaemonSet (it goes with its node, wherever).
+func daemon(p *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.Kind == "DaemonSet"
+}
