@@ -228,6 +228,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			return nil, err
 		}
 		op.Cloud = cloudprovider.WithOverlays(op.Cloud, overlays)
+	} else if err := (&nodeoverlay.Controller{Client: c, Clock: clk, Disabled: true}).Register(mgr); err != nil {
+		// With the gate off each overlay says, on its conditions, that it is not applied.
+		return nil, err
 	}
 	launches := &nodeclaims.Launches{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
@@ -245,7 +248,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
 		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
 		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
-		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m},
+		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates["StaticCapacity"]},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
 		&startup.Controller{Client: c, Clock: clk, Metrics: m},

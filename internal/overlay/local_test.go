@@ -30,11 +30,11 @@ func TestLocalAppliesTheOverlaysCapstanEvaluates(t *testing.T) {
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: simv1alpha1.SimNodeClassKind, Name: "default"}
 	o := &v1alpha1.NodeOverlay{ObjectMeta: metav1.ObjectMeta{Name: "flat"}, Spec: v1alpha1.NodeOverlaySpec{Price: ptr.To("0.01")}}
-	price := func(ready bool) float64 {
+	price := func(ready *metav1.Condition) float64 {
 		t.Helper()
 		ov := o.DeepCopy()
-		if ready {
-			ov.Status.Conditions = []metav1.Condition{{Type: overlay.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
+		if ready != nil {
+			ov.Status.Conditions = []metav1.Condition{*ready}
 		}
 		c := fake.NewClientBuilder().WithScheme(s).WithObjects(snc.DeepCopy(), np.DeepCopy(), ov).WithStatusSubresource(ov).Build()
 		clk := clocktesting.NewFakeClock(time.Now())
@@ -58,10 +58,13 @@ func TestLocalAppliesTheOverlaysCapstanEvaluates(t *testing.T) {
 		t.Fatalf("no on-demand offering: %v", its[0].Offerings)
 		return 0
 	}
-	if got := price(true); got != 0.01 {
+	if got := price(&metav1.Condition{Type: overlay.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}); got != 0.01 {
 		t.Errorf("evaluated overlay: m5.large %v, want 0.01", got)
 	}
-	if got := price(false); got == 0.01 {
-		t.Errorf("an overlay Capstan does not evaluate (gate off) changed the price")
+	if got := price(nil); got == 0.01 {
+		t.Errorf("an overlay Capstan never saw changed the price")
+	}
+	if got := price(&metav1.Condition{Type: overlay.ConditionReady, Status: metav1.ConditionFalse, Reason: overlay.ReasonFeatureGateDisabled, LastTransitionTime: metav1.Now()}); got == 0.01 {
+		t.Errorf("an overlay Capstan ignores (gate off) changed the price")
 	}
 }

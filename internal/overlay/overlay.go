@@ -44,6 +44,8 @@ const (
 	ReasonConflict = "Conflict"
 	// ReasonRuntimeValidation: a field the API server's validation cannot check is invalid.
 	ReasonRuntimeValidation = "RuntimeValidation"
+	// ReasonFeatureGateDisabled: Capstan runs with the NodeOverlay gate off and applies no overlay.
+	ReasonFeatureGateDisabled = "FeatureGateDisabled"
 )
 
 // Pool is a NodePool as an evaluation sees it: its name, its template's labels and its
@@ -398,8 +400,8 @@ func (l launches) Apply(pool string, its []*cloudprovider.InstanceType) ([]*clou
 // Local evaluates the cluster's NodeOverlays as Capstan's controller does and returns cloud with
 // their prices and capacity, for tools that read the cluster without the controller's store
 // (kubectl capstan). Overlays apply only where Capstan evaluates them — its NodeOverlay gate on,
-// seen from the Ready condition it writes; otherwise, or with no overlays, cloud is returned
-// unchanged.
+// seen from the Ready condition it writes (reason FeatureGateDisabled with the gate off);
+// otherwise, or with no overlays, cloud is returned unchanged.
 func Local(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider) (cloudprovider.CloudProvider, error) {
 	overlays := &v1alpha1.NodeOverlayList{}
 	if err := c.List(ctx, overlays); err != nil {
@@ -410,7 +412,8 @@ func Local(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvid
 	}
 	evaluated := false
 	for _, o := range overlays.Items {
-		evaluated = evaluated || meta.FindStatusCondition(o.Status.Conditions, ConditionReady) != nil
+		c := meta.FindStatusCondition(o.Status.Conditions, ConditionReady)
+		evaluated = evaluated || c != nil && c.Reason != ReasonFeatureGateDisabled
 	}
 	if !evaluated {
 		return cloud, nil

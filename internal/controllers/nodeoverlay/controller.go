@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -43,6 +44,12 @@ type Controller struct {
 	// Refresh is how often the overlays are evaluated again with nothing changed, for instance
 	// types and offerings the cloud adds (default DefaultRefresh).
 	Refresh time.Duration
+	// Disabled is the NodeOverlay feature gate off: overlays are not evaluated (Store and Cloud
+	// are not used), and each says so on its conditions (reason FeatureGateDisabled), with one
+	// log line.
+	Disabled bool
+
+	warned sync.Once
 }
 
 // DefaultRefresh is the pause between evaluations when nothing changes.
@@ -104,6 +111,20 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := c.Client.List(ctx, overlays); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodeoverlays: %w", err)
 	}
+	if c.Disabled {
+		const msg = "the NodeOverlay feature gate is off: Capstan does not apply NodeOverlays (as Karpenter with the gate off)"
+		verdicts := map[string]overlay.Verdict{}
+		for _, o := range overlays.Items {
+			verdicts[o.Name] = overlay.Verdict{Reason: overlay.ReasonFeatureGateDisabled, Message: msg}
+		}
+		if len(overlays.Items) > 0 {
+			c.warned.Do(func() { log.FromContext(ctx).Info("NodeOverlays ignored: "+msg, "overlays", len(overlays.Items)) })
+		}
+		if conflicted, err := c.writeConditions(ctx, overlays.Items, verdicts); err != nil || conflicted {
+			return reconcile.Result{RequeueAfter: Coalescing}, err
+		}
+		return reconcile.Result{}, nil
+	}
 	nps := &karpv1.NodePoolList{}
 	if err := c.Client.List(ctx, nps); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodepools: %w", err)
@@ -114,9 +135,33 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	table, verdicts := overlay.Evaluate(overlays.Items, pools)
 	c.Store.Set(table)
 	log.FromContext(ctx).V(1).Info("evaluated nodeoverlays", "overlays", len(overlays.Items), "nodePools", len(pools), "notApplied", len(verdicts))
-	conflicted := false
-	for i := range overlays.Items {
-		o := &overlays.Items[i]
+	conflicted, err := c.writeConditions(ctx, overlays.Items, verdicts)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if conflicted {
+		// An overlay changed while it was evaluated: its change triggers another evaluation too.
+		return reconcile.Result{RequeueAfter: Coalescing}, nil
+	}
+	if len(skipped) > 0 {
+		// A pool left out reads as not evaluated (no launches from it) until an evaluation
+		// includes it: try again soon, in case its failure was passing.
+		log.FromContext(ctx).Info("nodepools left out of the nodeoverlay evaluation", "reasons", errors.Join(skipped...).Error())
+		return reconcile.Result{RequeueAfter: SkippedRetry}, nil
+	}
+	refresh := c.Refresh
+	if refresh <= 0 {
+		refresh = DefaultRefresh
+	}
+	return reconcile.Result{RequeueAfter: refresh}, nil
+}
+
+// writeConditions sets each overlay's ValidationSucceeded and Ready: True, or False with its
+// verdict. conflicted reports an overlay that changed since it was read (a later evaluation
+// follows).
+func (c *Controller) writeConditions(ctx context.Context, overlays []v1alpha1.NodeOverlay, verdicts map[string]overlay.Verdict) (conflicted bool, err error) {
+	for i := range overlays {
+		o := &overlays[i]
 		stored := o.DeepCopy()
 		v, bad := verdicts[o.Name]
 		now := metav1.NewTime(c.Clock.Now())
@@ -136,22 +181,8 @@ func (c *Controller) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		case apierrors.IsConflict(err):
 			conflicted = true
 		case err != nil && !apierrors.IsNotFound(err):
-			return reconcile.Result{}, fmt.Errorf("patching nodeoverlay %s status: %w", o.Name, err)
+			return conflicted, fmt.Errorf("patching nodeoverlay %s status: %w", o.Name, err)
 		}
 	}
-	if conflicted {
-		// An overlay changed while it was evaluated: its change triggers another evaluation too.
-		return reconcile.Result{RequeueAfter: Coalescing}, nil
-	}
-	if len(skipped) > 0 {
-		// A pool left out reads as not evaluated (no launches from it) until an evaluation
-		// includes it: try again soon, in case its failure was passing.
-		log.FromContext(ctx).Info("nodepools left out of the nodeoverlay evaluation", "reasons", errors.Join(skipped...).Error())
-		return reconcile.Result{RequeueAfter: SkippedRetry}, nil
-	}
-	refresh := c.Refresh
-	if refresh <= 0 {
-		refresh = DefaultRefresh
-	}
-	return reconcile.Result{RequeueAfter: refresh}, nil
+	return conflicted, nil
 }

@@ -217,3 +217,22 @@ func TestNothingIsPlannedBeforeTheFirstEvaluation(t *testing.T) {
 		t.Fatalf("after evaluation: %v", err)
 	}
 }
+
+// With the gate off an overlay is accepted and says on its conditions that it is not applied.
+func TestGateOffOverlaysSaySo(t *testing.T) {
+	sc := simtest.New(t, env.Client)
+	o := &v1alpha1.NodeOverlay{ObjectMeta: metav1.ObjectMeta{Name: "overlay-gate-off"}, Spec: v1alpha1.NodeOverlaySpec{Price: ptr.To("0.01")}}
+	createOverlay(t, o)
+	c := &Controller{Client: env.Client, Clock: sc.Clock, Disabled: true}
+	if _, err := c.Reconcile(t.Context(), reconcile.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{overlay.ConditionReady, overlay.ConditionValidationSucceeded} {
+		if c := meta.FindStatusCondition(o.Status.Conditions, typ); c == nil || c.Status != metav1.ConditionFalse || c.Reason != overlay.ReasonFeatureGateDisabled {
+			t.Errorf("%s: %+v, want False/FeatureGateDisabled", typ, c)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -41,7 +43,18 @@ type Controller struct {
 	Clock  clock.Clock
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// StaticCapacity is the StaticCapacity feature gate: whether static pools are kept at their
+	// count (the condition ConditionTypeStaticCapacity says it on each static pool).
+	StaticCapacity bool
+
+	// warned holds the static pools whose ignored replicas were logged (once each).
+	warned sync.Map
 }
+
+// ConditionTypeStaticCapacity is the condition of a static NodePool (spec.replicas) saying
+// whether Capstan keeps its count: False with reason FeatureGateDisabled while the
+// StaticCapacity gate is off. Pools without replicas do not carry it.
+const ConditionTypeStaticCapacity = "StaticCapacity"
 
 // Name is the controller's name and log key.
 func (c *Controller) Name() string { return "nodepool.status" }
@@ -161,6 +174,18 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		set(karpv1.ConditionTypeValidationSucceeded, true, "ValidationSucceeded", "")
 	} else {
 		set(karpv1.ConditionTypeValidationSucceeded, false, "ValidationFailed", strings.Join(problems, "; "))
+	}
+	switch {
+	case np.Spec.Replicas == nil:
+		meta.RemoveStatusCondition(&np.Status.Conditions, ConditionTypeStaticCapacity)
+	case c.StaticCapacity:
+		set(ConditionTypeStaticCapacity, true, "Enabled", fmt.Sprintf("Capstan keeps %d node(s)", *np.Spec.Replicas))
+	default:
+		msg := fmt.Sprintf("spec.replicas is %d, and the StaticCapacity feature gate is off: Capstan launches nothing for this pool (as Karpenter with the gate off)", *np.Spec.Replicas)
+		set(ConditionTypeStaticCapacity, false, "FeatureGateDisabled", msg)
+		if _, logged := c.warned.LoadOrStore(np.Name, true); !logged {
+			log.FromContext(ctx).Info("static NodePool ignored: "+msg, "NodePool", np.Name)
+		}
 	}
 	switch {
 	case !classOK:

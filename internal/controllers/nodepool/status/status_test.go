@@ -214,3 +214,42 @@ func TestStaleReadKeepsAnotherWritersCondition(t *testing.T) {
 		t.Fatalf("conditions %v, want %s kept beside Ready", got.Status.Conditions, audited)
 	}
 }
+
+// A static pool says on its StaticCapacity condition whether Capstan keeps its count: False,
+// FeatureGateDisabled, while the gate is off; True with it on. A dynamic pool has no such
+// condition.
+func TestStaticPoolsSayWhetherTheGateIsOn(t *testing.T) {
+	sc := simtest.New(t, env.Client)
+	replicas := int64(2)
+	mk := func(name string, r *int64) *karpv1.NodePool {
+		np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: karpv1.NodePoolSpec{Replicas: r}}
+		np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: name}
+		if err := env.Client.Create(t.Context(), np); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), np) })
+		return np
+	}
+	static, dynamic := mk("status-static", &replicas), mk("status-dynamic", nil)
+	cond := func(gate bool, np *karpv1.NodePool) *metav1.Condition {
+		t.Helper()
+		c := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, StaticCapacity: gate}
+		if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(np)}); err != nil {
+			t.Fatal(err)
+		}
+		got := &karpv1.NodePool{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(np), got); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(got.Status.Conditions, ConditionTypeStaticCapacity)
+	}
+	if c := cond(false, static); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "FeatureGateDisabled" || !strings.Contains(c.Message, "StaticCapacity feature gate is off") {
+		t.Fatalf("gate off: %+v", c)
+	}
+	if c := cond(true, static); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("gate on: %+v", c)
+	}
+	if c := cond(false, dynamic); c != nil {
+		t.Fatalf("dynamic pool: %+v", c)
+	}
+}
