@@ -159,6 +159,8 @@ const (
 	EventDisruptionBlocked = "DisruptionBlocked"
 	// EventUnconsolidatable: consolidation found no cheaper arrangement without the node.
 	EventUnconsolidatable = "Unconsolidatable"
+	// EventNodeRepairBlocked: node repair is held back for the whole pool (too many unhealthy).
+	EventNodeRepairBlocked = "NodeRepairBlocked"
 )
 
 // candidates builds the candidates of every managed, initialized node that is not being

@@ -21,6 +21,8 @@ type Method string
 
 // Methods, in the order a decision tries them: the first that yields a command acts.
 const (
+	// MethodRepair replaces unhealthy nodes (the NodeRepair gate).
+	MethodRepair Method = "Repair"
 	// MethodEmptiness deletes consolidatable nodes that no reschedulable pod uses.
 	MethodEmptiness Method = "Emptiness"
 	// MethodDrift replaces nodes whose NodeClaim is Drifted.
@@ -32,7 +34,7 @@ const (
 )
 
 // Methods is the order in which a decision tries the methods.
-var Methods = []Method{MethodEmptiness, MethodDrift, MethodMultiNode, MethodSingleNode}
+var Methods = []Method{MethodRepair, MethodEmptiness, MethodDrift, MethodMultiNode, MethodSingleNode}
 
 // Command is what a decision asks the controller to do: launch the replacements, wait until
 // they are ready, then delete the candidates' NodeClaims.
@@ -65,6 +67,15 @@ func (c *Command) Rule() string {
 	switch c.Method {
 	case MethodEmptiness:
 		return "Emptiness: no pods to move"
+	case MethodRepair:
+		if len(c.Candidates) > 0 {
+			for _, cond := range c.Candidates[0].Node.Node.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+					return fmt.Sprintf("Repair: Ready=%s since %s", cond.Status, cond.LastTransitionTime.UTC().Format("15:04:05 UTC"))
+				}
+			}
+		}
+		return "Repair: the node is unhealthy"
 	case MethodDrift:
 		reason := "drifted"
 		if len(c.Candidates) > 0 {
@@ -157,11 +168,13 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 	var emptinessMayAct bool
 	d.out.Settling, emptinessMayAct = d.settling()
 	for _, m := range Methods {
-		if d.out.Settling != "" && m != MethodDrift && !(m == MethodEmptiness && emptinessMayAct) {
+		if d.out.Settling != "" && m != MethodDrift && m != MethodRepair && !(m == MethodEmptiness && emptinessMayAct) {
 			continue
 		}
 		var cmd *Command
 		switch m {
+		case MethodRepair:
+			cmd = d.repair()
 		case MethodEmptiness:
 			cmd = d.emptiness()
 		case MethodDrift:
@@ -193,6 +206,14 @@ func Decide(snap *Snapshot, opts Options) *Decision {
 // Balanced). It returns the command as it stands now, or why it no longer holds.
 func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 	d := newDecider(snap, opts)
+	if cmd.Method == MethodRepair {
+		// The node is not Ready, so not among the candidates: the repair is decided again.
+		now := d.repair()
+		if now == nil || now.Candidates[0].Name() != cmd.Candidates[0].Name() {
+			return nil, fmt.Sprintf("node %s no longer needs repair now (healthy again, gone, or held back)", cmd.Candidates[0].Name())
+		}
+		return now, ""
+	}
 	if cmd.Method != MethodDrift {
 		if why, emptinessMayAct := d.settling(); why != "" && !(cmd.Method == MethodEmptiness && emptinessMayAct) {
 			return nil, "the cluster is settling: " + why

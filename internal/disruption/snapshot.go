@@ -93,6 +93,11 @@ type Options struct {
 	// SpotToSpotConsolidation lets consolidation replace a spot machine with a cheaper spot
 	// machine (Karpenter's feature gate of that name, default off).
 	SpotToSpotConsolidation bool
+	// NodeRepair replaces nodes whose conditions match a repair policy past its toleration
+	// (Karpenter's feature gate of that name, default off); RepairPolicies are the policies (nil:
+	// DefaultRepairPolicies).
+	NodeRepair     bool
+	RepairPolicies []RepairPolicy
 	// MultiNodeTimeout bounds the time of the search for a multi-node consolidation (default 1
 	// minute), as Elapsed measures it; MultiNodeSolves bounds its simulations (default 200).
 	MultiNodeTimeout time.Duration

@@ -270,6 +270,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
+				NodeRepair:      o.FeatureGates["NodeRepair"],
 				EvictionMemory:  churnMemory(o.ConsolidationChurnMemory),
 				DisablePlanning: !o.ConsolidationPlanning,
 				UnderutilizedK:  underutilizedK(o.UnderutilizedConsolidationK),

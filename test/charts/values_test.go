@@ -323,9 +323,8 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 		"settings.reservedENIs=1":                         "max-pods",
 		"settings.enableDRA=true":                         "DRA devices",
 		"settings.ignoreDRARequests=false":                "ignores pods' DRA requests",
-		"settings.legacyNodeRepair=true":                  "node repair",
+		"settings.legacyNodeRepair=true":                  "legacy node.health controller",
 		"settings.disableClusterStateObservability=true":  "cannot be turned off",
-		"settings.featureGates.nodeRepair=true":           "does not implement it yet",
 		"settings.featureGates.capacityBuffer=true":       "does not implement it yet",
 		"settings.featureGates.terminateFirstDrift=true":  "does not implement it yet",
 		"settings.featureGates.terminateFirstRepair=true": "does not implement it yet",
@@ -340,7 +339,8 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 	}
 	// At their defaults the same keys install.
 	if _, err := render(t, []string{karpenterDefaults}, "settings.disableDryRun=true", "settings.featureGates.spotToSpotConsolidation=true",
-		"settings.featureGates.nodeOverlay=true", "settings.featureGates.staticCapacity=true"); err != nil {
+		"settings.featureGates.nodeOverlay=true", "settings.featureGates.staticCapacity=true",
+		"settings.featureGates.nodeRepair=true"); err != nil {
 		t.Errorf("accepted settings refused: %v", err)
 	}
 }

@@ -50,6 +50,8 @@ const (
 const (
 	// DoNotDisruptAnnotationKey on a pod or a Node blocks voluntary disruption of the node.
 	DoNotDisruptAnnotationKey = Group + "/do-not-disrupt"
+	// DoNotRepairAnnotationKey "true" on a Node keeps node repair from replacing it.
+	DoNotRepairAnnotationKey = Group + "/do-not-repair"
 	// NodePoolHashAnnotationKey is the hash of a NodePool's template, for drift detection.
 	NodePoolHashAnnotationKey = Group + "/nodepool-hash"
 	// NodePoolHashVersionAnnotationKey is the version of the hashing scheme, so that a change

@@ -110,7 +110,7 @@ const (
 
 // DisruptionReason is why a node is disrupted; budgets can be scoped to reasons.
 //
-// +kubebuilder:validation:Enum=Underutilized;Empty;Drifted
+// +kubebuilder:validation:Enum=Underutilized;Empty;Drifted;Unhealthy
 type DisruptionReason string
 
 // Disruption reasons.
@@ -118,6 +118,8 @@ const (
 	DisruptionReasonUnderutilized DisruptionReason = "Underutilized"
 	DisruptionReasonEmpty         DisruptionReason = "Empty"
 	DisruptionReasonDrifted       DisruptionReason = "Drifted"
+	// DisruptionReasonUnhealthy paces node repair (the NodeRepair gate).
+	DisruptionReasonUnhealthy DisruptionReason = "Unhealthy"
 )
 
 // Disruption is a NodePool's disruption policy.

@@ -61,10 +61,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if ne (toString $s.reservedENIs) "0" }}{{ fail (printf "settings.reservedENIs=%v is refused: Capstan computes max-pods and kube-reserved from all of a type's ENIs; with reserved ENIs its nodes' max-pods would differ from what it plans for" $s.reservedENIs) }}{{ end -}}
 {{- if $s.enableDRA }}{{ fail "settings.enableDRA=true is refused: Capstan does not model DRA devices" }}{{ end -}}
 {{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan always ignores pods' DRA requests when it plans nodes" }}{{ end -}}
-{{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan has no node repair yet" }}{{ end -}}
+{{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan's node repair is the disruption method the nodeRepair feature gate turns on; the legacy node.health controller is not implemented" }}{{ end -}}
 {{- if $s.disableClusterStateObservability }}{{ fail "settings.disableClusterStateObservability=true is refused: Capstan's cluster-state metrics and events cannot be turned off" }}{{ end -}}
 {{- range $k, $v := $s.featureGates }}
-{{- if and $v (has $k (list "nodeRepair" "capacityBuffer" "terminateFirstDrift" "terminateFirstRepair")) }}{{ fail (printf "settings.featureGates.%s=true is refused: Capstan does not implement it yet" $k) }}{{ end -}}
+{{- if and $v (has $k (list "capacityBuffer" "terminateFirstDrift" "terminateFirstRepair")) }}{{ fail (printf "settings.featureGates.%s=true is refused: Capstan does not implement it yet" $k) }}{{ end -}}
 {{- end -}}
 {{- range $k, $v := $s.awsFeatureGates }}
 {{- if $v }}{{ fail (printf "settings.awsFeatureGates.%s=true is refused: Capstan does not implement it" $k) }}{{ end -}}

@@ -131,9 +131,9 @@ func startCapstan() error {
 		"--metrics-bind-address="+s.metricsAddr, "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
 		"--batch-idle-duration=1s", "--batch-max-duration=10s",
 		// Off by default (as in Karpenter); on here so that TestNodeOverlay… and TestStaticPool…
-		// run, and every other test runs with the overlays' evaluation in the way (no overlay
-		// selects its pool).
-		"--feature-gates=NodeOverlay=true,StaticCapacity=true",
+		// run, and every other test runs with the overlays' evaluation and node repair in the way
+		// (no overlay selects its pool; its nodes stay Ready).
+		"--feature-gates=NodeOverlay=true,StaticCapacity=true,NodeRepair=true",
 		// Disruption rounds as in production, only with a shorter wait before acting.
 		"--disruption-validation-period=2s", "--disruption-poll-period=2s")
 	cmd.Stdout, cmd.Stderr = f, f

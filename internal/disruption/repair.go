@@ -1,0 +1,147 @@
+package disruption
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/nodeclaims"
+)
+
+// RepairPolicy is a node condition that, held for Toleration, makes node repair replace the node
+// (Karpenter's repair policies).
+type RepairPolicy struct {
+	ConditionType   corev1.NodeConditionType
+	ConditionStatus corev1.ConditionStatus
+	Toleration      time.Duration
+}
+
+// DefaultRepairPolicies are Karpenter's kubelet policies: Ready False or Unknown for 30 minutes.
+var DefaultRepairPolicies = []RepairPolicy{
+	{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute},
+	{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, Toleration: 30 * time.Minute},
+}
+
+// RepairUnhealthyShare is the share of a pool's nodes above which no node of it is repaired: so
+// many unhealthy at once is a correlated failure (a zone, the network, a bad image) that
+// replacing nodes would not cure and could make worse.
+const RepairUnhealthyShare = 0.2
+
+// Repair blockers.
+const (
+	KindUnhealthyShare = "UnhealthyShare"
+	KindDoNotRepair    = "DoNotRepair"
+)
+
+// unhealthy is a node matching a repair policy, since when.
+type unhealthy struct {
+	n      *Node
+	policy RepairPolicy
+	since  time.Time
+}
+
+// matchRepair returns the policy the node's conditions match, and since when; ok false when none.
+func matchRepair(n *corev1.Node, policies []RepairPolicy) (RepairPolicy, time.Time, bool) {
+	for _, p := range policies {
+		for _, c := range n.Status.Conditions {
+			if c.Type == p.ConditionType && c.Status == p.ConditionStatus {
+				return p, c.LastTransitionTime.Time, true
+			}
+		}
+	}
+	return RepairPolicy{}, time.Time{}, false
+}
+
+// repair replaces the node unhealthy longest past its policy's toleration (NodeRepair): at once
+// when it is empty, else with replacements for its pods launched first. A node is left alone —
+// with an explanation — when it carries karpenter.sh/do-not-repair, when more than
+// RepairUnhealthyShare of its pool's nodes are unhealthy, when the pool's Unhealthy budget allows
+// nothing, when pods that block disruption (do-not-disrupt, a PodDisruptionBudget) run on it and
+// its NodeClaim has no terminationGracePeriod to bound their wait, or when its pods fit nowhere.
+// Nodes being deleted or disrupted already count against the budget; unhealthy ones do not (they
+// are what the budget paces).
+func (d *decider) repair() *Command {
+	if !d.opts.NodeRepair {
+		return nil
+	}
+	policies := d.opts.RepairPolicies
+	if policies == nil {
+		policies = DefaultRepairPolicies
+	}
+	now := d.snap.Now
+	total, sick, leaving := map[string]int{}, map[string]int{}, map[string]int{}
+	var due []unhealthy
+	for _, n := range d.snap.Nodes {
+		pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
+		if pool == nil || !counted(n) {
+			continue
+		}
+		name := pool.NodePool.Name
+		total[name]++
+		if !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() || nodeclaims.Disrupted(n.Node) {
+			leaving[name]++
+			continue
+		}
+		p, since, ok := matchRepair(n.Node, policies)
+		if !ok {
+			continue
+		}
+		sick[name]++
+		if now.Sub(since) >= p.Toleration {
+			due = append(due, unhealthy{n, p, since})
+		}
+	}
+	slices.SortStableFunc(due, func(a, b unhealthy) int {
+		return cmp.Or(a.since.Compare(b.since), cmp.Compare(a.n.Name(), b.n.Name()))
+	})
+	d.out.Eligible[karpv1.DisruptionReasonUnhealthy] = len(due)
+	pdbs := newPDBIndex(d.snap.PDBs)
+	moved := newMovedPods(d.snap.Evictions, now, d.opts.EvictionMemory)
+	for _, u := range due {
+		pool := d.pools[u.n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
+		np := pool.NodePool
+		c := &Candidate{Node: u.n, Pool: pool}
+		c.Price, c.CapacityType, c.PriceKnown = nodePrice(u.n, pool)
+		c.Reschedulable, c.DisruptionCost = moving(u.n)
+		c.Utilization = utilization(u.n)
+		what := fmt.Sprintf("%s=%s for %s (repaired after %s)", u.policy.ConditionType, u.policy.ConditionStatus,
+			now.Sub(u.since).Round(time.Second), u.policy.Toleration)
+		if u.n.Node.Annotations[karpv1.DoNotRepairAnnotationKey] == "true" {
+			d.explain(c, EventDisruptionBlocked, Blocker{KindDoNotRepair, fmt.Sprintf("%s, but the node has %s", what, karpv1.DoNotRepairAnnotationKey)})
+			continue
+		}
+		if limit := int(math.Ceil(RepairUnhealthyShare * float64(total[np.Name]))); sick[np.Name] > limit {
+			d.explain(c, EventNodeRepairBlocked, Blocker{KindUnhealthyShare, fmt.Sprintf(
+				"%s, but %d of NodePool %s's %d nodes are unhealthy, more than %.0f%%: no node of it is repaired until fewer are",
+				what, sick[np.Name], np.Name, total[np.Name], 100*RepairUnhealthyShare)})
+			continue
+		}
+		a := allowance(np, karpv1.DisruptionReasonUnhealthy, now, total[np.Name], leaving[np.Name])
+		d.out.Allowances[np.Name][karpv1.DisruptionReasonUnhealthy] = a
+		if a.Allowed < 1 {
+			d.explain(c, EventDisruptionBlocked, Blocker{KindDisruptionBudget, fmt.Sprintf("%s, but NodePool %s's Unhealthy budget allows no disruption now", what, np.Name)})
+			continue
+		}
+		d.block(c, pdbs, moved)
+		if (c.blocked.Kind == KindDoNotDisrupt || c.blocked.Kind == KindPodDisruptionBudget) && c.NodeClaim.Spec.TerminationGracePeriod == nil {
+			d.explain(c, EventDisruptionBlocked, Blocker{c.blocked.Kind, fmt.Sprintf(
+				"%s, but %s, and its NodeClaim has no terminationGracePeriod to bound the wait", what, c.blocked.Message)})
+			continue
+		}
+		if c.Empty() {
+			return &Command{Method: MethodRepair, Reason: karpv1.DisruptionReasonUnhealthy, Candidates: []*Candidate{c}, PriceBefore: c.Price}
+		}
+		res := d.sim.run([]*Candidate{c})
+		if res.failed != "" {
+			d.explain(c, EventDisruptionBlocked, Blocker{KindScheduling, what + ", but " + res.failed})
+			continue
+		}
+		return newCommand(MethodRepair, karpv1.DisruptionReasonUnhealthy, []*Candidate{c}, res)
+	}
+	return nil
+}

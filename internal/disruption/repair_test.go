@@ -1,0 +1,116 @@
+package disruption_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruption"
+)
+
+// unready makes the node's Ready condition status since the duration before t0.
+func unready(n *disruption.Node, status corev1.ConditionStatus, since time.Duration) {
+	n.Node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
+		LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
+}
+
+// repairFleet is a pool of ten m nodes, each with one pod of 1 CPU, room for them elsewhere.
+func repairFleet(t *testing.T, edit func(*karpv1.NodePool)) (*cluster, []*disruption.Node) {
+	c := newCluster(t)
+	c.pool("p", func(np *karpv1.NodePool) {
+		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration() // only repair acts
+		if edit != nil {
+			edit(np)
+		}
+	})
+	var nodes []*disruption.Node
+	for i := range 10 {
+		nodes = append(nodes, c.node("p", string(rune('a'+i)), "m", karpv1.CapacityTypeOnDemand, pods(string(rune('a'+i)), 1, "1")...))
+	}
+	return c, nodes
+}
+
+// A node Ready=Unknown for 30 minutes is replaced (its pod moved to the others); at 29 minutes
+// it is not yet; with the gate off never.
+func TestAnUnreadyNodeIsRepairedAfterItsToleration(t *testing.T) {
+	c, nodes := repairFleet(t, nil)
+	unready(nodes[3], corev1.ConditionUnknown, 29*time.Minute)
+	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+		t.Fatalf("within the toleration: %v", names(d.Command))
+	}
+	unready(nodes[3], corev1.ConditionUnknown, 30*time.Minute)
+	if d := c.decide(disruption.Options{}); d.Command != nil {
+		t.Fatalf("gate off: %v", names(d.Command))
+	}
+	d := c.decide(disruption.Options{NodeRepair: true})
+	if d.Command == nil || d.Command.Method != disruption.MethodRepair || d.Command.Reason != karpv1.DisruptionReasonUnhealthy ||
+		!slices.Equal(names(d.Command), []string{"d"}) {
+		t.Fatalf("command %+v, want node d repaired", d.Command)
+	}
+	if r := d.Command.Rule(); !strings.Contains(r, "Ready=Unknown") {
+		t.Errorf("rule %q", r)
+	}
+	// The command still holds after its validation period.
+	if cmd, why := disruption.Validate(c.snap, disruption.Options{NodeRepair: true}, d.Command); cmd == nil {
+		t.Errorf("validation: %s", why)
+	}
+	// Healthy again: the command is dropped.
+	unready(nodes[3], corev1.ConditionTrue, time.Minute)
+	if cmd, why := disruption.Validate(c.snap, disruption.Options{NodeRepair: true}, d.Command); cmd != nil || !strings.Contains(why, "no longer needs repair") {
+		t.Errorf("validation of a healthy node: %v, %q", cmd, why)
+	}
+}
+
+// With 3 of 10 nodes unhealthy (more than 20%) none is repaired, and each says why; with 2 the
+// longest unhealthy is.
+func TestCorrelatedFailuresAreNotRepaired(t *testing.T) {
+	c, nodes := repairFleet(t, nil)
+	for i, n := range nodes[:3] {
+		unready(n, corev1.ConditionFalse, time.Hour+time.Duration(i)*time.Minute)
+	}
+	d := c.decide(disruption.Options{NodeRepair: true})
+	if d.Command != nil {
+		t.Fatalf("3 of 10 unhealthy: %v repaired", names(d.Command))
+	}
+	ev, msg := explanation(d, "a")
+	if ev != disruption.EventNodeRepairBlocked || !strings.Contains(msg, "3 of NodePool p's 10 nodes are unhealthy, more than 20%") {
+		t.Fatalf("explanation %s %q", ev, msg)
+	}
+	unready(nodes[0], corev1.ConditionTrue, time.Minute)
+	d = c.decide(disruption.Options{NodeRepair: true})
+	if !slices.Equal(names(d.Command), []string{"c"}) {
+		t.Fatalf("2 of 10 unhealthy: %v, want c (unhealthy longest)", names(d.Command))
+	}
+}
+
+// do-not-repair keeps the node; a PDB that blocks its pod keeps it unless its NodeClaim has a
+// terminationGracePeriod to bound the wait; a budget of 0 for Unhealthy holds it.
+func TestRepairRespectsItsBlockers(t *testing.T) {
+	c, nodes := repairFleet(t, nil)
+	unready(nodes[0], corev1.ConditionFalse, time.Hour)
+	nodes[0].Node.Annotations = map[string]string{karpv1.DoNotRepairAnnotationKey: "true"}
+	d := c.decide(disruption.Options{NodeRepair: true})
+	if _, msg := explanation(d, "a"); d.Command != nil || !strings.Contains(msg, "do-not-repair") {
+		t.Fatalf("do-not-repair: %v, %q", names(d.Command), msg)
+	}
+	nodes[0].Node.Annotations = nil
+	c.pdb("a", 0)
+	d = c.decide(disruption.Options{NodeRepair: true})
+	if _, msg := explanation(d, "a"); d.Command != nil || !strings.Contains(msg, "no terminationGracePeriod") {
+		t.Fatalf("PDB without a grace period: %v, %q", names(d.Command), msg)
+	}
+	nodes[0].NodeClaim.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Hour}
+	if d := c.decide(disruption.Options{NodeRepair: true}); !slices.Equal(names(d.Command), []string{"a"}) {
+		t.Fatalf("PDB with a grace period: %v, want a", names(d.Command))
+	}
+	c.snap.NodePools[0].NodePool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "0", Reasons: []karpv1.DisruptionReason{karpv1.DisruptionReasonUnhealthy}}}
+	d = c.decide(disruption.Options{NodeRepair: true})
+	if _, msg := explanation(d, "a"); d.Command != nil || !strings.Contains(msg, "Unhealthy budget") {
+		t.Fatalf("budget 0: %v, %q", names(d.Command), msg)
+	}
+}
