@@ -318,4 +318,16 @@ func dump(t testing.TB) {
 	for _, i := range s.aws.Instances() {
 		t.Logf("instance %s %s %s %s claim %s", i.ID, i.Type, i.Lifecycle, i.State, i.Tags["karpenter.sh/nodeclaim"])
 	}
+	// What Capstan said last, past its controllers' start-up lines: why it did what it did.
+	if b, err := os.ReadFile(s.capstanLog); err == nil {
+		var said []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if l != "" && !strings.Contains(l, `"message":"Starting `) {
+				said = append(said, l)
+			}
+		}
+		for _, l := range said[max(0, len(said)-30):] {
+			t.Logf("capstan: %s", l)
+		}
+	}
 }
