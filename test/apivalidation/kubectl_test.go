@@ -164,6 +164,7 @@ func TestKarpenterLatestManifestsApply(t *testing.T) {
 	})
 	for _, tc := range []struct{ resource, path, want string }{
 		{"nodepool/latest-balanced", "{.spec.disruption.consolidationPolicy}", "Balanced"},
+		{"nodepool/latest-balanced", "{.spec.disruption.budgets[1].reasons[0]}", "Unhealthy"},
 		{"nodepool/latest-static", "{.spec.replicas}", "3"},
 		{"ec2nodeclass/latest-windows", "{.spec.amiSelectorTerms[0].alias}", "windows2025@latest"},
 		{"ec2nodeclass/latest-linux", "{.spec.kubelet.registryPullQPS}", "10"},
