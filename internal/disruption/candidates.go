@@ -166,8 +166,8 @@ const (
 // candidates builds the candidates of every managed, initialized node that is not being
 // disrupted, with their blockers; disrupting counts, per pool, the nodes that already are.
 func (d *decider) candidates() {
-	pdbs := newPDBIndex(d.snap.PDBs)
-	moved := newMovedPods(d.snap.Evictions, d.snap.Now, d.opts.EvictionMemory)
+	d.pdbs = newPDBIndex(d.snap.PDBs)
+	d.moved = newMovedPods(d.snap.Evictions, d.snap.Now, d.opts.EvictionMemory)
 	for _, n := range d.snap.Nodes {
 		pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
 		if pool == nil || !counted(n) {
@@ -179,13 +179,20 @@ func (d *decider) candidates() {
 			d.inProgress = append(d.inProgress, n)
 			continue
 		}
-		c := &Candidate{Node: n, Pool: pool}
-		c.Price, c.CapacityType, c.PriceKnown = nodePrice(n, pool)
-		c.Reschedulable, c.DisruptionCost = moving(n)
-		c.Utilization = utilization(n)
-		d.block(c, pdbs, moved)
+		c := newCandidate(n, pool)
+		d.block(c)
 		d.all = append(d.all, c)
 	}
+}
+
+// newCandidate is the node as a candidate of its pool: its price, its pods to move and its use,
+// without blockers (block records those).
+func newCandidate(n *Node, pool *Pool) *Candidate {
+	c := &Candidate{Node: n, Pool: pool}
+	c.Price, c.CapacityType, c.PriceKnown = nodePrice(n, pool)
+	c.Reschedulable, c.DisruptionCost = moving(n)
+	c.Utilization = utilization(n)
+	return c
 }
 
 // counted reports whether the node counts towards its pool's size for budgets: initialized
@@ -213,7 +220,8 @@ func disrupting(n *Node) bool {
 }
 
 // block records what keeps the candidate from voluntary disruption and from consolidation.
-func (d *decider) block(c *Candidate, pdbs *pdbIndex, moved *movedPods) {
+func (d *decider) block(c *Candidate) {
+	pdbs, moved := d.pdbs, d.moved
 	now := d.snap.Now
 	if v := c.Node.Node.Annotations[karpv1.DoNotDisruptAnnotationKey]; v == "true" {
 		c.blocked = Blocker{KindDoNotDisrupt, fmt.Sprintf("node %s has %s", c.Name(), karpv1.DoNotDisruptAnnotationKey)}

@@ -156,9 +156,13 @@ type decider struct {
 	// inProgress are nodes being disrupted; their pods move in every simulation.
 	inProgress []*Node
 	all        []*Candidate
-	explained  map[*Candidate]bool
-	sim        *simulation
-	out        *Decision
+	// pdbs and moved are the snapshot's PodDisruptionBudgets and recent evictions, indexed for
+	// block.
+	pdbs      *pdbIndex
+	moved     *movedPods
+	explained map[*Candidate]bool
+	sim       *simulation
+	out       *Decision
 }
 
 // Decide runs one round: it tries the methods in order and returns the first command found (or

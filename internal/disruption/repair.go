@@ -100,15 +100,10 @@ func (d *decider) repair() *Command {
 		return cmp.Or(a.since.Compare(b.since), cmp.Compare(a.n.Name(), b.n.Name()))
 	})
 	d.out.Eligible[karpv1.DisruptionReasonUnhealthy] = len(due)
-	pdbs := newPDBIndex(d.snap.PDBs)
-	moved := newMovedPods(d.snap.Evictions, now, d.opts.EvictionMemory)
 	for _, u := range due {
 		pool := d.pools[u.n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
 		np := pool.NodePool
-		c := &Candidate{Node: u.n, Pool: pool}
-		c.Price, c.CapacityType, c.PriceKnown = nodePrice(u.n, pool)
-		c.Reschedulable, c.DisruptionCost = moving(u.n)
-		c.Utilization = utilization(u.n)
+		c := newCandidate(u.n, pool)
 		what := fmt.Sprintf("%s=%s for %s (repaired after %s)", u.policy.ConditionType, u.policy.ConditionStatus,
 			now.Sub(u.since).Round(time.Second), u.policy.Toleration)
 		if u.n.Node.Annotations[karpv1.DoNotRepairAnnotationKey] == "true" {
@@ -127,7 +122,7 @@ func (d *decider) repair() *Command {
 			d.explain(c, EventDisruptionBlocked, Blocker{KindDisruptionBudget, fmt.Sprintf("%s, but NodePool %s's Unhealthy budget allows no disruption now", what, np.Name)})
 			continue
 		}
-		d.block(c, pdbs, moved)
+		d.block(c)
 		if (c.blocked.Kind == KindDoNotDisrupt || c.blocked.Kind == KindPodDisruptionBudget) && c.NodeClaim.Spec.TerminationGracePeriod == nil {
 			d.explain(c, EventDisruptionBlocked, Blocker{c.blocked.Kind, fmt.Sprintf(
 				"%s, but %s, and its NodeClaim has no terminationGracePeriod to bound the wait", what, c.blocked.Message)})

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +34,7 @@ import (
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -149,7 +149,7 @@ func (c *Controller) launch(ctx context.Context, np *karpv1.NodePool, n, want in
 // node is deleted only once every claim staying is initialised, so a replacement is up before
 // the node it replaces goes.
 func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, n int) (reconcile.Result, error) {
-	pods := map[string]int{}
+	held := map[string]int{}
 	for _, nc := range live {
 		if nc.Status.NodeName == "" {
 			continue
@@ -159,8 +159,8 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 			return reconcile.Result{}, fmt.Errorf("listing pods of node %s: %w", nc.Status.NodeName, err)
 		}
 		for i := range l.Items {
-			if !daemon(&l.Items[i]) && l.Items[i].DeletionTimestamp.IsZero() {
-				pods[nc.Name]++
+			if pods.Reschedulable(&l.Items[i]) {
+				held[nc.Name]++
 			}
 		}
 	}
@@ -176,7 +176,7 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 		return 3
 	}
 	slices.SortStableFunc(live, func(a, b *karpv1.NodeClaim) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(pods[a.Name], pods[b.Name]), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(held[a.Name], held[b.Name]), cmp.Compare(a.Name, b.Name))
 	})
 	victims, staying := live[:n], live[n:]
 	for _, nc := range victims {
@@ -195,7 +195,7 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 			return reconcile.Result{}, fmt.Errorf("deleting nodeclaim %s of static nodepool %s: %w", nc.Name, np.Name, err)
 		}
 		log.FromContext(ctx).Info("deleted nodeclaim", "NodePool", np.Name, "NodeClaim", nc.Name, "replicas", *np.Spec.Replicas,
-			"drifted", drifted(nc), "pods", pods[nc.Name])
+			"drifted", drifted(nc), "pods", held[nc.Name])
 	}
 	return reconcile.Result{RequeueAfter: Resync}, nil
 }
@@ -251,10 +251,4 @@ func driftedAt(nc *karpv1.NodeClaim) time.Time {
 
 func initialized(nc *karpv1.NodeClaim) bool {
 	return meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized)
-}
-
-// daemon reports whether a pod belongs to a DaemonSet (it goes with its node, wherever).
-func daemon(p *corev1.Pod) bool {
-	ref := metav1.GetControllerOf(p)
-	return ref != nil && ref.Kind == "DaemonSet"
 }
