@@ -52,8 +52,14 @@ type Provisioner struct {
 	// 32 at a time and 10 s 96 at a time on the local cluster. The client's rate limit still bounds
 	// the rate.
 	CreateConcurrency int
+	// Recheck is how soon a pass that left pods unplaced is followed by another when nothing
+	// else triggers one (DefaultRecheck when zero).
+	Recheck time.Duration
 
 	trigger chan struct{}
+	// passes counts the passes started; a recheck is dropped when another pass started since it
+	// was set.
+	passes int
 	// opened is when the batch being gathered got its first trigger (zero: none since the last
 	// pass started); a pass that runs long leaves the next batch already open that long.
 	mu     sync.Mutex
@@ -151,12 +157,35 @@ func (p *Provisioner) Start(ctx context.Context) error {
 	if maxWait == 0 {
 		maxWait = 10 * time.Second
 	}
+	recheck := p.Recheck
+	if recheck == 0 {
+		recheck = DefaultRecheck
+	}
 	retry := newRetryBackoff()
 	for {
 		if !p.nextBatch(ctx, idle, maxWait) {
 			return nil
 		}
-		if _, err := p.Provision(ctx); err != nil {
+		p.mu.Lock()
+		p.passes++
+		pass := p.passes
+		p.mu.Unlock()
+		res, err := p.Provision(ctx)
+		if err == nil && res.Plan != nil && len(res.Plan.Unschedulable) > 0 {
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-p.Clock.After(recheck):
+					p.mu.Lock()
+					again := p.passes == pass
+					p.mu.Unlock()
+					if again {
+						p.Trigger()
+					}
+				}
+			}()
+		}
+		if err != nil {
 			// Try again after a pause, as if a pod had arrived; the pause doubles with each pass
 			// that fails in a row (an API server or cloud in trouble is not asked every 5 s).
 			delay := retry.Step()
@@ -173,6 +202,13 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		retry = newRetryBackoff()
 	}
 }
+
+// DefaultRecheck is how soon a pass that left pods unplaced is followed by another when no pod,
+// NodeClaim or NodePool change triggers one first. What kept them out may change without an
+// event the provisioner watches: a NodeClass status its cache had not seen yet, an offering back
+// from a capacity error, a NodePool's limit freed by a node not yet deleted. Karpenter re-examines
+// pending pods as often (every 10 s). A pass whose pods all have a place sets no recheck.
+const DefaultRecheck = 10 * time.Second
 
 // Retries of a failed pass: RetryAfterFailure, doubling with each failure in a row up to
 // MaxRetryAfterFailure.
