@@ -497,3 +497,37 @@ func TestValidateAbandonsConsolidationWhenPodsArrive(t *testing.T) {
 		t.Fatalf("command %v (%s); want it abandoned while a pod is about to be placed", cmd, why)
 	}
 }
+
+// A drifted node whose pods would need a machine from a pool whose launches do not register
+// waits (sigs#3072), and does not hold up the drift of another pool's node (sigs#3080).
+func TestDriftWaitsForAPoolWhoseLaunchesDoNotRegister(t *testing.T) {
+	c := newCluster(t)
+	for _, name := range []string{"broken", "ok"} {
+		c.pool(name, func(np *karpv1.NodePool) { np.Spec.Template.ObjectMeta.Labels = map[string]string{"pool": name} })
+	}
+	c.snap.NodePools[0].Solver.RegistrationUnhealthy = true
+	drift := func(n *disruption.Node, since time.Duration) {
+		n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted,
+			Status: metav1.ConditionTrue, Reason: "NodePoolDrifted", LastTransitionTime: metav1.NewTime(t0.Add(-since))})
+	}
+	selecting := func(name, pool string) *corev1.Pod {
+		p := pod(name, pool, "1500m")
+		p.Spec.NodeSelector = map[string]string{"pool": pool}
+		return p
+	}
+	// The broken pool's node drifted first: drift would take it first.
+	drift(c.node("broken", "old-broken", "s", karpv1.CapacityTypeOnDemand, selecting("a", "broken")), 2*time.Hour)
+	drift(c.node("ok", "old-ok", "s", karpv1.CapacityTypeOnDemand, selecting("b", "ok")), time.Hour)
+	d := c.decide(disruption.Options{})
+	if d.Command == nil || d.Command.Method != disruption.MethodDrift || !slices.Equal(names(d.Command), []string{"old-ok"}) {
+		t.Fatalf("command = %v, want old-ok's drift", names(d.Command))
+	}
+	if _, msg := explanation(d, "old-broken"); !strings.Contains(msg, "NodePool broken") || !strings.Contains(msg, karpv1.ConditionTypeNodeRegistrationHealthy+"=False") {
+		t.Errorf("old-broken's explanation = %q, want the unhealthy pool named", msg)
+	}
+	// Healed, the broken pool's node goes first again.
+	c.snap.NodePools[0].Solver.RegistrationUnhealthy = false
+	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"old-broken"}) {
+		t.Fatalf("healed: command = %v, want old-broken", names(d.Command))
+	}
+}

@@ -186,6 +186,13 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 	for _, nc := range plan.NodeClaims {
 		if slices.ContainsFunc(nc.Pods, func(p *corev1.Pod) bool { return required[p] }) {
 			res.replacements = append(res.replacements, nc)
+			// The solver tries such a pool last: it is here because no other pool takes the
+			// pods. A replacement that does not register is rolled back after minutes, and the
+			// next round would try again (sigs#3072): the set waits until the pool heals.
+			if i := slices.IndexFunc(pools, func(p solver.NodePool) bool { return p.Name == nc.NodePool }); i >= 0 && pools[i].RegistrationUnhealthy {
+				return simResult{failed: fmt.Sprintf("its pods need a new machine from NodePool %s, whose recent launches did not register (%s=False)",
+					nc.NodePool, karpv1.ConditionTypeNodeRegistrationHealthy)}
+			}
 		}
 	}
 	return res

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -40,6 +42,9 @@ type NodePoolAnswer struct {
 	// InstanceTypes counts the types its requirements admit; Cheapest are the cheapest few.
 	InstanceTypes int         `json:"instanceTypes"`
 	Cheapest      []TypePrice `json:"cheapest,omitempty"`
+	// RegistrationUnhealthy, when set, is why the pool's NodeRegistrationHealthy is False: it is
+	// tried after every other pool, and replacements that need it wait.
+	RegistrationUnhealthy string `json:"registrationUnhealthy,omitempty"`
 }
 
 // LimitUse is one limit of a pool.
@@ -104,6 +109,9 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		return a, nil
 	}
 	a.Managed = true
+	if c := meta.FindStatusCondition(np.Status.Conditions, karpv1.ConditionTypeNodeRegistrationHealthy); c != nil && c.Status == metav1.ConditionFalse {
+		a.RegistrationUnhealthy = c.Reason + ": " + c.Message
+	}
 	for _, n := range snap.Nodes {
 		if n.NodeClaim.Labels[karpv1.NodePoolLabelKey] != name {
 			continue
@@ -152,6 +160,10 @@ func (a *NodePoolAnswer) WriteText(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(&b, "NodePool %s: %d node(s), %.4f $/h.\n", a.NodePool, a.Nodes, a.Price)
+	if a.RegistrationUnhealthy != "" {
+		fmt.Fprintf(&b, "Its launches do not register (%s=False, %s): it is tried after every other NodePool, and disruption does not replace nodes onto it.\n",
+			karpv1.ConditionTypeNodeRegistrationHealthy, a.RegistrationUnhealthy)
+	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	if len(a.Limits) > 0 {
 		fmt.Fprintln(tw, "LIMIT\tOF\tLEFT")

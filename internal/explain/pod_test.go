@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
@@ -161,5 +162,28 @@ func TestExplainNodePool(t *testing.T) {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("explain nodepool printed:\n%s\nwant %q in it", out.String(), line)
 		}
+	}
+	if strings.Contains(out.String(), "do not register") {
+		t.Errorf("a pool without NodeRegistrationHealthy=False said its launches do not register:\n%s", out.String())
+	}
+	// Its launches stop registering: the answer says so and what follows.
+	cur := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(np), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeNodeRegistrationHealthy, Status: metav1.ConditionFalse,
+		Reason: "RegistrationFailed", Message: "NodeClaim x's node did not register within 15m0s", LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np"); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := a.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Its launches do not register (NodeRegistrationHealthy=False, RegistrationFailed: NodeClaim x's node did not register within 15m0s): it is tried after every other NodePool") {
+		t.Errorf("explain nodepool of an unhealthy pool printed:\n%s", out.String())
 	}
 }

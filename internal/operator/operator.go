@@ -46,6 +46,7 @@ import (
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/overlay"
+	"capstan.dev/capstan/internal/registration"
 	"capstan.dev/capstan/internal/scheme"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -233,6 +234,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, err
 	}
 	launches := &nodeclaims.Launches{}
+	health := &registration.Tracker{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
 		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
@@ -245,10 +247,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
 		&provisioning.PodTrigger{Provisioner: op.Provisioner},
-		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
+		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches, Health: health},
 		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
 		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
-		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates["StaticCapacity"]},
+		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates["StaticCapacity"], Health: health},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
 		&startup.Controller{Client: c, Clock: clk, Metrics: m},

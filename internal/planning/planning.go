@@ -24,6 +24,7 @@ import (
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/registration"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -131,7 +132,7 @@ func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost fl
 		weight = *np.Spec.Weight
 	}
 	return &Pool{NodePool: np, Solver: solver.NodePool{
-		Name: np.Name, Weight: weight, Requirements: reqs,
+		Name: np.Name, Weight: weight, RegistrationUnhealthy: registration.Unhealthy(np), Requirements: reqs,
 		Taints: np.Spec.Template.Spec.Taints, StartupTaints: np.Spec.Template.Spec.StartupTaints,
 		InstanceTypes: types, Remaining: remaining(np, claims, types), NodeCost: cost,
 	}}, "", nil

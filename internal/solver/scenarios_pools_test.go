@@ -276,3 +276,31 @@ func TestScenariosDaemonSetsAndExistingNodes(t *testing.T) {
 			Nodes: []solver.ExistingNode{node("n1", "test-zone-1", "2")}}, check: wantUnschedulable(1, "")},
 	})
 }
+
+// A pool whose launches do not register (NodeRegistrationHealthy=False) is tried after every
+// other pool, whatever its weight; it still takes pods no other pool can.
+func TestRegistrationUnhealthyPoolIsTriedLast(t *testing.T) {
+	broken := solver.NodePool{Name: "broken", Weight: 100, RegistrationUnhealthy: true, InstanceTypes: workload.FakeInstanceTypes(8)}
+	fallback := solver.NodePool{Name: "fallback", Weight: 1, InstanceTypes: workload.FakeInstanceTypes(8)}
+	in := solver.Input{Pods: pods(1, "web", "1", "1Gi", nil), NodePools: []solver.NodePool{broken, fallback}}
+	r := solve(t, in, solver.Options{})
+	wantAllPlaced(t, r)
+	if got := claimPool(r, "web-0"); got != "fallback" {
+		t.Fatalf("the pod went to %q, want fallback: broken's launches do not register", got)
+	}
+	broken.RegistrationUnhealthy = false
+	in.NodePools = []solver.NodePool{broken, fallback}
+	if got := claimPool(solve(t, in, solver.Options{}), "web-0"); got != "broken" {
+		t.Fatalf("healthy again, the heavier pool should be first; the pod went to %q", got)
+	}
+	// Only the unhealthy pool takes the pod: it is still used.
+	only := pods(1, "gpu", "1", "1Gi", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"pool": "broken"} })
+	broken.RegistrationUnhealthy = true
+	broken.Requirements.Add(requirements.Single("pool", "broken"))
+	in = solver.Input{Pods: only, NodePools: []solver.NodePool{broken, fallback}}
+	r = solve(t, in, solver.Options{})
+	wantAllPlaced(t, r)
+	if got := claimPool(r, "gpu-0"); got != "broken" {
+		t.Fatalf("the pod only the unhealthy pool fits went to %q", got)
+	}
+}

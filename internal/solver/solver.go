@@ -177,13 +177,16 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 		s.preferNoScheduleTaints = s.preferNoScheduleTaints || hasPNS(in.Nodes[i].Taints)
 	}
 
-	// Pools, highest weight first.
+	// Pools, highest weight first; pools whose launches do not register last.
 	s.offerings = newOfferingIndex(in.NodePools)
 	for i := range in.NodePools {
 		s.pools = append(s.pools, s.newPool(&in.NodePools[i], i))
 	}
 	sort.SliceStable(s.pools, func(i, j int) bool {
 		a, b := s.pools[i].np, s.pools[j].np
+		if a.RegistrationUnhealthy != b.RegistrationUnhealthy {
+			return b.RegistrationUnhealthy
+		}
 		if a.Weight != b.Weight {
 			return a.Weight > b.Weight
 		}

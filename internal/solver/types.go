@@ -43,6 +43,9 @@ type NodePool struct {
 	Name string
 	// Weight orders pools; higher first.
 	Weight int32
+	// RegistrationUnhealthy pools (NodeRegistrationHealthy=False: their recent launches did not
+	// register nodes) are tried after every other pool, whatever their weight.
+	RegistrationUnhealthy bool
 	// Requirements are the template's requirements plus its labels.
 	Requirements requirements.Requirements
 	// Taints are put on every machine of the pool.

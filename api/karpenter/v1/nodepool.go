@@ -180,7 +180,8 @@ type NodePoolStatus struct {
 	// NodeClassObservedGeneration is the generation of the pool's NodeClass last seen by Capstan.
 	// +optional
 	NodeClassObservedGeneration int64 `json:"nodeClassObservedGeneration,omitempty"`
-	// Conditions are the pool's conditions (Ready, NodeClassReady, ValidationSucceeded).
+	// Conditions are the pool's conditions (Ready, NodeClassReady, ValidationSucceeded,
+	// NodeRegistrationHealthy).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -191,6 +192,10 @@ type NodePoolStatus struct {
 const (
 	ConditionTypeNodeClassReady      = "NodeClassReady"
 	ConditionTypeValidationSucceeded = "ValidationSucceeded"
+	// ConditionTypeNodeRegistrationHealthy says whether the pool's recent launches registered
+	// nodes: False when they keep failing to launch or register (a misconfiguration to
+	// investigate), Unknown after the pool or its NodeClass changed until a launch tells.
+	ConditionTypeNodeRegistrationHealthy = "NodeRegistrationHealthy"
 )
 
 // NodePool is a template for machines with requirements, limits, a disruption policy and a

@@ -160,6 +160,14 @@ func TestTaintedPoolTakesOnlyItsWorkers(t *testing.T) {
 			t.Errorf("plain pod %s landed on the orders pool", p.Name)
 		}
 	}
+	// Its nodes registered: the pool says its launches are healthy.
+	eventually(t, "e2e-orders NodeRegistrationHealthy", time.Minute, func(ctx context.Context) (bool, error) {
+		np := &karpv1.NodePool{}
+		if err := s.client.Get(ctx, client.ObjectKey{Name: "e2e-orders"}, np); err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(np.Status.Conditions, karpv1.ConditionTypeNodeRegistrationHealthy), nil
+	})
 }
 
 // limits.cpu 100 holds at every moment of a 1,000-pod burst that needs 250 CPU, whichever

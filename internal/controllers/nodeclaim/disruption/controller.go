@@ -55,15 +55,11 @@ func (c *Controller) Name() string { return "nodeclaim.disruption" }
 func (c *Controller) Register(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodeClaim{})
 	for _, gk := range c.Cloud.NodeClasses() {
-		versions := mgr.GetScheme().PrioritizedVersionsForGroup(gk.Group)
-		if len(versions) == 0 {
-			return fmt.Errorf("NodeClass group %s is not in the scheme", gk.Group)
-		}
-		obj, err := mgr.GetScheme().New(gk.WithVersion(versions[0].Version))
+		obj, err := nodepools.NodeClassObject(mgr.GetScheme(), gk)
 		if err != nil {
-			return fmt.Errorf("NodeClass kind %s: %w", gk, err)
+			return err
 		}
-		b = b.Watches(obj.(client.Object), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			ncs := &karpv1.NodeClaimList{}
 			if err := c.Client.List(ctx, ncs, client.UnsafeDisableDeepCopy); err != nil {
 				return nil

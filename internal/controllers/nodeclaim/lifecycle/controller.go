@@ -30,6 +30,7 @@ import (
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/ownwrites"
+	"capstan.dev/capstan/internal/registration"
 )
 
 // RegistrationTTL is how long a launched machine may take to register before its claim is
@@ -58,6 +59,9 @@ type Controller struct {
 	Metrics *metrics.Metrics
 	// Launches, shared with termination, marks claims whose launch is in flight; may be nil.
 	Launches *nodeclaims.Launches
+	// Health, shared with the NodePool status controller, records whether each pool's launches
+	// register nodes (NodeRegistrationHealthy); nil records nothing.
+	Health *registration.Tracker
 
 	// unmanaged holds the UIDs of claims of another provider's NodeClass kind already reported.
 	unmanaged sync.Map
@@ -203,6 +207,11 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "LaunchTimeout", "Launch", "%s", msg)
 		log.FromContext(ctx).Info("deleting nodeclaim: launch timed out", "ttl", LaunchTTL.String(), "reason", msg)
 		c.Metrics.Disrupted(nc, metrics.ReasonLaunchTimeout)
+		reason := "LaunchFailed"
+		if cond := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeLaunched); cond != nil && cond.Reason != "" {
+			reason = cond.Reason
+		}
+		c.recordOutcome(ctx, nc, false, reason, msg)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	}
 	created, err := c.Cloud.Create(ctx, nc)

@@ -49,6 +49,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", "Node did not register within %s", RegistrationTTL)
 		log.FromContext(ctx).Info("deleting nodeclaim: registration timed out", "ttl", RegistrationTTL.String())
 		c.Metrics.Disrupted(nc, metrics.ReasonRegistrationTimeout)
+		c.recordOutcome(ctx, nc, false, ReasonRegistrationFailed, fmt.Sprintf("NodeClaim %s's node did not register within %s", nc.Name, RegistrationTTL))
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	}
 	if adopted(node, nc) {
@@ -93,6 +94,7 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 	nc.Status.NodeName = node.Name
 	c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionTrue, "Registered", "")
 	c.Metrics.Registered(nc)
+	c.recordOutcome(ctx, nc, true, "", "")
 	c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Registered", "Register", "Node %s registered", node.Name)
 	log.FromContext(ctx).Info("registered nodeclaim", "provider-id", nc.Status.ProviderID, "Node", node.Name)
 	return true, reconcile.Result{}, nil

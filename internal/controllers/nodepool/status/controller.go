@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -34,6 +35,7 @@ import (
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/registration"
 )
 
 // Controller reconciles NodePool status.
@@ -46,6 +48,9 @@ type Controller struct {
 	// StaticCapacity is the StaticCapacity feature gate: whether static pools are kept at their
 	// count (the condition ConditionTypeStaticCapacity says it on each static pool).
 	StaticCapacity bool
+	// Health, shared with the NodeClaim lifecycle controller, is reset when the pool or its
+	// NodeClass changes (NodeRegistrationHealthy goes Unknown); nil leaves the condition alone.
+	Health *registration.Tracker
 
 	// warned holds the static pools whose ignored replicas were logged (once each).
 	warned sync.Map
@@ -60,10 +65,36 @@ const ConditionTypeStaticCapacity = "StaticCapacity"
 func (c *Controller) Name() string { return "nodepool.status" }
 
 // Register adds the controller to a manager; NodeClaim changes requeue their pool, coalesced
-// (claimEvents).
+// (claimEvents), and a NodeClass change the pools that name it.
 func (c *Controller) Register(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodePool{}).
-		Watches(&karpv1.NodeClaim{}, claimEvents(ClaimCoalescing)).Complete(c)
+	b := ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodePool{}).
+		Watches(&karpv1.NodeClaim{}, claimEvents(ClaimCoalescing))
+	for _, gk := range c.Cloud.NodeClasses() {
+		obj, err := nodepools.NodeClassObject(mgr.GetScheme(), gk)
+		if err != nil {
+			return err
+		}
+		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(poolsOfNodeClass(c.Client, gk)))
+	}
+	return b.Complete(c)
+}
+
+// poolsOfNodeClass maps a NodeClass of kind gk to the NodePools that name it: its readiness is
+// theirs, and its changes reset their registration health.
+func poolsOfNodeClass(r client.Reader, gk schema.GroupKind) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		nps := &karpv1.NodePoolList{}
+		if err := r.List(ctx, nps, client.UnsafeDisableDeepCopy); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range nps.Items {
+			if ref := nps.Items[i].Spec.Template.Spec.NodeClassRef; ref != nil && ref.Group == gk.Group && ref.Kind == gk.Kind && ref.Name == o.GetName() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&nps.Items[i])})
+			}
+		}
+		return reqs
+	}
 }
 
 // ClaimCoalescing is how long a NodeClaim change waits before its pool's status is recomputed,
@@ -187,6 +218,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			log.FromContext(ctx).Info("static NodePool ignored: "+msg, "NodePool", np.Name)
 		}
 	}
+	reset, err := c.registrationHealth(ctx, np)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	switch {
 	case !classOK:
 		set(karpv1.ConditionTypeReady, false, "NodeClassNotReady", "the NodeClass is not ready")
@@ -205,7 +240,42 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else if err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodepool status: %w", err))
 	}
+	if reset && c.Health != nil {
+		// Only once the condition says so: a write that conflicted leaves the record as it was.
+		c.Health.Reset(np.UID)
+	}
 	return reconcile.Result{}, nil
+}
+
+// ReasonNoRecentLaunches is the reason of NodeRegistrationHealthy=Unknown: no launch since the
+// pool or its NodeClass changed (or since it was created).
+const ReasonNoRecentLaunches = "NoRecentLaunches"
+
+// registrationHealth sets NodeRegistrationHealthy to Unknown when the pool has no such condition
+// yet, or the pool or its NodeClass changed since the condition was written (a fix, or a new
+// mistake: the launches from now on tell), and records the NodeClass generation seen. It reports
+// whether the pool's registration record must be forgotten.
+func (c *Controller) registrationHealth(ctx context.Context, np *karpv1.NodePool) (bool, error) {
+	if c.Health == nil {
+		return false, nil
+	}
+	class, err := nodepools.GetNodeClass(ctx, c.Client, np)
+	if err != nil {
+		return false, err
+	}
+	gen := int64(0)
+	if class != nil {
+		gen = class.GetGeneration()
+	}
+	cond := meta.FindStatusCondition(np.Status.Conditions, karpv1.ConditionTypeNodeRegistrationHealthy)
+	reset := cond == nil || cond.ObservedGeneration != np.Generation || np.Status.NodeClassObservedGeneration != gen
+	np.Status.NodeClassObservedGeneration = gen
+	if reset {
+		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeNodeRegistrationHealthy,
+			Status: metav1.ConditionUnknown, Reason: ReasonNoRecentLaunches, Message: "no launch since the NodePool or its NodeClass changed",
+			ObservedGeneration: np.Generation, LastTransitionTime: metav1.NewTime(c.Clock.Now())})
+	}
+	return reset, nil
 }
 
 // record publishes the pool's usage, limits and the hourly price of its launched machines.
