@@ -165,6 +165,7 @@ func (g FeatureGates) EnabledWithoutEffect() []string {
 // raw holds the settings Parse reads as text and converts afterwards.
 type raw struct {
 	outPaths, errPaths, gates string
+	ignoreDRA                 bool
 }
 
 // define registers every flag on a new set; envs maps a flag to its environment variable.
@@ -220,6 +221,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	})
 	str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
 	str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
+	boolean(&r.ignoreDRA, "ignore-dra-requests", "IGNORE_DRA_REQUESTS", true, "pods with Dynamic Resource Allocation requirements are not planned for (FailedScheduling event), as Karpenter's default; false is refused: Capstan does not simulate DRA devices")
 	dur(&o.DisruptionPollPeriod, "disruption-poll-period", "DISRUPTION_POLL_PERIOD", 10*time.Second, "time between disruption rounds when nothing is in flight")
 	dur(&o.DisruptionValidationPeriod, "disruption-validation-period", "DISRUPTION_VALIDATION_PERIOD", 15*time.Second, "how long a disruption decision waits before it is checked again against the cluster and carried out")
 	dur(&o.DisruptionReplacementTimeout, "disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", 10*time.Minute, "how long a disruption waits for its replacements to initialize before it rolls back")
@@ -289,6 +291,11 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %s=true: Capstan does not implement it yet (docs/features.md); set it false or leave it out", strings.Join(off, "=true, "))
 	}
 	o.FeatureGates = fg
+	if !r.ignoreDRA {
+		// Karpenter's false plans DRA devices (alpha); accepting it and ignoring it would plan
+		// nothing for those pods without saying so.
+		return o, errors.New("--ignore-dra-requests (IGNORE_DRA_REQUESTS) false: Capstan does not simulate Dynamic Resource Allocation devices; leave it true (Karpenter's default), and pods with resource claims are left to the kube-scheduler")
+	}
 	return o, o.Validate()
 }
 

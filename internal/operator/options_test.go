@@ -116,6 +116,8 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"underutilized k not a number", []string{"--underutilized-consolidation-k=lots"}, nil, []string{"underutilized-consolidation-k", "lots"}},
 		{"two at once", nil, map[string]string{"LOG_LEVEL": "warn", "CLOUD_PROVIDER": "gcp"}, []string{"LOG_LEVEL", "CLOUD_PROVIDER"}},
 		{"unknown flag", []string{"--teleport"}, nil, []string{"teleport"}},
+		{"DRA planning asked for", nil, map[string]string{"IGNORE_DRA_REQUESTS": "false"}, []string{"IGNORE_DRA_REQUESTS", "does not simulate Dynamic Resource Allocation"}},
+		{"DRA setting not a bool", []string{"--ignore-dra-requests=sometimes"}, nil, []string{"ignore-dra-requests", "sometimes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.args, env(tc.env))
@@ -215,6 +217,15 @@ func TestGatesWithoutEffectAreRefused(t *testing.T) {
 	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "ReservedCapacity=true,SpotToSpotConsolidation=true,NodeOverlay=true,StaticCapacity=true,NodeRepair=true"}))
 	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["NodeOverlay"] || !o.FeatureGates["StaticCapacity"] || !o.FeatureGates["NodeRepair"] {
 		t.Fatalf("gates Capstan acts on or that are off: %v, %v", o.FeatureGates, err)
+	}
+}
+
+// IGNORE_DRA_REQUESTS=true, Karpenter's default, is accepted whether set or not.
+func TestIgnoreDRARequestsTrueIsAccepted(t *testing.T) {
+	for _, e := range []map[string]string{nil, {"IGNORE_DRA_REQUESTS": "true"}} {
+		if _, err := Parse(nil, env(e)); err != nil {
+			t.Fatalf("%v: %v", e, err)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package planning
 import (
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -35,5 +36,22 @@ func TestProvisionable(t *testing.T) {
 				t.Fatalf("Provisionable = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A DaemonSet whose pods ask for DRA devices is not charged to machines (as Karpenter); the
+// others are, one template pod each.
+func TestDaemonSetsWithDRARequirementsAreNotOverhead(t *testing.T) {
+	ds := func(name string, claims bool) appsv1.DaemonSet {
+		d := appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"}}
+		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "c"}}
+		if claims {
+			d.Spec.Template.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "nic"}}
+		}
+		return d
+	}
+	got := DaemonSetPods([]appsv1.DaemonSet{ds("logs", false), ds("dra-driver", true)})
+	if len(got) != 1 || got[0].Name != "logs" {
+		t.Fatalf("overhead pods %v, want logs alone", got)
 	}
 }

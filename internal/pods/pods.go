@@ -53,3 +53,21 @@ func DoNotDisrupt(p *corev1.Pod, now time.Time) bool {
 	}
 	return now.Before(start.Add(d))
 }
+
+// HasDRARequirements reports whether the pod asks for Dynamic Resource Allocation devices:
+// resource claims on the pod or on any of its containers. Capstan does not simulate DRA devices:
+// such pods are left to the kube-scheduler, as Karpenter v1.15 leaves them with its default
+// IGNORE_DRA_REQUESTS=true.
+func HasDRARequirements(p *corev1.Pod) bool {
+	if len(p.Spec.ResourceClaims) > 0 {
+		return true
+	}
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			if len(cs[i].Resources.Claims) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -322,7 +322,7 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 		"settings.enableZonalShift=true":                  "zonal shifts",
 		"settings.reservedENIs=1":                         "max-pods",
 		"settings.enableDRA=true":                         "DRA devices",
-		"settings.ignoreDRARequests=false":                "ignores pods' DRA requests",
+		"settings.ignoreDRARequests=false":                "does not simulate DRA devices",
 		"settings.legacyNodeRepair=true":                  "legacy node.health controller",
 		"settings.disableClusterStateObservability=true":  "cannot be turned off",
 		"settings.featureGates.capacityBuffer=true":       "does not implement it yet",

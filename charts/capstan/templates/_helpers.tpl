@@ -60,7 +60,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if $s.enableZonalShift }}{{ fail "settings.enableZonalShift=true is refused: Capstan does not read EKS zonal shifts yet" }}{{ end -}}
 {{- if ne (toString $s.reservedENIs) "0" }}{{ fail (printf "settings.reservedENIs=%v is refused: Capstan computes max-pods and kube-reserved from all of a type's ENIs; with reserved ENIs its nodes' max-pods would differ from what it plans for" $s.reservedENIs) }}{{ end -}}
 {{- if $s.enableDRA }}{{ fail "settings.enableDRA=true is refused: Capstan does not model DRA devices" }}{{ end -}}
-{{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan always ignores pods' DRA requests when it plans nodes" }}{{ end -}}
+{{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan does not simulate DRA devices and plans nothing for pods with DRA requirements (IGNORE_DRA_REQUESTS=true)" }}{{ end -}}
 {{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan's node repair is the disruption method the nodeRepair feature gate turns on; the legacy node.health controller is not implemented" }}{{ end -}}
 {{- if $s.disableClusterStateObservability }}{{ fail "settings.disableClusterStateObservability=true is refused: Capstan's cluster-state metrics and events cannot be turned off" }}{{ end -}}
 {{- range $k, $v := $s.featureGates }}

@@ -20,7 +20,13 @@ import (
 // A nomination ends when its pod is no longer pending, when its claim is gone or being deleted,
 // and when the claim's Node registers: from then on the node's real bindings count, since the
 // kube-scheduler knows nothing of nominations and may bind the pod elsewhere.
-type nominations map[types.UID]string
+type nominations map[types.UID]nomination
+
+// nomination is the claim a pod was planned onto, and the pod's key.
+type nomination struct {
+	claim string
+	pod   types.NamespacedName
+}
 
 // nominate records the claims a pass planned pods onto: new claims, and in-flight claims the
 // solver bound pods to (named "nodeclaim/<name>" in its input).
@@ -30,14 +36,25 @@ func (n nominations) nominate(plan *solver.Result, created []*karpv1.NodeClaim) 
 			continue
 		}
 		for _, pod := range plan.NodeClaims[i].Pods {
-			n[pod.UID] = nc.Name
+			n[pod.UID] = nomination{claim: nc.Name, pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}}
 		}
 	}
 	for _, b := range plan.Bindings {
 		if claim, ok := strings.CutPrefix(b.Node, nodeclaims.InFlightPrefix); ok {
-			n[b.Pod.UID] = claim
+			n[b.Pod.UID] = nomination{claim: claim, pod: types.NamespacedName{Namespace: b.Pod.Namespace, Name: b.Pod.Name}}
 		}
 	}
+}
+
+// to are the pods nominated to the claim.
+func (n nominations) to(claim string) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, nom := range n {
+		if nom.claim == claim {
+			out = append(out, nom.pod)
+		}
+	}
+	return out
 }
 
 // split returns the pending pods still to plan and, per in-flight claim, the pods nominated to
@@ -48,14 +65,14 @@ func (n nominations) split(pending []*corev1.Pod, inFlight map[string]int) ([]*c
 	byClaim := map[string][]*corev1.Pod{}
 	for _, pod := range pending {
 		stillPending[pod.UID] = true
-		if claim, ok := n[pod.UID]; ok && flying(inFlight, claim) {
-			byClaim[claim] = append(byClaim[claim], pod)
+		if nom, ok := n[pod.UID]; ok && flying(inFlight, nom.claim) {
+			byClaim[nom.claim] = append(byClaim[nom.claim], pod)
 			continue
 		}
 		toPlan = append(toPlan, pod)
 	}
-	for uid, claim := range n {
-		if !stillPending[uid] || !flying(inFlight, claim) {
+	for uid, nom := range n {
+		if !stillPending[uid] || !flying(inFlight, nom.claim) {
 			delete(n, uid)
 		}
 	}

@@ -81,3 +81,36 @@ func TestOneFailedCreationDoesNotStopTheOthers(t *testing.T) {
 		t.Errorf("%d FailedScheduling events for the pod that fits nowhere, want 1 despite the failed creates", failedScheduling)
 	}
 }
+
+// A pod with Dynamic Resource Allocation requirements buys nothing and is told why, once in the
+// log; the pods beside it are planned as usual.
+func TestPodsWithDRARequirementsAreLeftToTheScheduler(t *testing.T) {
+	p, rec := setup(t, pool("prov-dra", nil))
+	ns := namespace(t)
+	pendingPods(t, ns, "gpu", 1, "1", func(pod *corev1.Pod) {
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptrTo("gpu")}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	})
+	pendingPods(t, ns, "web", 1, "1", nil)
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Created) != 1 || len(res.Plan.NodeClaims[0].Pods) != 1 || res.Plan.NodeClaims[0].Pods[0].Name != "web-0" {
+		t.Fatalf("created %d claims for %v, want one for web-0 alone", len(res.Created), res.Plan.NodeClaims)
+	}
+	var told bool
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "FailedScheduling") && strings.Contains(e, "Dynamic Resource Allocation") {
+			told = true
+		}
+	}
+	if !told {
+		t.Fatal("no FailedScheduling event on the DRA pod")
+	}
+	if p.unschedulable == nil || len(p.unschedulable) != 1 {
+		t.Fatalf("remembered answers %v, want the DRA pod's (its log line written once)", p.unschedulable)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

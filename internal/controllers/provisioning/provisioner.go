@@ -27,6 +27,7 @@ import (
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/planning"
+	podutil "capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -67,8 +68,10 @@ type Provisioner struct {
 	// created remembers the NodeClaims this provisioner created until the (cached) client lists
 	// them, so that a pass right after another does not plan the same pods twice.
 	created map[string]createdClaim
-	// nominated remembers the in-flight claim each pending pod was planned onto.
-	nominated nominations
+	// nominated remembers the in-flight claim each pending pod was planned onto; nominatedMu
+	// guards it against PodsNominatedTo's readers.
+	nominatedMu sync.Mutex
+	nominated   nominations
 	// nominatedEvents bounds the Nominated events on pods (see nominatedEventsPerSecond).
 	nominatedEvents flowcontrol.PassiveRateLimiter
 	// unschedulable is what the last pass said of each pod it could not place, so that a pod's
@@ -141,6 +144,14 @@ func (p *Provisioner) init() {
 	if p.trigger == nil {
 		p.trigger = make(chan struct{}, 1)
 	}
+}
+
+// PodsNominatedTo are the pending pods the provisioner planned onto the in-flight claim: the
+// NodeClaim lifecycle controller tells them when the claim cannot launch.
+func (p *Provisioner) PodsNominatedTo(claim string) []types.NamespacedName {
+	p.nominatedMu.Lock()
+	defer p.nominatedMu.Unlock()
+	return p.nominated.to(claim)
 }
 
 // NeedLeaderElection makes only the leader provision.
@@ -283,6 +294,18 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	pending, bound := planning.SplitPods(pods.Items)
+	pending, dra := splitDRA(pending)
+	said := make(map[types.UID]string, len(dra))
+	defer func() { p.unschedulable = said }()
+	for _, pod := range dra {
+		// Left to the kube-scheduler: Capstan does not simulate DRA devices (Karpenter v1.15 with
+		// its default IGNORE_DRA_REQUESTS=true does the same).
+		p.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", DRAMessage), "%s", DRAMessage)
+		said[pod.UID] = DRAMessage
+		if p.unschedulable[pod.UID] != DRAMessage {
+			logger.Info("skipping pod with Dynamic Resource Allocation requirements", "Pod", klog.KObj(pod))
+		}
+	}
 	pending, vols, err := p.withVolumes(ctx, pending)
 	if err != nil {
 		return nil, err
@@ -298,10 +321,12 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.nominatedMu.Lock()
 	if p.nominated == nil {
 		p.nominated = nominations{}
 	}
 	pending, waiting := p.nominated.split(pending, st.InFlight)
+	p.nominatedMu.Unlock()
 	for claim, pods := range waiting {
 		en := &st.Nodes[st.InFlight[claim]]
 		en.Pods = append(slices.Clip(en.Pods), pods...)
@@ -354,7 +379,9 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}()
 	}
 	wg.Wait()
+	p.nominatedMu.Lock()
 	p.nominated.nominate(plan, made)
+	p.nominatedMu.Unlock()
 	for i, nc := range made {
 		if nc == nil {
 			continue
@@ -382,7 +409,6 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	// Pods that fit nowhere are told so whether or not every create succeeded: a failed create
 	// is retried, their answer does not depend on it.
-	said := make(map[types.UID]string, len(plan.Unschedulable))
 	for _, u := range plan.Unschedulable {
 		msg := UnschedulableMessage(u)
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
@@ -398,8 +424,23 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}
 		logger.V(1).Info("could not schedule pod: every NodePool", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
-	p.unschedulable = said
 	return res, errors.Join(errs...)
+}
+
+// DRAMessage is the FailedScheduling message of a pod with Dynamic Resource Allocation
+// requirements.
+const DRAMessage = "Pod has Dynamic Resource Allocation requirements, which Capstan does not plan for (as Karpenter with IGNORE_DRA_REQUESTS=true): the kube-scheduler places it on nodes whose devices fit"
+
+// splitDRA separates the pods with DRA requirements from the others.
+func splitDRA(pending []*corev1.Pod) (rest, dra []*corev1.Pod) {
+	for _, p := range pending {
+		if podutil.HasDRARequirements(p) {
+			dra = append(dra, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return rest, dra
 }
 
 // maxEventMessage is the longest message an event carries (the events API's limit is 1 KiB).

@@ -172,6 +172,20 @@ func TestPendingPodsBecomeNodeClaimsOnce(t *testing.T) {
 		if created.Spec.Resources.Requests.Cpu().Cmp(*planned.Requests.Cpu()) != 0 {
 			t.Fatalf("claim %d requests %v, plan %v", i, created.Spec.Resources.Requests, planned.Requests)
 		}
+		// The pods it was planned for are the ones told if it cannot launch.
+		var nominated []string
+		for _, k := range p.PodsNominatedTo(created.Name) {
+			nominated = append(nominated, k.Namespace+"/"+k.Name)
+		}
+		var planFor []string
+		for _, pod := range planned.Pods {
+			planFor = append(planFor, pod.Namespace+"/"+pod.Name)
+		}
+		slices.Sort(nominated)
+		slices.Sort(planFor)
+		if len(planFor) == 0 || !slices.Equal(nominated, planFor) {
+			t.Fatalf("claim %d: pods nominated %v, planned %v", i, nominated, planFor)
+		}
 	}
 	// The same pods are still pending; they fit the in-flight claims, so nothing new is bought.
 	again, err := p.Provision(t.Context())

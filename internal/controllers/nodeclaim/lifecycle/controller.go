@@ -14,7 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,10 +61,18 @@ type Controller struct {
 	Metrics *metrics.Metrics
 	// Launches, shared with termination, marks claims whose launch is in flight; may be nil.
 	Launches *nodeclaims.Launches
+	// Nominated names the pending pods planned onto a claim (the provisioner), told when the
+	// claim meets insufficient capacity; nil tells none.
+	Nominated interface {
+		PodsNominatedTo(claim string) []types.NamespacedName
+	}
 	// Health, shared with the NodePool status controller, records whether each pool's launches
 	// register nodes (NodeRegistrationHealthy); nil records nothing.
 	Health *registration.Tracker
 
+	// iceEvents bounds the pods' InsufficientCapacityError events (tellNominatedPods).
+	iceEvents     flowcontrol.PassiveRateLimiter
+	iceEventsOnce sync.Once
 	// unmanaged holds the UIDs of claims of another provider's NodeClass kind already reported.
 	unmanaged sync.Map
 	// written tells reads of a claim from before this controller's own last write (the cache
@@ -218,6 +228,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 	switch {
 	case cloudprovider.IsInsufficientCapacity(err):
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "InsufficientCapacityError", "Launch", "NodeClaim %s event: %s", nc.Name, err)
+		c.tellNominatedPods(ctx, nc, err)
 		log.FromContext(ctx).Info("deleting nodeclaim: insufficient capacity", "error", err.Error())
 		c.Metrics.Disrupted(nc, metrics.ReasonInsufficientCapacity)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
@@ -253,6 +264,39 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		"instance-type", created.Labels[karpv1.InstanceTypeLabelKey], "zone", created.Labels[karpv1.ZoneLabelKey],
 		"capacity-type", created.Labels[karpv1.CapacityTypeLabelKey], "allocatable", describe(created.Status.Allocatable))
 	return true, reconcile.Result{}, nil
+}
+
+// Pods' InsufficientCapacityError events are bounded across claims, as Karpenter bounds them
+// (5 per second, burst 10): a burst's capacity error may strand thousands of pods at once.
+const (
+	iceEventsPerSecond = 5
+	iceEventBurst      = 10
+)
+
+// tellNominatedPods sends an InsufficientCapacityError event to each pod planned onto the claim
+// that is still waiting (not bound, not finished, not being deleted), so that its owner learns
+// why without reading Capstan's logs; the pods are planned again at the next pass.
+func (c *Controller) tellNominatedPods(ctx context.Context, nc *karpv1.NodeClaim, launchErr error) {
+	if c.Nominated == nil {
+		return
+	}
+	c.iceEventsOnce.Do(func() {
+		c.iceEvents = flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(iceEventsPerSecond, iceEventBurst, c.Clock)
+	})
+	for _, key := range c.Nominated.PodsNominatedTo(nc.Name) {
+		pod := &corev1.Pod{}
+		if err := c.Client.Get(ctx, key, pod); err != nil {
+			continue
+		}
+		if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if !c.iceEvents.TryAccept() {
+			return
+		}
+		c.Recorder.Eventf(pod, nc, corev1.EventTypeWarning, "InsufficientCapacityError", "Launch",
+			"NodeClaim %s nominated for this pod failed to launch: %s", nc.Name, truncate(launchErr.Error()))
+	}
 }
 
 func truncate(s string) string {

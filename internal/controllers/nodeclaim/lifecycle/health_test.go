@@ -2,12 +2,18 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -88,5 +94,61 @@ func TestPoolWhoseNodesNeverRegisterTurnsUnhealthyAndHeals(t *testing.T) {
 	}
 	if c := health(); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("after a registration: %+v, want True", c)
+	}
+}
+
+// pinned names the pods planned onto each claim, as the provisioner does.
+type pinned map[string][]types.NamespacedName
+
+func (p pinned) PodsNominatedTo(claim string) []types.NamespacedName { return p[claim] }
+
+// objectEvents records each event with the name of the object it regards.
+type objectEvents struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *objectEvents) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := ""
+	if o, ok := regarding.(client.Object); ok {
+		name = o.GetName()
+	}
+	r.got = append(r.got, name+" "+reason+" "+fmt.Sprintf(note, args...))
+}
+
+// A claim that meets insufficient capacity tells the pods planned onto it that are still waiting;
+// a pod bound elsewhere meanwhile is not told.
+func TestInsufficientCapacityIsToldToTheNominatedPods(t *testing.T) {
+	f := setup(t, "ice-pods", simv1alpha1.Failures{InsufficientCapacity: []simv1alpha1.OfferingSelector{{CapacityType: "on-demand"}}})
+	rec := &objectEvents{}
+	f.ctrl.Recorder = rec
+	var keys []types.NamespacedName
+	for _, name := range []string{"ice-waiting", "ice-bound"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+		if name == "ice-bound" {
+			pod.Spec.NodeName = "elsewhere"
+		}
+		if err := env.Client.Create(t.Context(), pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+		keys = append(keys, client.ObjectKeyFromObject(pod))
+	}
+	f.ctrl.Nominated = pinned{"ice-pods-1": keys}
+	newClaim(t, "ice-pods-1", "ice-pods")
+	if nc := f.reconcile(t, "ice-pods-1"); nc.DeletionTimestamp.IsZero() {
+		t.Fatal("claim not deleted after insufficient capacity")
+	}
+	var told []string
+	for _, e := range rec.got {
+		if strings.Contains(e, "InsufficientCapacityError NodeClaim ice-pods-1 nominated for this pod failed to launch") {
+			told = append(told, strings.Fields(e)[0])
+		}
+	}
+	if !slices.Equal(told, []string{"ice-waiting"}) {
+		t.Fatalf("pods told %v, want ice-waiting alone; events %q", told, rec.got)
 	}
 }
