@@ -1,6 +1,7 @@
 package solver
 
 import (
+	"math"
 	"fmt"
 	"slices"
 	"strings"
@@ -302,6 +303,10 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) (string, MissStage
 	if target != nil {
 		t.cap = target.alloc
 	}
+	if s.limitsTight {
+		// Pods already failed for the limits: a new claim reserves what its pod needs.
+		target = nil
+	}
 	cands = reservable(p, cands, target, t.reqs)
 	s.targets = append(s.targets, t)
 	t.openIdx = len(s.open)
@@ -369,16 +374,20 @@ func (s *solver) limitsExhausted(p *pool) string {
 // type far dearer is launched only when every cheaper one is unavailable; keeping such types off
 // the claim lets it reserve, against the limits, what it will really launch — not the largest
 // machine that could hold it — so hard limits do not throttle a burst.
-const limitedPriceSpread = 0.5
+var limitedPriceSpread = 0.5
 
 // reservable narrows a new claim's candidates in a pool with limits to those priced within
-// limitedPriceSpread of its target type (or its cheapest candidate, when dearer). Requirements
+// limitedPriceSpread of its target type (or its cheapest candidate, when dearer; of its cheapest
+// candidate alone without a target). Requirements
 // with minValues keep every candidate.
 func reservable(p *pool, cands []*itInfo, target *itInfo, reqs requirements.Requirements) []*itInfo {
 	if p.remaining == nil || len(cands) == 0 || hasMinValues(reqs) {
 		return cands
 	}
-	bound := cands[0].minPrice
+	bound := math.Inf(1)
+	for _, info := range cands {
+		bound = min(bound, info.minPrice)
+	}
 	if target != nil {
 		bound = max(bound, target.minPrice)
 	}

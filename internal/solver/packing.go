@@ -2,6 +2,7 @@ package solver
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -61,6 +62,10 @@ func (s *solver) run() {
 	// so failures are retried until a pass places nothing new.
 	failed := s.failed
 	for len(failed) > 0 {
+		if s.limitsMissed(failed) {
+			s.limitsTight = true
+			s.tightenLimited()
+		}
 		s.failed = nil
 		s.cursor = 0
 		for _, it := range failed {
@@ -77,6 +82,51 @@ func (s *solver) run() {
 			return
 		}
 		failed = s.failed
+	}
+}
+
+// limitsMissed reports whether a pod failed for a pool's limits.
+func (s *solver) limitsMissed(failed []podItem) bool {
+	for _, it := range failed {
+		for _, m := range s.reasons[it.pod].pools {
+			if m.Stage == MissLimits {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tightenLimited narrows every claim of a pool with limits to the candidates priced within
+// limitedPriceSpread of the cheapest one that holds its pods now, and gives back to the pool what
+// the claim no longer reserves. A claim is created with the candidates near the type it was meant
+// to grow to; a claim that did not grow (one pod per machine, an anti-affinity) would otherwise
+// hold, against the limit, a machine many times its size, and pods that fit within the limit
+// would be left pending. The pods that failed for the limits are then tried again.
+func (s *solver) tightenLimited() {
+	for _, t := range s.targets {
+		if !t.isClaim() || t.pool.remaining == nil || len(t.candidates) == 0 || len(t.pods) == 0 || hasMinValues(t.reqs) {
+			continue
+		}
+		cheapest := math.Inf(1)
+		for _, info := range t.candidates {
+			if t.used.lessEq(info.alloc) {
+				cheapest = min(cheapest, info.minPrice)
+			}
+		}
+		if math.IsInf(cheapest, 1) {
+			continue
+		}
+		bound := cheapest * (1 + limitedPriceSpread)
+		keep := make([]*itInfo, 0, len(t.candidates))
+		for _, info := range t.candidates {
+			if info.minPrice <= bound && t.used.lessEq(info.alloc) {
+				keep = append(keep, info)
+			}
+		}
+		if len(keep) < len(t.candidates) {
+			t.setCandidates(keep)
+		}
 	}
 }
 

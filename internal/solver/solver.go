@@ -53,6 +53,9 @@ type solver struct {
 	failed  []podItem
 	reasons map[*corev1.Pod]podMiss
 	minReq  vec
+	// limitsTight is set once a pod failed for a pool's limits: from then on a new claim of a
+	// pool with limits reserves what its first pod needs, not the type it was meant to grow to.
+	limitsTight bool
 
 	// attachDims are the resource dimensions of CSI drivers' volume attachments.
 	attachDims []int
