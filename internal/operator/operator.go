@@ -42,6 +42,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/pod/startup"
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/controllers/simnodeclass"
+	"capstan.dev/capstan/internal/defaultspread"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
@@ -233,12 +234,14 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		// With the gate off each overlay says, on its conditions, that it is not applied.
 		return nil, err
 	}
+	spread := &defaultspread.Applier{Reader: c, Constraints: o.SchedulerConfig.Constraints()}
 	launches := &nodeclaims.Launches{}
 	health := &registration.Tracker{}
 	op.Provisioner = &provisioning.Provisioner{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
 		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 		NodeCost:      o.NodeCost,
+		DefaultSpread: spread,
 		// As many creates in flight as the client's rate admits at half-second answers (bounded:
 		// past a few hundred they only queue in the API server).
 		CreateConcurrency: min(256, max(1, o.KubeClientQPS/2))}
@@ -269,6 +272,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Options: disruptionctl.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
+			DefaultSpread:   spread,
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,

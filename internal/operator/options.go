@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"capstan.dev/capstan/internal/defaultspread"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodepools"
 )
@@ -48,10 +49,13 @@ type Options struct {
 	LogOutputPaths      []string
 	LogErrorOutputPaths []string
 	PreferencePolicy    string
-	MinValuesPolicy     string
-	FeatureGates        FeatureGates
-	SimStateFile        string
-	Kubeconfig          string
+	// SchedulerConfig mirrors the kube-scheduler's default topology spread constraints (nil:
+	// none).
+	SchedulerConfig *defaultspread.Config
+	MinValuesPolicy string
+	FeatureGates    FeatureGates
+	SimStateFile    string
+	Kubeconfig      string
 	// AWS settings (Karpenter's names).
 	AWSRegion               string
 	AWSEndpointURL          string
@@ -164,8 +168,8 @@ func (g FeatureGates) EnabledWithoutEffect() []string {
 
 // raw holds the settings Parse reads as text and converts afterwards.
 type raw struct {
-	outPaths, errPaths, gates string
-	ignoreDRA                 bool
+	outPaths, errPaths, gates, schedulerConfig string
+	ignoreDRA                                  bool
 }
 
 // define registers every flag on a new set; envs maps a flag to its environment variable.
@@ -221,6 +225,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	})
 	str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
 	str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
+	str(&r.schedulerConfig, "scheduler-config", "SCHEDULER_CONFIG", "", "YAML or JSON with the kube-scheduler's podTopologySpread.defaultConstraints, applied to pods without their own constraints as the scheduler applies them (Karpenter's setting)")
 	boolean(&r.ignoreDRA, "ignore-dra-requests", "IGNORE_DRA_REQUESTS", true, "pods with Dynamic Resource Allocation requirements are not planned for (FailedScheduling event), as Karpenter's default; false is refused: Capstan does not simulate DRA devices")
 	dur(&o.DisruptionPollPeriod, "disruption-poll-period", "DISRUPTION_POLL_PERIOD", 10*time.Second, "time between disruption rounds when nothing is in flight")
 	dur(&o.DisruptionValidationPeriod, "disruption-validation-period", "DISRUPTION_VALIDATION_PERIOD", 15*time.Second, "how long a disruption decision waits before it is checked again against the cluster and carried out")
@@ -291,6 +296,9 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %s=true: Capstan does not implement it yet (docs/features.md); set it false or leave it out", strings.Join(off, "=true, "))
 	}
 	o.FeatureGates = fg
+	if o.SchedulerConfig, err = defaultspread.Parse(r.schedulerConfig); err != nil {
+		return o, fmt.Errorf("--scheduler-config (SCHEDULER_CONFIG): %w", err)
+	}
 	if !r.ignoreDRA {
 		// Karpenter's false plans DRA devices (alpha); accepting it and ignoring it would plan
 		// nothing for those pods without saying so.

@@ -116,6 +116,7 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"underutilized k not a number", []string{"--underutilized-consolidation-k=lots"}, nil, []string{"underutilized-consolidation-k", "lots"}},
 		{"two at once", nil, map[string]string{"LOG_LEVEL": "warn", "CLOUD_PROVIDER": "gcp"}, []string{"LOG_LEVEL", "CLOUD_PROVIDER"}},
 		{"unknown flag", []string{"--teleport"}, nil, []string{"teleport"}},
+		{"scheduler config", nil, map[string]string{"SCHEDULER_CONFIG": "podTopologySpread: {defaultConstraints: [{maxSkew: 0, topologyKey: z, whenUnsatisfiable: DoNotSchedule}]}"}, []string{"SCHEDULER_CONFIG", "defaultConstraints[0].maxSkew 0"}},
 		{"DRA planning asked for", nil, map[string]string{"IGNORE_DRA_REQUESTS": "false"}, []string{"IGNORE_DRA_REQUESTS", "does not simulate Dynamic Resource Allocation"}},
 		{"DRA setting not a bool", []string{"--ignore-dra-requests=sometimes"}, nil, []string{"ignore-dra-requests", "sometimes"}},
 	} {
@@ -217,6 +218,17 @@ func TestGatesWithoutEffectAreRefused(t *testing.T) {
 	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "ReservedCapacity=true,SpotToSpotConsolidation=true,NodeOverlay=true,StaticCapacity=true,NodeRepair=true"}))
 	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["NodeOverlay"] || !o.FeatureGates["StaticCapacity"] || !o.FeatureGates["NodeRepair"] {
 		t.Fatalf("gates Capstan acts on or that are off: %v, %v", o.FeatureGates, err)
+	}
+}
+
+// SCHEDULER_CONFIG, Karpenter's shape, gives the default constraints.
+func TestSchedulerConfig(t *testing.T) {
+	o, err := Parse(nil, env(map[string]string{"SCHEDULER_CONFIG": `{"podTopologySpread":{"defaultConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}]}}`}))
+	if err != nil || len(o.SchedulerConfig.Constraints()) != 1 || o.SchedulerConfig.Constraints()[0].TopologyKey != "topology.kubernetes.io/zone" {
+		t.Fatalf("options %+v, error %v", o.SchedulerConfig, err)
+	}
+	if o, err := Parse(nil, env(nil)); err != nil || o.SchedulerConfig.Constraints() != nil {
+		t.Fatalf("without SCHEDULER_CONFIG: %+v, %v", o.SchedulerConfig, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
@@ -33,6 +34,10 @@ type Options struct {
 	ScaleDowns    *ScaleDowns
 	// Evictions are the churn guard's record of recent evictions.
 	Evictions []disruption.Eviction
+	// DefaultSpread gives the pods that may move (pending, and those of the nodes Capstan
+	// manages) the cluster's default topology spread constraints (SCHEDULER_CONFIG); nil gives
+	// none.
+	DefaultSpread *defaultspread.Applier
 	// Shared lists claims, nodes, pods and owners as the reader's own objects, not copies: for a
 	// cache whose objects the caller only reads (a round every 10 s copied every pod of the
 	// cluster). False for a reader that is not a cache.
@@ -119,6 +124,7 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)
 		}
 	}
+	snap.Pending = o.DefaultSpread.Apply(ctx, snap.Pending)
 	byProvider := map[string]*corev1.Node{}
 	for i := range nodes.Items {
 		if id := nodes.Items[i].Spec.ProviderID; id != "" {
@@ -139,7 +145,7 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 			n.Node = byProvider[nc.Status.ProviderID]
 		}
 		if n.Node != nil {
-			n.Pods = bound[n.Node.Name]
+			n.Pods = o.DefaultSpread.Apply(ctx, bound[n.Node.Name])
 			owned[n.Node.Name] = true
 		}
 		snap.Nodes = append(snap.Nodes, n)

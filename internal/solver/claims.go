@@ -1,8 +1,8 @@
 package solver
 
 import (
-	"math"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 

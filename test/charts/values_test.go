@@ -437,5 +437,24 @@ func TestCapstanSettings(t *testing.T) {
 	}
 	if _, err := render(t, nil, "settings.clusterName=orders", "settings.nodeCost=-1"); err == nil || !strings.Contains(err.Error(), "/settings/nodeCost") {
 		t.Errorf("a negative node cost: %v", err)
+	} // The kube-scheduler's default constraints reach SCHEDULER_CONFIG as written.
+	cfg := "podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}\n"
+	out, err = render(t, []string{"settings:\n  clusterName: orders\n  schedulerConfig: |\n" + indent(cfg, "    ")})
+	if err != nil {
+		t.Fatal(err)
 	}
+	object(t, out, "Deployment", &d)
+	if got := env(d.Spec.Template.Spec.Containers[0])["SCHEDULER_CONFIG"]; got != cfg {
+		t.Errorf("SCHEDULER_CONFIG=%q, want %q", got, cfg)
+	}
+}
+
+func indent(s, by string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = by + l
+		}
+	}
+	return strings.Join(lines, "")
 }

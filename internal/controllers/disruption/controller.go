@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/snapshot"
@@ -42,6 +43,9 @@ type Options struct {
 	Decision disruption.Options
 	// NodeCost is the per-node cost of pools without the annotation.
 	NodeCost float64
+	// DefaultSpread gives the pods a command may move the cluster's default topology spread
+	// constraints (SCHEDULER_CONFIG); nil gives none.
+	DefaultSpread *defaultspread.Applier
 	// MemoryConfigMap is where the churn guard's evictions are kept across restarts and
 	// failovers; empty keeps them in this process only.
 	MemoryConfigMap client.ObjectKey

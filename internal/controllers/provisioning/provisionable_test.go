@@ -8,11 +8,14 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/defaultspread"
 )
 
 // failingCreates fails the creation of NodeClaims whose pool is named in fail.
@@ -114,3 +117,39 @@ func TestPodsWithDRARequirementsAreLeftToTheScheduler(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// With the kube-scheduler's default constraint spreading by zone (SCHEDULER_CONFIG), a
+// ReplicaSet's pods without constraints of their own are planned across the zones, as the
+// scheduler will place them; without it, on one machine.
+func TestDefaultTopologySpreadIsPlannedAsTheSchedulerApplies(t *testing.T) {
+	p, _ := setup(t, pool("prov-spread", nil))
+	ns := namespace(t)
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: appsv1.ReplicaSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}}}
+	if err := env.Client.Create(t.Context(), rs); err != nil {
+		t.Fatal(err)
+	}
+	pendingPods(t, ns, "web", 9, "500m", func(pod *corev1.Pod) {
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptrTo(true)}}
+	})
+	zones := func() map[string]int {
+		t.Helper()
+		res, err := p.Provision(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, nc := range res.Plan.NodeClaims {
+			out[nc.Requirements.Labels()[corev1.LabelTopologyZone]] += len(nc.Pods)
+		}
+		return out
+	}
+	p.DefaultSpread = &defaultspread.Applier{Reader: env.Client, Constraints: []corev1.TopologySpreadConstraint{
+		{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule}}}
+	got := zones()
+	if len(got) != 2 || got["zone-a"]+got["zone-b"] != 9 || got["zone-a"]-got["zone-b"] > 1 || got["zone-b"]-got["zone-a"] > 1 {
+		t.Fatalf("pods per zone %v, want 9 spread over zone-a and zone-b within a skew of 1", got)
+	}
+}

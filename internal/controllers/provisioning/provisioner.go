@@ -24,6 +24,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/planning"
@@ -53,6 +54,9 @@ type Provisioner struct {
 	// 32 at a time and 10 s 96 at a time on the local cluster. The client's rate limit still bounds
 	// the rate.
 	CreateConcurrency int
+	// DefaultSpread gives pending pods the cluster's default topology spread constraints
+	// (SCHEDULER_CONFIG), as the kube-scheduler will; nil gives none.
+	DefaultSpread *defaultspread.Applier
 	// Recheck is how soon a pass that left pods unplaced is followed by another when nothing
 	// else triggers one (DefaultRecheck when zero).
 	Recheck time.Duration
@@ -306,6 +310,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			logger.Info("skipping pod with Dynamic Resource Allocation requirements", "Pod", klog.KObj(pod))
 		}
 	}
+	pending = p.DefaultSpread.Apply(ctx, pending)
 	pending, vols, err := p.withVolumes(ctx, pending)
 	if err != nil {
 		return nil, err
