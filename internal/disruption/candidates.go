@@ -150,6 +150,7 @@ const (
 	KindBalanced            = "Balanced"
 	KindSaving              = "Saving"
 	KindScheduling          = "Scheduling"
+	KindCapacityBuffer      = "CapacityBuffer"
 )
 
 // Event reasons of explanations.

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -461,6 +462,10 @@ func (d *decider) emptiness() *Command {
 			continue
 		}
 		if !d.consolidatable(c) {
+			continue
+		}
+		if on := d.sim.bufferOn[c.Name()]; len(on) > 0 {
+			d.explain(c, EventDisruptionBlocked, Blocker{KindCapacityBuffer, fmt.Sprintf("empty, but it is the room CapacityBuffer %s keeps", capacitybuffer.Key(on[0]))})
 			continue
 		}
 		d.out.Eligible[karpv1.DisruptionReasonEmpty]++

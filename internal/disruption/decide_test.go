@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/disruption"
 )
 
@@ -529,5 +530,48 @@ func TestDriftWaitsForAPoolWhoseLaunchesDoNotRegister(t *testing.T) {
 	c.snap.NodePools[0].Solver.RegistrationUnhealthy = false
 	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"old-broken"}) {
 		t.Fatalf("healed: command = %v, want old-broken", names(d.Command))
+	}
+}
+
+// An empty node that is the room a CapacityBuffer keeps is not removed; without the buffer, it
+// is.
+func TestEmptyNodeKeptAsCapacityBufferRoom(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "spare", "m", karpv1.CapacityTypeOnDemand)
+	chunk := pod("room-buffer-0", "room", "1")
+	chunk.Annotations = map[string]string{capacitybuffer.VirtualAnnotationKey: "default/room"}
+	c.snap.Buffer = []*corev1.Pod{chunk}
+	d := c.decide(disruption.Options{})
+	if d.Command != nil {
+		t.Fatalf("command %v, want none: spare is the buffer's room", names(d.Command))
+	}
+	if _, msg := explanation(d, "spare"); !strings.Contains(msg, "room CapacityBuffer default/room keeps") {
+		t.Errorf("explanation %q", msg)
+	}
+	c.snap.Buffer = nil
+	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"spare"}) {
+		t.Fatalf("without the buffer: %v, want spare removed", names(d.Command))
+	}
+}
+
+// A consolidation that would fill the room a CapacityBuffer keeps is not taken: two machines
+// that one could hold stay while the buffer needs the other's room.
+func TestConsolidationKeepsCapacityBufferRoom(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	})
+	c.node("default", "a", "m", karpv1.CapacityTypeOnDemand, pod("big", "web", "3"))
+	c.node("default", "b", "m", karpv1.CapacityTypeOnDemand, pod("small", "web", "1"))
+	chunk := pod("room-buffer-0", "room", "3")
+	chunk.Annotations = map[string]string{capacitybuffer.VirtualAnnotationKey: "default/room"}
+	c.snap.Buffer = []*corev1.Pod{chunk}
+	if d := c.decide(disruption.Options{}); d.Command != nil {
+		t.Fatalf("command %v (%s) %.2f -> %.2f, %d replacements, want none: the buffer's 3 CPU are the room left", names(d.Command), d.Command.Method, d.Command.PriceBefore, d.Command.PriceAfter, len(d.Command.Replacements))
+	}
+	c.snap.Buffer = nil
+	if d := c.decide(disruption.Options{}); d.Command == nil {
+		t.Fatal("without the buffer the two nodes should become one")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/requirements"
@@ -25,6 +26,10 @@ type simulation struct {
 	last map[int]bool
 	// moving are the pods of nodes being disrupted; pending the pods waiting for a node.
 	moving, pending []*corev1.Pod
+	// buffer are the CapacityBuffers' chunks that have room on the nodes that stay (every
+	// removal must leave them room), by node in bufferOn.
+	buffer   []*corev1.Pod
+	bufferOn map[string][]*corev1.Pod
 	// wellKnown and pools are the solver's input that every simulation shares.
 	wellKnown []string
 	pools     []solver.NodePool
@@ -63,6 +68,15 @@ func newSimulation(d *decider) *simulation {
 		}
 		s.index[n] = len(s.nodes)
 		s.nodes = append(s.nodes, en)
+	}
+	if len(d.snap.Buffer) > 0 {
+		// Where the buffers' chunks have room now; chunks without room are the provisioner's
+		// to buy, not a reason to hold every move.
+		s.bufferOn = map[string][]*corev1.Pod{}
+		for _, b := range s.solve(d.snap.Buffer, s.nodes, nil).Bindings {
+			s.buffer = append(s.buffer, b.Pod)
+			s.bufferOn[b.Node] = append(s.bufferOn[b.Node], b.Pod)
+		}
 	}
 	return s
 }
@@ -159,6 +173,10 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 		required[p] = true
 		pods = append(pods, p)
 	}
+	for _, p := range s.buffer {
+		required[p] = true
+		pods = append(pods, p)
+	}
 	pods = append(pods, s.pending...)
 	nodes := make([]solver.ExistingNode, 0, len(s.nodes))
 	for i := range s.nodes {
@@ -173,6 +191,9 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 	}
 	plan := s.solve(pods, nodes, pools)
 	for _, u := range plan.Unschedulable {
+		if required[u.Pod] && capacitybuffer.IsVirtual(u.Pod) {
+			return simResult{failed: fmt.Sprintf("the room CapacityBuffer %s keeps would not fit elsewhere: %s", capacitybuffer.Key(u.Pod), u.Reason)}
+		}
 		if required[u.Pod] {
 			return simResult{failed: fmt.Sprintf("pod %s/%s would not fit elsewhere: %s", u.Pod.Namespace, u.Pod.Name, u.Reason)}
 		}

@@ -21,6 +21,8 @@ type Snapshot struct {
 	Nodes []*Node
 	// Pending are the pods waiting for a node: consolidation must not take the room they need.
 	Pending []*corev1.Pod
+	// Buffer are the CapacityBuffers' virtual pods: the room they have must stay.
+	Buffer []*corev1.Pod
 	// PDBs are the PodDisruptionBudgets, with their status.
 	PDBs []*policyv1.PodDisruptionBudget
 	// DaemonSetPods are one pod per DaemonSet (its template), charged to new machines.

@@ -26,8 +26,10 @@ import (
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	capacitybufferctl "capstan.dev/capstan/internal/controllers/capacitybuffer"
 	disruptionctl "capstan.dev/capstan/internal/controllers/disruption"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/disruption"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/expiration"
@@ -245,6 +247,14 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		// As many creates in flight as the client's rate admits at half-second answers (bounded:
 		// past a few hundred they only queue in the API server).
 		CreateConcurrency: min(256, max(1, o.KubeClientQPS/2))}
+	var buffers func(context.Context) ([]*corev1.Pod, error)
+	if o.FeatureGates["CapacityBuffer"] {
+		buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return capacitybuffer.Pods(ctx, c) }
+		op.Provisioner.Buffers = buffers
+	}
+	if err := (&capacitybufferctl.Controller{Client: c, Clock: clk, Enabled: o.FeatureGates["CapacityBuffer"], Trigger: op.Provisioner.Trigger}).Register(mgr); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
 	}
@@ -273,6 +283,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
 			DefaultSpread:   spread,
+			Buffers:         buffers,
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,

@@ -211,12 +211,12 @@ func TestLoggerOutputPathsAndLevel(t *testing.T) {
 // A gate Capstan has no feature for is refused when turned on, naming it; one on by default, or
 // one Capstan acts on, is accepted.
 func TestGatesWithoutEffectAreRefused(t *testing.T) {
-	_, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "TerminateFirstRepair=true,CapacityBuffer=true,ReservedCapacity=true,PodDeletionCostManagement=true"}))
-	if err == nil || !strings.Contains(err.Error(), "FEATURE_GATES") || !strings.Contains(err.Error(), "CapacityBuffer=true, TerminateFirstRepair=true: Capstan does not implement it yet") {
-		t.Fatalf("error %v, want TerminateFirstRepair and CapacityBuffer refused by name", err)
+	_, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "TerminateFirstRepair=true,TerminateFirstDrift=true,ReservedCapacity=true,PodDeletionCostManagement=true"}))
+	if err == nil || !strings.Contains(err.Error(), "FEATURE_GATES") || !strings.Contains(err.Error(), "TerminateFirstDrift=true, TerminateFirstRepair=true: Capstan does not implement it yet") {
+		t.Fatalf("error %v, want TerminateFirstRepair and TerminateFirstDrift refused by name", err)
 	}
-	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "ReservedCapacity=true,SpotToSpotConsolidation=true,NodeOverlay=true,StaticCapacity=true,NodeRepair=true"}))
-	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["NodeOverlay"] || !o.FeatureGates["StaticCapacity"] || !o.FeatureGates["NodeRepair"] {
+	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "ReservedCapacity=true,SpotToSpotConsolidation=true,NodeOverlay=true,StaticCapacity=true,NodeRepair=true,CapacityBuffer=true"}))
+	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["NodeOverlay"] || !o.FeatureGates["StaticCapacity"] || !o.FeatureGates["NodeRepair"] || !o.FeatureGates["CapacityBuffer"] {
 		t.Fatalf("gates Capstan acts on or that are off: %v, %v", o.FeatureGates, err)
 	}
 }

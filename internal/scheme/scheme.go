@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	karpv1alpha1 "capstan.dev/capstan/api/karpenter/v1alpha1"
@@ -23,6 +24,7 @@ func New() (*runtime.Scheme, error) {
 		apiextensionsv1.AddToScheme,
 		karpv1.AddToScheme,
 		karpv1alpha1.AddToScheme,
+		autoscalingv1beta1.AddToScheme,
 		awsv1.AddToScheme,
 		simv1alpha1.AddToScheme,
 	} {

@@ -34,6 +34,8 @@ type Options struct {
 	ScaleDowns    *ScaleDowns
 	// Evictions are the churn guard's record of recent evictions.
 	Evictions []disruption.Eviction
+	// Buffers are the CapacityBuffers' virtual pods (nil: none).
+	Buffers func(context.Context) ([]*corev1.Pod, error)
 	// DefaultSpread gives the pods that may move (pending, and those of the nodes Capstan
 	// manages) the cluster's default topology spread constraints (SCHEDULER_CONFIG); nil gives
 	// none.
@@ -125,6 +127,13 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		}
 	}
 	snap.Pending = o.DefaultSpread.Apply(ctx, snap.Pending)
+	if o.Buffers != nil {
+		buf, err := o.Buffers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		snap.Buffer = o.DefaultSpread.Apply(ctx, buf)
+	}
 	byProvider := map[string]*corev1.Node{}
 	for i := range nodes.Items {
 		if id := nodes.Items[i].Spec.ProviderID; id != "" {

@@ -254,6 +254,14 @@ var invalidCases = []invalidCase{
 	{"simnodeclass capacity type unknown", baseSimNodeClass, "spec: {failures: {insufficientCapacity: [{capacityType: reserved}]}}",
 		[]string{"spec.failures.insufficientCapacity[0].capacityType", `Unsupported value: "reserved"`}},
 	{"simnodeclass launch delay in days", baseSimNodeClass, "spec: {launchDelay: 1d}", []string{"spec.launchDelay", "should match"}},
+	// CapacityBuffer (SIG Autoscaling's rules).
+	{"capacitybuffer template without a count", baseCapacityBuffer, "spec: {replicas: null}",
+		[]string{"spec", "If podTemplateRef is set, replicas or limits must also be set"}},
+	{"capacitybuffer template and workload", baseCapacityBuffer, "spec: {scalableRef: {apiGroup: apps, kind: Deployment, name: web}}",
+		[]string{"spec", "either PodTemplateRef or ScalableRef, but not both"}},
+	{"capacitybuffer negative replicas", baseCapacityBuffer, "spec: {replicas: -1}", []string{"spec.replicas", "greater than or equal to 0"}},
+	{"capacitybuffer workload without a kind", baseCapacityBuffer, "spec: {podTemplateRef: null, scalableRef: {name: web}, percentage: 10}",
+		[]string{"spec.scalableRef.kind", "Required value"}},
 }
 
 func TestInvalidManifestsAreRejected(t *testing.T) {

@@ -61,6 +61,12 @@ kind: SimNodeClass
 metadata: {name: base}
 spec: {}
 `
+	baseCapacityBuffer = `
+apiVersion: autoscaling.x-k8s.io/v1beta1
+kind: CapacityBuffer
+metadata: {name: base, namespace: default}
+spec: {podTemplateRef: {name: chunk}, replicas: 2}
+`
 )
 
 // object returns base with the YAML merge patch (RFC 7386: null deletes) applied, named name.

@@ -74,6 +74,9 @@ var validCases = []struct {
     insufficientCapacity: [{instanceType: m5.large, zone: us-sim-1a}]
     launchErrors: [{zone: us-sim-1b, capacityType: spot}]
     neverRegister: [{instanceType: c5.xlarge}]`},
+	{"capacitybuffer over a template", baseCapacityBuffer, ""},
+	{"capacitybuffer template with limits only", baseCapacityBuffer, "spec: {replicas: null, limits: {cpu: 4, memory: 8Gi}}"},
+	{"capacitybuffer over a workload", baseCapacityBuffer, "spec: {podTemplateRef: null, replicas: null, scalableRef: {apiGroup: apps, kind: Deployment, name: web}, percentage: 20}"},
 }
 
 func TestValidEdgeCasesAreAccepted(t *testing.T) {

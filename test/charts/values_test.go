@@ -325,7 +325,6 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 		"settings.ignoreDRARequests=false":                "does not simulate DRA devices",
 		"settings.legacyNodeRepair=true":                  "legacy node.health controller",
 		"settings.disableClusterStateObservability=true":  "cannot be turned off",
-		"settings.featureGates.capacityBuffer=true":       "does not implement it yet",
 		"settings.featureGates.terminateFirstDrift=true":  "does not implement it yet",
 		"settings.featureGates.terminateFirstRepair=true": "does not implement it yet",
 		"settings.awsFeatureGates.nodeClassCEL=true":      "does not implement it",
@@ -399,8 +398,9 @@ func TestCRDChartValues(t *testing.T) {
 			t.Errorf("%s: annotations %v", crd.Metadata.Name, crd.Metadata.Annotations)
 		}
 	}
-	if crds != 5 {
-		t.Errorf("%d CRDs rendered, want 5", crds)
+	// NodePool, NodeClaim, NodeOverlay, EC2NodeClass, CapacityBuffer and SimNodeClass.
+	if crds != 6 {
+		t.Errorf("%d CRDs rendered, want 6", crds)
 	}
 	// One values file may serve both charts, as with Karpenter's: the controller chart's keys are
 	// accepted and unused; a wrong type for the CRD chart's own key is refused.

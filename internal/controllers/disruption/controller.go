@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +44,8 @@ type Options struct {
 	Decision disruption.Options
 	// NodeCost is the per-node cost of pools without the annotation.
 	NodeCost float64
+	// Buffers are the CapacityBuffers' virtual pods, whose room consolidation keeps (nil: none).
+	Buffers func(context.Context) ([]*corev1.Pod, error)
 	// DefaultSpread gives the pods a command may move the cluster's default topology spread
 	// constraints (SCHEDULER_CONFIG); nil gives none.
 	DefaultSpread *defaultspread.Applier

@@ -20,5 +20,5 @@ func (c *Controller) Snapshot(ctx context.Context) (*disruption.Snapshot, error)
 func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []disruption.Eviction) (*disruption.Snapshot, error) {
 	return snapshot.Read(ctx, c.Client, c.Cloud, snapshot.Options{Now: c.Clock.Now(), NodeCost: opts.NodeCost,
 		ScaleDownWait: opts.Decision.ScaleDownWait, ScaleDowns: &c.scaleDowns, Evictions: evictions, Shared: true,
-		DefaultSpread: opts.DefaultSpread})
+		DefaultSpread: opts.DefaultSpread, Buffers: opts.Buffers})
 }

@@ -10,11 +10,15 @@ import (
 	"github.com/go-logr/logr/funcr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/defaultspread"
 )
 
@@ -151,5 +155,62 @@ func TestDefaultTopologySpreadIsPlannedAsTheSchedulerApplies(t *testing.T) {
 	got := zones()
 	if len(got) != 2 || got["zone-a"]+got["zone-b"] != 9 || got["zone-a"]-got["zone-b"] > 1 || got["zone-b"]-got["zone-a"] > 1 {
 		t.Fatalf("pods per zone %v, want 9 spread over zone-a and zone-b within a skew of 1", got)
+	}
+}
+
+// A CapacityBuffer's chunks are planned like pending pods: machines are bought for them, the
+// buffer says so on Provisioning, and no event is sent to pods that do not exist.
+func TestCapacityBufferChunksBuyRoom(t *testing.T) {
+	p, rec := setup(t, pool("prov-buffer", nil))
+	ns := namespace(t)
+	tmpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chunk", Namespace: ns}, Template: corev1.PodTemplateSpec{
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")}}}}}}}
+	if err := env.Client.Create(t.Context(), tmpl); err != nil {
+		t.Fatal(err)
+	}
+	four := int32(4)
+	cb := &autoscalingv1beta1.CapacityBuffer{ObjectMeta: metav1.ObjectMeta{Name: "room", Namespace: ns},
+		Spec: autoscalingv1beta1.CapacityBufferSpec{PodTemplateRef: &autoscalingv1beta1.LocalObjectRef{Name: "chunk"}, Replicas: &four}}
+	if err := env.Client.Create(t.Context(), cb); err != nil {
+		t.Fatal(err)
+	}
+	cb.Status.Replicas = &four
+	cb.Status.Conditions = []metav1.Condition{{Type: autoscalingv1beta1.ConditionReadyForProvisioning, Status: metav1.ConditionTrue, Reason: "Resolved", LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(t.Context(), cb); err != nil {
+		t.Fatal(err)
+	}
+	p.Buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return capacitybuffer.Pods(ctx, env.Client) }
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0
+	for _, nc := range res.Plan.NodeClaims {
+		chunks += len(nc.Pods)
+	}
+	if len(res.Created) == 0 || chunks != 4 || res.Buffered != 4 {
+		t.Fatalf("created %d claims for %d chunks (buffered %d), want room for 4", len(res.Created), chunks, res.Buffered)
+	}
+	got := &autoscalingv1beta1.CapacityBuffer{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(cb), got); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1beta1.ConditionProvisioning)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != capacitybuffer.ReasonRequiresNewCapacity {
+		t.Fatalf("Provisioning %+v, want True/RequiresNewCapacity", cond)
+	}
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "room-buffer") || strings.Contains(e, "Nominated") {
+			t.Errorf("an event for a virtual pod: %s", e)
+		}
+	}
+	// The next pass finds them waiting on the claims being launched: nothing bought twice.
+	again, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Created) != 0 {
+		t.Fatalf("a second pass bought %d more claims for the same chunks", len(again.Created))
 	}
 }

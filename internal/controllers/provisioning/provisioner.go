@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
@@ -23,10 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/planning"
 	podutil "capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
@@ -54,6 +57,8 @@ type Provisioner struct {
 	// 32 at a time and 10 s 96 at a time on the local cluster. The client's rate limit still bounds
 	// the rate.
 	CreateConcurrency int
+	// Buffers are the virtual pods of the CapacityBuffers whose room is kept (nil: none).
+	Buffers func(context.Context) ([]*corev1.Pod, error)
 	// DefaultSpread gives pending pods the cluster's default topology spread constraints
 	// (SCHEDULER_CONFIG), as the kube-scheduler will; nil gives none.
 	DefaultSpread *defaultspread.Applier
@@ -186,7 +191,9 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		pass := p.passes
 		p.mu.Unlock()
 		res, err := p.Provision(ctx)
-		if err == nil && res.Plan != nil && len(res.Plan.Unschedulable) > 0 {
+		// A buffer's room may be taken by pods the scheduler binds without Capstan seeing a
+		// pending pod: while buffers are kept, passes recur.
+		if err == nil && (res.Plan != nil && len(res.Plan.Unschedulable) > 0 || res.Buffered > 0) {
 			go func() {
 				select {
 				case <-ctx.Done():
@@ -282,6 +289,8 @@ const DefaultCreateConcurrency = 100
 
 // Result is what one pass did.
 type Result struct {
+	// Buffered counts the CapacityBuffers' virtual pods planned.
+	Buffered int
 	// Created are the NodeClaims created.
 	Created []*karpv1.NodeClaim
 	// Plan is the solver's plan.
@@ -298,12 +307,23 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	pending, bound := planning.SplitPods(pods.Items)
+	var virtual []*corev1.Pod
+	if p.Buffers != nil {
+		var err error
+		if virtual, err = p.Buffers(ctx); err != nil {
+			return nil, err
+		}
+		pending = append(pending, virtual...)
+	}
 	pending, dra := splitDRA(pending)
 	said := make(map[types.UID]string, len(dra))
 	defer func() { p.unschedulable = said }()
 	for _, pod := range dra {
 		// Left to the kube-scheduler: Capstan does not simulate DRA devices (Karpenter v1.15 with
 		// its default IGNORE_DRA_REQUESTS=true does the same).
+		if capacitybuffer.IsVirtual(pod) {
+			continue
+		}
 		p.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", DRAMessage), "%s", DRAMessage)
 		said[pod.UID] = DRAMessage
 		if p.unschedulable[pod.UID] != DRAMessage {
@@ -316,7 +336,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	if len(pending) == 0 {
-		return &Result{}, nil
+		return &Result{Buffered: len(virtual)}, nil
 	}
 	sort.Slice(pending, func(i, j int) bool {
 		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
@@ -332,12 +352,20 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	pending, waiting := p.nominated.split(pending, st.InFlight)
 	p.nominatedMu.Unlock()
+	outcomes := bufferOutcomes(virtual, waiting)
+	defer func() {
+		if len(outcomes) > 0 {
+			if err := capacitybuffer.WriteProvisioning(ctx, p.Client, metav1.NewTime(p.Clock.Now()), outcomes); err != nil {
+				logger.Error(err, "writing capacitybuffers' Provisioning condition")
+			}
+		}
+	}()
 	for claim, pods := range waiting {
 		en := &st.Nodes[st.InFlight[claim]]
 		en.Pods = append(slices.Clip(en.Pods), pods...)
 	}
 	if len(pending) == 0 {
-		return &Result{}, nil
+		return &Result{Buffered: len(virtual)}, nil
 	}
 	logger.Info("found provisionable pod(s)", "Pods", planning.PodList(pending), "duration", "0s")
 	if err := p.limitAttachments(ctx, vols, st.Nodes); err != nil {
@@ -350,7 +378,8 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	start := time.Now()
 	plan := solver.Solve(in, p.SolverOptions)
 	p.Metrics.Scheduled(p.Name(), time.Since(start).Seconds(), len(pending), len(plan.Unschedulable))
-	res := &Result{Plan: plan}
+	res := &Result{Plan: plan, Buffered: len(virtual)}
+	countPlaced(outcomes, plan)
 	if len(plan.NodeClaims) > 0 {
 		placed := 0
 		for _, nc := range plan.NodeClaims {
@@ -416,6 +445,9 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	// is retried, their answer does not depend on it.
 	for _, u := range plan.Unschedulable {
 		msg := UnschedulableMessage(u)
+		if capacitybuffer.IsVirtual(u.Pod) {
+			continue
+		}
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
 		said[u.Pod.UID] = msg
 		if p.unschedulable[u.Pod.UID] == msg {
@@ -430,6 +462,63 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		logger.V(1).Info("could not schedule pod: every NodePool", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
 	return res, errors.Join(errs...)
+}
+
+// bufferOutcomes starts each buffer's count with its chunks waiting for machines being launched.
+func bufferOutcomes(virtual []*corev1.Pod, waiting map[string][]*corev1.Pod) map[types.NamespacedName]capacitybuffer.Outcome {
+	if len(virtual) == 0 {
+		return nil
+	}
+	out := map[types.NamespacedName]capacitybuffer.Outcome{}
+	for _, p := range virtual {
+		out[capacitybuffer.Key(p)] = capacitybuffer.Outcome{}
+	}
+	for _, pods := range waiting {
+		for _, p := range pods {
+			if capacitybuffer.IsVirtual(p) {
+				o := out[capacitybuffer.Key(p)]
+				o.New++
+				out[capacitybuffer.Key(p)] = o
+			}
+		}
+	}
+	return out
+}
+
+// countPlaced adds where the plan put the buffers' chunks.
+func countPlaced(outcomes map[types.NamespacedName]capacitybuffer.Outcome, plan *solver.Result) {
+	if len(outcomes) == 0 {
+		return
+	}
+	add := func(p *corev1.Pod, f func(*capacitybuffer.Outcome)) {
+		if capacitybuffer.IsVirtual(p) {
+			o := outcomes[capacitybuffer.Key(p)]
+			f(&o)
+			outcomes[capacitybuffer.Key(p)] = o
+		}
+	}
+	for _, b := range plan.Bindings {
+		add(b.Pod, func(o *capacitybuffer.Outcome) {
+			if strings.HasPrefix(b.Node, nodeclaims.InFlightPrefix) {
+				o.New++
+			} else {
+				o.Existing++
+			}
+		})
+	}
+	for _, nc := range plan.NodeClaims {
+		for _, p := range nc.Pods {
+			add(p, func(o *capacitybuffer.Outcome) { o.New++ })
+		}
+	}
+	for _, u := range plan.Unschedulable {
+		add(u.Pod, func(o *capacitybuffer.Outcome) {
+			o.Unplaced++
+			if o.Why == "" {
+				o.Why = UnschedulableMessage(u)
+			}
+		})
+	}
 }
 
 // DRAMessage is the FailedScheduling message of a pod with Dynamic Resource Allocation
@@ -497,6 +586,10 @@ func (p *Provisioner) nominatedEvent(pods []*corev1.Pod, claim string) {
 		p.nominatedEvents = flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(nominatedEventsPerSecond, nominatedEventBurst, p.Clock)
 	}
 	for _, pod := range pods {
+		if capacitybuffer.IsVirtual(pod) {
+			// A buffer's chunk is no object: nothing to tell.
+			continue
+		}
 		if !p.nominatedEvents.TryAccept() {
 			return
 		}

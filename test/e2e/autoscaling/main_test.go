@@ -133,7 +133,7 @@ func startCapstan() error {
 		// Off by default (as in Karpenter); on here so that TestNodeOverlay… and TestStaticPool…
 		// run, and every other test runs with the overlays' evaluation and node repair in the way
 		// (no overlay selects its pool; its nodes stay Ready).
-		"--feature-gates=NodeOverlay=true,StaticCapacity=true,NodeRepair=true",
+		"--feature-gates=NodeOverlay=true,StaticCapacity=true,NodeRepair=true,CapacityBuffer=true",
 		// Disruption rounds as in production, only with a shorter wait before acting.
 		"--disruption-validation-period=2s", "--disruption-poll-period=2s")
 	cmd.Stdout, cmd.Stderr = f, f

@@ -224,9 +224,10 @@ func TestReleaseToARegistry(t *testing.T) {
 	}
 }
 
-// karpenterCRDs are the CRDs of Karpenter v1.15's karpenter-crd chart that Capstan's capstan-crd
-// chart replaces (its CapacityBuffer CRD, which Capstan does not serve, is left as it is).
-var karpenterCRDs = []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"}
+// karpenterCRDs are the CRDs of Karpenter v1.15's karpenter-crd chart, all of which Capstan's
+// capstan-crd chart replaces.
+var karpenterCRDs = []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws",
+	"capacitybuffers.autoscaling.x-k8s.io"}
 
 // install moves a cluster from Karpenter's CRD chart to Capstan's as docs/install.md says, then
 // runs the runbook's two helm commands against the registry on a fresh local cluster, and
@@ -296,7 +297,7 @@ func install(t *testing.T, root, registry, image string) {
 	helm(t, root, "upgrade", "--install", "capstan", "oci://"+registry+"/capstan", "--version", version, "--plain-http",
 		"--namespace", "kube-system", "-f", filepath.Join(root, "examples", "aws", "karpenter-values.yaml"), kc)
 
-	for _, crd := range []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws", "simnodeclasses.capstan.dev"} {
+	for _, crd := range append(slices.Clone(karpenterCRDs), "simnodeclasses.capstan.dev") {
 		var o apiextensionsv1.CustomResourceDefinition
 		if err := c.Get(ctx, client.ObjectKey{Name: crd}, &o); err != nil {
 			t.Errorf("CRD %s: %v", crd, err)

@@ -1,0 +1,267 @@
+// Package capacitybuffer reads SIG Autoscaling's CapacityBuffers: it resolves a buffer's chunk
+// (the pod template of a PodTemplate or of a workload) and how many chunks to keep room for, and
+// makes the virtual pods the provisioner plans and disruption keeps room for. Virtual pods never
+// exist in the API server: they carry VirtualAnnotationKey, and no event is sent to them.
+package capacitybuffer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// VirtualAnnotationKey marks a virtual pod; its value is the buffer's namespace/name.
+const VirtualAnnotationKey = "capstan.dev/capacity-buffer"
+
+// IsVirtual reports whether the pod is a buffer's virtual pod.
+func IsVirtual(p *corev1.Pod) bool { return p.Annotations[VirtualAnnotationKey] != "" }
+
+// Reasons of ReadyForProvisioning.
+const (
+	ReasonResolved            = "Resolved"
+	ReasonPodTemplateNotFound = "PodTemplateNotFound"
+	ReasonScalableRefNotFound = "ScalableRefNotFound"
+	ReasonResolutionFailed    = "ResolutionFailed"
+	ReasonFeatureGateDisabled = "FeatureGateDisabled"
+)
+
+// Resolved is a buffer's chunk and count.
+type Resolved struct {
+	Template   corev1.PodTemplateSpec
+	Generation int64
+	Replicas   int32
+	// PodTemplateRef is the PodTemplate named (nil for a scalableRef).
+	PodTemplateRef *autoscalingv1beta1.LocalObjectRef
+}
+
+// ResolveError is why a buffer did not resolve, with the ReadyForProvisioning reason.
+type ResolveError struct {
+	Reason string
+	Err    error
+}
+
+func (e *ResolveError) Error() string { return e.Err.Error() }
+func (e *ResolveError) Unwrap() error { return e.Err }
+
+// Resolve reads the buffer's chunk and computes its count. A missing or unsupported reference is
+// a *ResolveError; other errors are the API server's.
+func Resolve(ctx context.Context, r client.Reader, cb *autoscalingv1beta1.CapacityBuffer) (*Resolved, error) {
+	var out Resolved
+	var scalable *int32
+	switch {
+	case cb.Spec.PodTemplateRef != nil:
+		pt := &corev1.PodTemplate{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: cb.Namespace, Name: cb.Spec.PodTemplateRef.Name}, pt); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, &ResolveError{ReasonPodTemplateNotFound, fmt.Errorf("spec.podTemplateRef: PodTemplate %s/%s not found", cb.Namespace, cb.Spec.PodTemplateRef.Name)}
+			}
+			return nil, err
+		}
+		out.Template, out.Generation, out.PodTemplateRef = pt.Template, pt.Generation, cb.Spec.PodTemplateRef.DeepCopy()
+	case cb.Spec.ScalableRef != nil:
+		ref := cb.Spec.ScalableRef
+		if ref.APIGroup != "" && ref.APIGroup != appsv1.GroupName {
+			return nil, &ResolveError{ReasonResolutionFailed, fmt.Errorf("spec.scalableRef: %s.%s is not a kind Capstan reads (Deployment, ReplicaSet or StatefulSet of apps)", ref.Kind, ref.APIGroup)}
+		}
+		key := client.ObjectKey{Namespace: cb.Namespace, Name: ref.Name}
+		var obj client.Object
+		switch ref.Kind {
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			obj = d
+			if err := r.Get(ctx, key, d); err == nil {
+				out.Template, scalable = d.Spec.Template, replicasOr1(d.Spec.Replicas)
+			} else {
+				return nil, notFound(err, cb)
+			}
+		case "ReplicaSet":
+			rs := &appsv1.ReplicaSet{}
+			obj = rs
+			if err := r.Get(ctx, key, rs); err == nil {
+				out.Template, scalable = rs.Spec.Template, replicasOr1(rs.Spec.Replicas)
+			} else {
+				return nil, notFound(err, cb)
+			}
+		case "StatefulSet":
+			ss := &appsv1.StatefulSet{}
+			obj = ss
+			if err := r.Get(ctx, key, ss); err == nil {
+				out.Template, scalable = ss.Spec.Template, replicasOr1(ss.Spec.Replicas)
+			} else {
+				return nil, notFound(err, cb)
+			}
+		default:
+			return nil, &ResolveError{ReasonResolutionFailed, fmt.Errorf("spec.scalableRef: kind %q is not one Capstan reads (Deployment, ReplicaSet or StatefulSet)", ref.Kind)}
+		}
+		out.Generation = obj.GetGeneration()
+	default:
+		return nil, &ResolveError{ReasonResolutionFailed, errors.New("spec: neither podTemplateRef nor scalableRef is set")}
+	}
+	out.Replicas = Replicas(cb, out.Template.Spec, scalable)
+	return &out, nil
+}
+
+func replicasOr1(r *int32) *int32 {
+	if r == nil {
+		one := int32(1)
+		return &one
+	}
+	return r
+}
+
+func notFound(err error, cb *autoscalingv1beta1.CapacityBuffer) error {
+	if apierrors.IsNotFound(err) {
+		ref := cb.Spec.ScalableRef
+		return &ResolveError{ReasonScalableRefNotFound, fmt.Errorf("spec.scalableRef: %s %s/%s not found", ref.Kind, cb.Namespace, ref.Name)}
+	}
+	return err
+}
+
+// Replicas is how many chunks the buffer keeps room for, by SIG Autoscaling's rules: the larger
+// of replicas and percentage (of the scalable object's replicas, rounded up, at least 1 when the
+// percentage is positive), bounded by how many chunks fit in limits; with neither replicas nor
+// percentage, as many as fit in limits (none without limits).
+func Replicas(cb *autoscalingv1beta1.CapacityBuffer, spec corev1.PodSpec, scalable *int32) int32 {
+	sized := false
+	var want int32
+	if r := cb.Spec.Replicas; r != nil {
+		sized, want = true, *r
+	}
+	if pct := cb.Spec.Percentage; pct != nil && scalable != nil {
+		sized = true
+		n := int32(math.Ceil(float64(*pct) * float64(*scalable) / 100))
+		if *pct > 0 {
+			n = max(n, 1)
+		}
+		want = max(want, n)
+	}
+	if len(cb.Spec.Limits) == 0 {
+		return want
+	}
+	fit := int32(math.MaxInt32)
+	req := solver.Requests([]*corev1.Pod{{Spec: spec}})
+	for name, lim := range cb.Spec.Limits {
+		q, ok := req[name]
+		if !ok || q.IsZero() {
+			continue
+		}
+		fit = min(fit, int32(min(lim.MilliValue()/q.MilliValue(), math.MaxInt32)))
+	}
+	if fit == math.MaxInt32 {
+		// No chunk request is limited: the limits bound nothing.
+		if !sized {
+			return 0
+		}
+		return want
+	}
+	if !sized {
+		return fit
+	}
+	return min(want, fit)
+}
+
+// Pods are the virtual pods of every buffer ready for provisioning with the active-capacity
+// strategy: status.replicas pods of its chunk's template, in its namespace, each marked as
+// waiting for a node so that the provisioner plans it like a pending pod.
+func Pods(ctx context.Context, r client.Reader) ([]*corev1.Pod, error) {
+	cbs := &autoscalingv1beta1.CapacityBufferList{}
+	if err := r.List(ctx, cbs); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing capacitybuffers: %w", err)
+	}
+	var out []*corev1.Pod
+	for i := range cbs.Items {
+		cb := &cbs.Items[i]
+		if !meta.IsStatusConditionTrue(cb.Status.Conditions, autoscalingv1beta1.ConditionReadyForProvisioning) || cb.Status.Replicas == nil || *cb.Status.Replicas <= 0 {
+			continue
+		}
+		res, err := Resolve(ctx, r, cb)
+		if err != nil {
+			// The buffer's controller says why on its condition.
+			continue
+		}
+		for n := range min(*cb.Status.Replicas, res.Replicas) {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("%s-buffer-%d", cb.Name, n), Namespace: cb.Namespace,
+				UID:         types.UID(fmt.Sprintf("capacitybuffer/%s/%s/%d", cb.UID, cb.Name, n)),
+				Labels:      res.Template.Labels,
+				Annotations: map[string]string{VirtualAnnotationKey: cb.Namespace + "/" + cb.Name},
+			}, Spec: *res.Template.Spec.DeepCopy()}
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Outcome is where a provisioning pass found room for a buffer's chunks.
+type Outcome struct {
+	// Existing chunks fit on nodes that run; New ones on machines being bought; Unplaced have
+	// no room (Why says the first reason).
+	Existing, New, Unplaced int
+	Why                     string
+}
+
+// Reasons of Provisioning.
+const (
+	ReasonFitsExistingCapacity = "FitsExistingCapacity"
+	ReasonRequiresNewCapacity  = "RequiresNewCapacity"
+	ReasonUnschedulable        = "Unschedulable"
+)
+
+// WriteProvisioning records each buffer's outcome on its Provisioning condition, writing only
+// the buffers whose condition changes.
+func WriteProvisioning(ctx context.Context, c client.Client, now metav1.Time, outcomes map[types.NamespacedName]Outcome) error {
+	var errs []error
+	for key, o := range outcomes {
+		cb := &autoscalingv1beta1.CapacityBuffer{}
+		if err := c.Get(ctx, key, cb); err != nil {
+			errs = append(errs, client.IgnoreNotFound(err))
+			continue
+		}
+		cond := metav1.Condition{Type: autoscalingv1beta1.ConditionProvisioning, Status: metav1.ConditionTrue, ObservedGeneration: cb.Generation, LastTransitionTime: now}
+		switch {
+		case o.Unplaced > 0:
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonUnschedulable
+			cond.Message = fmt.Sprintf("%d of %d chunk(s) have no room: %s", o.Unplaced, o.Existing+o.New+o.Unplaced, o.Why)
+		case o.New > 0:
+			cond.Reason = ReasonRequiresNewCapacity
+			cond.Message = fmt.Sprintf("%d chunk(s) on running nodes, %d on machines being launched", o.Existing, o.New)
+		default:
+			cond.Reason = ReasonFitsExistingCapacity
+			cond.Message = fmt.Sprintf("%d chunk(s) on running nodes", o.Existing)
+		}
+		if cur := meta.FindStatusCondition(cb.Status.Conditions, cond.Type); cur != nil && cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
+			continue
+		}
+		stored := cb.DeepCopy()
+		meta.SetStatusCondition(&cb.Status.Conditions, cond)
+		if err := c.Status().Patch(ctx, cb, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsConflict(err) {
+			// A conflict is written again by the next pass.
+			errs = append(errs, client.IgnoreNotFound(err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Key is the buffer a virtual pod belongs to.
+func Key(p *corev1.Pod) types.NamespacedName {
+	ns, name, _ := strings.Cut(p.Annotations[VirtualAnnotationKey], "/")
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
