@@ -57,6 +57,9 @@ type Command struct {
 	// Scores are the command's scores (saving against disruption), per pool it disrupts whose
 	// moves are scored (Balanced, and WhenEmptyOrUnderutilized unless its score is turned off).
 	Scores map[string]Score
+	// Unhealthy is, for a repair, the node condition it repairs and since when
+	// ("KernelReady=False since 10:04:05 UTC").
+	Unhealthy string
 }
 
 // Savings is what the command saves per hour.
@@ -69,12 +72,8 @@ func (c *Command) Rule() string {
 	case MethodEmptiness:
 		return "Emptiness: no pods to move"
 	case MethodRepair:
-		if len(c.Candidates) > 0 {
-			for _, cond := range c.Candidates[0].Node.Node.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
-					return fmt.Sprintf("Repair: Ready=%s since %s", cond.Status, cond.LastTransitionTime.UTC().Format("15:04:05 UTC"))
-				}
-			}
+		if c.Unhealthy != "" {
+			return "Repair: " + c.Unhealthy
 		}
 		return "Repair: the node is unhealthy"
 	case MethodDrift:

@@ -27,6 +27,17 @@ var DefaultRepairPolicies = []RepairPolicy{
 	{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, Toleration: 30 * time.Minute},
 }
 
+// NodeMonitoringAgentPolicies are the conditions the EKS node monitoring agent sets, repaired
+// on AWS as Karpenter's AWS provider and EKS repair them: accelerated hardware (GPU, Neuron) not
+// ready for 10 minutes; the container runtime, kernel, networking or storage not ready for 30.
+var NodeMonitoringAgentPolicies = []RepairPolicy{
+	{ConditionType: "AcceleratedHardwareReady", ConditionStatus: corev1.ConditionFalse, Toleration: 10 * time.Minute},
+	{ConditionType: "ContainerRuntimeReady", ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute},
+	{ConditionType: "KernelReady", ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute},
+	{ConditionType: "NetworkingReady", ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute},
+	{ConditionType: "StorageReady", ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute},
+}
+
 // RepairUnhealthyShare is the share of a pool's nodes above which no node of it is repaired: so
 // many unhealthy at once is a correlated failure (a zone, the network, a bad image) that
 // replacing nodes would not cure and could make worse.
@@ -45,16 +56,23 @@ type unhealthy struct {
 	since  time.Time
 }
 
-// matchRepair returns the policy the node's conditions match, and since when; ok false when none.
+// matchRepair returns, of the policies the node's conditions match, the one due first (its
+// condition's transition plus its toleration), and since when; ok false when none matches.
 func matchRepair(n *corev1.Node, policies []RepairPolicy) (RepairPolicy, time.Time, bool) {
+	var best RepairPolicy
+	var since time.Time
+	found := false
 	for _, p := range policies {
 		for _, c := range n.Status.Conditions {
-			if c.Type == p.ConditionType && c.Status == p.ConditionStatus {
-				return p, c.LastTransitionTime.Time, true
+			if c.Type != p.ConditionType || c.Status != p.ConditionStatus {
+				continue
+			}
+			if !found || c.LastTransitionTime.Add(p.Toleration).Before(since.Add(best.Toleration)) {
+				best, since, found = p, c.LastTransitionTime.Time, true
 			}
 		}
 	}
-	return RepairPolicy{}, time.Time{}, false
+	return best, since, found
 }
 
 // repair replaces the node unhealthy longest past its policy's toleration (NodeRepair): at once
@@ -128,15 +146,18 @@ func (d *decider) repair() *Command {
 				"%s, but %s, and its NodeClaim has no terminationGracePeriod to bound the wait", what, c.blocked.Message)})
 			continue
 		}
+		cond := fmt.Sprintf("%s=%s since %s", u.policy.ConditionType, u.policy.ConditionStatus, u.since.UTC().Format("15:04:05 UTC"))
 		if c.Empty() {
-			return &Command{Method: MethodRepair, Reason: karpv1.DisruptionReasonUnhealthy, Candidates: []*Candidate{c}, PriceBefore: c.Price}
+			return &Command{Method: MethodRepair, Reason: karpv1.DisruptionReasonUnhealthy, Candidates: []*Candidate{c}, PriceBefore: c.Price, Unhealthy: cond}
 		}
 		res := d.sim.run([]*Candidate{c})
 		if res.failed != "" {
 			d.explain(c, EventDisruptionBlocked, Blocker{KindScheduling, what + ", but " + res.failed})
 			continue
 		}
-		return newCommand(MethodRepair, karpv1.DisruptionReasonUnhealthy, []*Candidate{c}, res)
+		cmd := newCommand(MethodRepair, karpv1.DisruptionReasonUnhealthy, []*Candidate{c}, res)
+		cmd.Unhealthy = cond
+		return cmd
 	}
 	return nil
 }

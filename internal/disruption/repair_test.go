@@ -114,3 +114,36 @@ func TestRepairRespectsItsBlockers(t *testing.T) {
 		t.Fatalf("budget 0: %v, %q", names(d.Command), msg)
 	}
 }
+
+// On AWS a node whose kernel the node monitoring agent reports broken for 30 minutes is repaired;
+// the kubelet's policies alone leave it, and a GPU fault is repaired after 10 minutes.
+func TestNodeMonitoringAgentConditionsAreRepairedWithTheirPolicies(t *testing.T) {
+	aws := append(slices.Clone(disruption.DefaultRepairPolicies), disruption.NodeMonitoringAgentPolicies...)
+	c, nodes := repairFleet(t, nil)
+	cond := func(n *disruption.Node, typ corev1.NodeConditionType, since time.Duration) {
+		n.Node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
+			{Type: typ, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
+	}
+	cond(nodes[2], "KernelReady", 29*time.Minute)
+	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command != nil {
+		t.Fatalf("within the toleration: %v", names(d.Command))
+	}
+	cond(nodes[2], "KernelReady", 30*time.Minute)
+	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+		t.Fatalf("the kubelet's policies alone repaired %v", names(d.Command))
+	}
+	d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws})
+	if d.Command == nil || !slices.Equal(names(d.Command), []string{"c"}) || !strings.Contains(d.Command.Rule(), "KernelReady=False") {
+		t.Fatalf("command %+v, want node c repaired for KernelReady=False", d.Command)
+	}
+	// Two conditions match: the one due first decides (the kernel's, though Ready went Unknown
+	// later and is not yet due).
+	nodes[2].Node.Status.Conditions[0] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(t0.Add(-5 * time.Minute))}
+	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "KernelReady=False") {
+		t.Fatalf("Ready=Unknown for 5 minutes and KernelReady=False for 30: %+v", d.Command)
+	}
+	cond(nodes[2], "AcceleratedHardwareReady", 10*time.Minute)
+	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "AcceleratedHardwareReady=False") {
+		t.Fatalf("a GPU fault for 10 minutes: %+v", d.Command)
+	}
+}

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"net/http"
 	"net/http/pprof"
@@ -288,6 +289,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
 				NodeRepair:      o.FeatureGates["NodeRepair"],
+				RepairPolicies:  RepairPolicies(o.CloudProvider),
 				EvictionMemory:  churnMemory(o.ConsolidationChurnMemory),
 				DisablePlanning: !o.ConsolidationPlanning,
 				UnderutilizedK:  underutilizedK(o.UnderutilizedConsolidationK),
@@ -333,4 +335,14 @@ func churnMemory(d time.Duration) time.Duration {
 		return time.Nanosecond
 	}
 	return d
+}
+
+// RepairPolicies are the node conditions node repair acts on with the cloud provider: the
+// kubelet's Ready everywhere, and on AWS the EKS node monitoring agent's conditions.
+func RepairPolicies(cloud string) []disruptioncore.RepairPolicy {
+	out := slices.Clone(disruptioncore.DefaultRepairPolicies)
+	if cloud == CloudProviderAWS {
+		out = append(out, disruptioncore.NodeMonitoringAgentPolicies...)
+	}
+	return out
 }

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	disruptioncore "capstan.dev/capstan/internal/disruption"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -270,5 +275,15 @@ func TestUnderutilizedConsolidationK(t *testing.T) {
 	o, err = Parse([]string{"--underutilized-consolidation-k=2"}, env(map[string]string{"UNDERUTILIZED_CONSOLIDATION_K": "5"}))
 	if err != nil || o.UnderutilizedConsolidationK != 2 {
 		t.Fatalf("flag over variable: k %v, err %v; want 2", o.UnderutilizedConsolidationK, err)
+	}
+}
+
+// On AWS node repair also acts on the EKS node monitoring agent's conditions.
+func TestRepairPoliciesPerCloud(t *testing.T) {
+	has := func(cloud string, typ corev1.NodeConditionType) bool {
+		return slices.ContainsFunc(RepairPolicies(cloud), func(p disruptioncore.RepairPolicy) bool { return p.ConditionType == typ })
+	}
+	if !has(CloudProviderSim, corev1.NodeReady) || has(CloudProviderSim, "KernelReady") || !has(CloudProviderAWS, "KernelReady") || !has(CloudProviderAWS, corev1.NodeReady) {
+		t.Fatalf("sim %v, aws %v", RepairPolicies(CloudProviderSim), RepairPolicies(CloudProviderAWS))
 	}
 }
