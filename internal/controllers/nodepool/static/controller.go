@@ -35,6 +35,7 @@ import (
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/registration"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -216,6 +217,12 @@ func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, li
 		}
 	}
 	if oldest == nil || deleting > 0 {
+		return reconcile.Result{RequeueAfter: Resync}, nil
+	}
+	if registration.Unhealthy(np) {
+		// Its replacement would likely not register either; deleting first would lose the node.
+		c.event(np, corev1.EventTypeNormal, "DisruptionBlocked", "Drift",
+			fmt.Sprintf("drifted nodeclaim %s waits: the NodePool's recent launches did not register (%s=False)", oldest.Name, karpv1.ConditionTypeNodeRegistrationHealthy))
 		return reconcile.Result{RequeueAfter: Resync}, nil
 	}
 	a := disruption.PoolAllowance(np, karpv1.DisruptionReasonDrifted, c.Clock.Now(), len(live), deleting)

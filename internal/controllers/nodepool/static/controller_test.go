@@ -302,3 +302,34 @@ func TestDynamicPoolsAreLeftAlone(t *testing.T) {
 		t.Fatalf("%d claims for a dynamic pool (%v)", len(l.Items), err)
 	}
 }
+
+// A drifted node of a pool whose launches do not register waits: its replacement would fail the
+// same way, and at the node limit deleting first would lose the node.
+func TestDriftWaitsWhileThePoolsLaunchesDoNotRegister(t *testing.T) {
+	f := setup(t, 1, nil)
+	f.reconcile()
+	f.launched(f.claims()[0], true, true)
+	np := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(f.np), np); err != nil {
+		t.Fatal(err)
+	}
+	np.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeNodeRegistrationHealthy, Status: metav1.ConditionFalse,
+		Reason: "RegistrationFailed", LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		f.reconcile()
+	}
+	if n := len(f.claims()); n != 1 {
+		t.Fatalf("%d claims: a replacement was launched from a pool whose launches do not register", n)
+	}
+	select {
+	case e := <-f.rec.Events:
+		if !strings.Contains(e, "DisruptionBlocked") || !strings.Contains(e, "NodeRegistrationHealthy=False") {
+			t.Fatalf("event %q", e)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no event for the wait")
+	}
+}
