@@ -56,9 +56,9 @@ type unhealthy struct {
 	since  time.Time
 }
 
-// matchRepair returns, of the policies the node's conditions match, the one due first (its
+// MatchRepair returns, of the policies the node's conditions match, the one due first (its
 // condition's transition plus its toleration), and since when; ok false when none matches.
-func matchRepair(n *corev1.Node, policies []RepairPolicy) (RepairPolicy, time.Time, bool) {
+func MatchRepair(n *corev1.Node, policies []RepairPolicy) (RepairPolicy, time.Time, bool) {
 	var best RepairPolicy
 	var since time.Time
 	found := false
@@ -105,7 +105,7 @@ func (d *decider) repair() *Command {
 			leaving[name]++
 			continue
 		}
-		p, since, ok := matchRepair(n.Node, policies)
+		p, since, ok := MatchRepair(n.Node, policies)
 		if !ok {
 			continue
 		}

@@ -51,6 +51,10 @@ type Controller struct {
 	// Recorder and Metrics may be nil.
 	Recorder events.EventRecorder
 	Metrics  *metrics.Metrics
+	// NodeRepair is the NodeRepair feature gate; RepairPolicies the conditions it acts on
+	// (disruption.DefaultRepairPolicies when nil).
+	NodeRepair     bool
+	RepairPolicies []disruption.RepairPolicy
 }
 
 // Pauses between reconciles of a static pool.
@@ -113,7 +117,83 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case len(live) > replicas:
 		return c.remove(ctx, np, live, len(live)-replicas)
 	}
+	if c.NodeRepair {
+		if res, acted, err := c.repair(ctx, np, live, len(list.Items)-len(live)); acted || err != nil {
+			return res, err
+		}
+	}
 	return c.replaceDrifted(ctx, np, live, len(list.Items)-len(live), room)
+}
+
+// repair deletes the static pool's node unhealthy longest past its repair policy's toleration,
+// under the rules the decision core applies to dynamic pools: not a node marked
+// karpenter.sh/do-not-repair, none while more than disruption.RepairUnhealthyShare of the pool is
+// unhealthy, within the pool's Unhealthy budget. The pool is refilled at its next reconcile (a
+// static pool's replacement is its count; its termination drains the node as any other). acted
+// says a node was deleted or is waited for.
+func (c *Controller) repair(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, deleting int) (reconcile.Result, bool, error) {
+	policies := c.RepairPolicies
+	if policies == nil {
+		policies = disruption.DefaultRepairPolicies
+	}
+	now := c.Clock.Now()
+	type due struct {
+		nc     *karpv1.NodeClaim
+		node   *corev1.Node
+		policy disruption.RepairPolicy
+		since  time.Time
+	}
+	var sick []due
+	unhealthy := 0
+	for _, nc := range live {
+		if nc.Status.NodeName == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return reconcile.Result{}, false, err
+		}
+		p, since, ok := disruption.MatchRepair(node, policies)
+		if !ok {
+			continue
+		}
+		unhealthy++
+		if now.Sub(since) >= p.Toleration {
+			sick = append(sick, due{nc, node, p, since})
+		}
+	}
+	if len(sick) == 0 {
+		return reconcile.Result{}, false, nil
+	}
+	slices.SortStableFunc(sick, func(a, b due) int { return a.since.Compare(b.since) })
+	if limit := int(math.Ceil(disruption.RepairUnhealthyShare * float64(len(live)))); unhealthy > limit {
+		c.event(np, corev1.EventTypeWarning, disruption.EventNodeRepairBlocked, "Repair", fmt.Sprintf(
+			"%d of NodePool %s's %d nodes are unhealthy, more than %.0f%%: no node of it is repaired until fewer are",
+			unhealthy, np.Name, len(live), 100*disruption.RepairUnhealthyShare))
+		return reconcile.Result{RequeueAfter: Resync}, false, nil
+	}
+	for _, u := range sick {
+		what := fmt.Sprintf("nodeclaim %s: %s=%s for %s", u.nc.Name, u.policy.ConditionType, u.policy.ConditionStatus, now.Sub(u.since).Round(time.Second))
+		if u.node.Annotations[karpv1.DoNotRepairAnnotationKey] == "true" {
+			c.event(np, corev1.EventTypeNormal, disruption.EventDisruptionBlocked, "Repair", what+", but the node has "+karpv1.DoNotRepairAnnotationKey)
+			continue
+		}
+		if a := disruption.PoolAllowance(np, karpv1.DisruptionReasonUnhealthy, now, len(live), deleting); a.Allowed < 1 {
+			c.event(np, corev1.EventTypeNormal, disruption.EventDisruptionBlocked, "Repair", what+", but the NodePool's Unhealthy budget allows no disruption now")
+			return reconcile.Result{RequeueAfter: Resync}, true, nil
+		}
+		log.FromContext(ctx).Info("repairing a static nodeclaim: deleting it, the pool is refilled after", "NodePool", np.Name, "NodeClaim", u.nc.Name,
+			"condition", string(u.policy.ConditionType)+"="+string(u.policy.ConditionStatus))
+		c.event(np, corev1.EventTypeNormal, "Repairing", "Repair", "repairing "+what)
+		if err := c.Client.Delete(ctx, u.nc); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, true, fmt.Errorf("deleting unhealthy nodeclaim %s: %w", u.nc.Name, err)
+		}
+		return reconcile.Result{RequeueAfter: Waiting}, true, nil
+	}
+	return reconcile.Result{}, false, nil
 }
 
 // launch creates n NodeClaims from the pool's template (want of them were needed).

@@ -9,6 +9,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -331,5 +332,58 @@ func TestDriftWaitsWhileThePoolsLaunchesDoNotRegister(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("no event for the wait")
+	}
+}
+
+// With NodeRepair, a static pool's node unready past its toleration is deleted and the pool
+// refilled; with 2 of 5 unhealthy (more than 20%) none is, and an event says why.
+func TestUnhealthyStaticNodeIsRepaired(t *testing.T) {
+	f := setup(t, 5, nil)
+	f.ctl.NodeRepair = true
+	f.reconcile()
+	claims := f.claims()
+	if len(claims) != 5 {
+		t.Fatalf("%d claims, want 5", len(claims))
+	}
+	for _, nc := range claims {
+		f.launched(nc, true, false)
+	}
+	node := func(name string, ready corev1.ConditionStatus, since time.Duration) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := env.Client.Create(t.Context(), n); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(n), n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.NewTime(f.ctl.Clock.Now().Add(-since))}}
+		if err := env.Client.Status().Update(t.Context(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node(claims[0].Name, corev1.ConditionUnknown, 31*time.Minute)
+	node(claims[1].Name, corev1.ConditionFalse, 45*time.Minute)
+	f.reconcile()
+	if n := len(f.claims()); n != 5 {
+		t.Fatalf("%d claims left with 2 of 5 unhealthy: want none repaired", n)
+	}
+	select {
+	case e := <-f.rec.Events:
+		if !strings.Contains(e, "NodeRepairBlocked") || !strings.Contains(e, "2 of NodePool") {
+			t.Fatalf("event %q", e)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no event for the blocked repair")
+	}
+	node(claims[0].Name, corev1.ConditionTrue, time.Minute)
+	f.reconcile()
+	left := names(f.claims())
+	if len(left) != 4 || slices.Contains(left, claims[1].Name) {
+		t.Fatalf("claims %v: want %s, unready for 45 minutes, deleted", left, claims[1].Name)
+	}
+	f.reconcile()
+	if n := len(f.claims()); n != 5 {
+		t.Fatalf("%d claims after the repair: the pool was not refilled", n)
 	}
 }
