@@ -111,3 +111,26 @@ func BenchmarkExpectedAllocatable(b *testing.B) {
 		}
 	}
 }
+
+// An in-flight claim allowed several zones has no zone label yet: the zones it may launch in are
+// its undecided values (its single-valued keys are labels).
+func TestInFlightClaimsNameTheZonesTheyMayTake(t *testing.T) {
+	its := workload.FakeInstanceTypes(4)
+	nc := &karpv1.NodeClaim{}
+	nc.Name = "x"
+	nc.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{
+		{Key: corev1.LabelTopologyZone, Operator: karpv1.NodeSelectorOpIn, Values: []string{"test-zone-1", "test-zone-2"}},
+		{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}},
+	}
+	nc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	en, ok := nodeclaims.InFlight(nc, its, nil)
+	if !ok {
+		t.Fatal("no expected allocatable")
+	}
+	if _, labelled := en.Labels[corev1.LabelTopologyZone]; labelled || !slices.Equal(en.Undecided[corev1.LabelTopologyZone], []string{"test-zone-1", "test-zone-2"}) {
+		t.Fatalf("labels %v, undecided %v", en.Labels, en.Undecided)
+	}
+	if en.Labels[karpv1.CapacityTypeLabelKey] != karpv1.CapacityTypeOnDemand || en.Undecided[karpv1.CapacityTypeLabelKey] != nil {
+		t.Fatalf("a decided key: labels %v, undecided %v", en.Labels, en.Undecided)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -89,6 +90,17 @@ func InFlight(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType, daemons
 		return solver.ExistingNode{}, false
 	}
 	en := solver.ExistingNode{Name: InFlightPrefix + nc.Name, Labels: labels, Taints: nc.Spec.Taints, Allocatable: alloc}
+	// Keys the launch still decides (a zone among several): the claim's pods may land in any of
+	// the values, which required anti-affinity must avoid.
+	reqs.Each(func(r requirements.Requirement) {
+		if _, decided := labels[r.Key]; decided || !r.IsFinite() || len(r.Values()) < 2 {
+			return
+		}
+		if en.Undecided == nil {
+			en.Undecided = map[string][]string{}
+		}
+		en.Undecided[r.Key] = r.Values()
+	})
 	en.Pods = append(en.Pods, daemons...)
 	return en, true
 }

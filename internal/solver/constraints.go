@@ -115,19 +115,19 @@ func (s *solver) planKey(v *variant, kp *keyPlan) {
 			continue
 		}
 		kp.constrained = true
-		allowed = allowed.filter(func(d string) bool { return g.counts[d] == 0 })
+		allowed = allowed.filter(func(d string) bool { return g.counts[d] == 0 && g.maybe[d] == 0 })
 		if len(allowed) == 0 {
-			kp.err = failure(a.desc + ": every " + shortKey(key) + " has a matching pod")
+			kp.err = failure(a.desc + ": every " + shortKey(key) + " has a matching pod (or one on a machine being launched that may land there)")
 			return
 		}
 	}
 	for _, gi := range v.class.matches {
 		g := s.groups[gi]
-		if g.key != key || g.totalOwners == 0 {
+		if g.key != key || g.totalOwners == 0 && len(g.maybeOwners) == 0 {
 			continue
 		}
 		kp.constrained = true
-		allowed = allowed.filter(func(d string) bool { return g.owners[d] == 0 })
+		allowed = allowed.filter(func(d string) bool { return g.owners[d] == 0 && g.maybeOwners[d] == 0 })
 		if len(allowed) == 0 {
 			kp.err = failure("pod anti-affinity of placed pods excludes every " + shortKey(key))
 			return

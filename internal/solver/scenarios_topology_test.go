@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/solver"
+	"capstan.dev/capstan/internal/solver/workload"
 )
 
 func spread(key string, maxSkew int32, when corev1.UnsatisfiableConstraintAction, app string, mutate ...func(*corev1.TopologySpreadConstraint)) func(*corev1.Pod) {
@@ -291,4 +293,35 @@ func TestScenariosPodAffinity(t *testing.T) {
 			}},
 	}
 	runScenarios(t, cases)
+}
+
+// A pod on an in-flight claim whose zone is not decided yet (several allowed) bars a required zone
+// anti-affinity in every zone it may land in: a pod placed in one of them could be broken by the
+// launch. Once the claim's zone is known, only that zone is barred.
+func TestAntiAffinityTowardsAnUndecidedClaimAvoidsEveryZoneItMayTake(t *testing.T) {
+	db := workload.Pod("db", "500m", "512Mi", map[string]string{"app": "db"})
+	inflight := solver.ExistingNode{Name: "nodeclaim/x", Labels: map[string]string{corev1.LabelHostname: "x"},
+		Undecided:   map[string][]string{zoneKey: {"test-zone-1", "test-zone-2"}},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("40")},
+		Pods:        []*corev1.Pod{db}}
+	web := workload.Pod("web", "500m", "512Mi", map[string]string{"app": "web"})
+	web.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+		TopologyKey: zoneKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}}}
+	in := solver.Input{Pods: []*corev1.Pod{web}, Nodes: []solver.ExistingNode{inflight}, NodePools: []solver.NodePool{poolOf(workload.FakeInstanceTypes(4))}}
+	r := solve(t, in, solver.Options{})
+	wantAllPlaced(t, r)
+	if len(r.NodeClaims) != 1 || zoneOf(r.NodeClaims[0]) != "test-zone-3" {
+		t.Fatalf("claims %d, zone %q: want web in test-zone-3, the one zone db cannot land in", len(r.NodeClaims), zoneOf(r.NodeClaims[0]))
+	}
+	// The symmetric case: db's own anti-affinity bars web from every zone db may land in.
+	db2 := db.DeepCopy()
+	db2.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+		TopologyKey: zoneKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
+	inflight.Pods = []*corev1.Pod{db2}
+	plain := workload.Pod("web", "500m", "512Mi", map[string]string{"app": "web"})
+	r = solve(t, solver.Input{Pods: []*corev1.Pod{plain}, Nodes: []solver.ExistingNode{inflight}, NodePools: []solver.NodePool{poolOf(workload.FakeInstanceTypes(4))}}, solver.Options{})
+	wantAllPlaced(t, r)
+	if len(r.NodeClaims) != 1 || zoneOf(r.NodeClaims[0]) != "test-zone-3" {
+		t.Fatalf("symmetric: zone %q, want test-zone-3", zoneOf(r.NodeClaims[0]))
+	}
 }

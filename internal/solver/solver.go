@@ -298,6 +298,10 @@ func (s *solver) prepare() {
 			for _, g := range s.groups {
 				if g.matches(p.Namespace, p.Labels, s.in.NamespaceLabels) {
 					d, _ := t.domain(g.key)
+					if vs := n.Undecided[g.key]; d == "" && !g.hostname && len(vs) > 0 {
+						g.recordUndecided(vs, true, false)
+						continue
+					}
 					g.record(t, d, true, false)
 				}
 			}
@@ -308,6 +312,10 @@ func (s *solver) prepare() {
 		for _, gi := range o.groups {
 			g := s.groups[gi]
 			d, _ := t.domain(g.key)
+			if vs := t.existing.Undecided[g.key]; d == "" && !g.hostname && len(vs) > 0 {
+				g.recordUndecided(vs, false, true)
+				continue
+			}
 			g.record(t, d, false, true)
 		}
 	}

@@ -25,6 +25,11 @@ type group struct {
 	nodeSkews   []int32
 	total       int32
 	totalOwners int32
+	// maybe and maybeOwners count, per domain, the matching pods and owners on in-flight claims
+	// that may still land in it (ExistingNode.Undecided): they bar required anti-affinity there,
+	// and count for nothing else.
+	maybe       map[string]int32
+	maybeOwners map[string]int32
 }
 
 func (s *solver) group(key string, sel labels.Selector, scope nsScope) int {
@@ -33,7 +38,7 @@ func (s *solver) group(key string, sel labels.Selector, scope nsScope) int {
 		return id
 	}
 	g := &group{key: key, hostname: key == corev1.LabelHostname, selector: sel, scope: scope,
-		counts: map[string]int32{}, owners: map[string]int32{}}
+		counts: map[string]int32{}, owners: map[string]int32{}, maybe: map[string]int32{}, maybeOwners: map[string]int32{}}
 	s.groups = append(s.groups, g)
 	s.groupIndex[k] = len(s.groups) - 1
 	return len(s.groups) - 1
@@ -107,6 +112,19 @@ func (g *group) record(t *target, domain string, matched, owner bool) {
 	if owner {
 		g.owners[domain]++
 		g.totalOwners++
+	}
+}
+
+// recordUndecided counts a pod on an in-flight claim whose value of the group's key is one of
+// values, not yet known.
+func (g *group) recordUndecided(values []string, matched, owner bool) {
+	for _, v := range values {
+		if matched {
+			g.maybe[v]++
+		}
+		if owner {
+			g.maybeOwners[v]++
+		}
 	}
 }
 

@@ -79,6 +79,10 @@ type ExistingNode struct {
 	// over the same nodes (the disruption core); the solver then does not sum the pods again.
 	// It is ignored when the input has Attachments.
 	Requested corev1.ResourceList
+	// Undecided are, for an in-flight NodeClaim, the values it may still take for keys its
+	// Labels leave out (a zone among several): its pods count against required anti-affinity in
+	// every one of them, since the launch may land in any.
+	Undecided map[string][]string
 	// Unschedulable nodes (cordoned or being deleted) take no pods but count for topology.
 	Unschedulable bool
 	// VolumeLimits are the most CSI volumes of each driver the node can attach (its CSINode's
