@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/capacitybuffer"
@@ -253,8 +254,18 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return capacitybuffer.Pods(ctx, c) }
 		op.Provisioner.Buffers = buffers
 	}
-	if err := (&capacitybufferctl.Controller{Client: c, Clock: clk, Enabled: o.FeatureGates["CapacityBuffer"], Trigger: op.Provisioner.Trigger}).Register(mgr); err != nil {
-		return nil, err
+	// With the gate off the buffers' controller only says so on each buffer, and a cluster whose
+	// CRDs predate CapacityBuffer (capstan-crd not yet upgraded) must still start.
+	_, noCRD := mgr.GetRESTMapper().RESTMapping(autoscalingv1beta1.SchemeGroupVersion.WithKind("CapacityBuffer").GroupKind(), autoscalingv1beta1.SchemeGroupVersion.Version)
+	switch {
+	case noCRD != nil && o.FeatureGates["CapacityBuffer"]:
+		return nil, fmt.Errorf("--feature-gates (FEATURE_GATES) CapacityBuffer=true needs the capacitybuffers.autoscaling.x-k8s.io CRD (upgrade the capstan-crd chart): %w", noCRD)
+	case noCRD != nil:
+		log.Info("CapacityBuffers not watched: the capacitybuffers.autoscaling.x-k8s.io CRD is not installed (upgrade the capstan-crd chart)")
+	default:
+		if err := (&capacitybufferctl.Controller{Client: c, Clock: clk, Enabled: o.FeatureGates["CapacityBuffer"], Trigger: op.Provisioner.Trigger}).Register(mgr); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.Add(op.Provisioner); err != nil {
 		return nil, err
