@@ -223,6 +223,8 @@ const (
 	ReasonFitsExistingCapacity = "FitsExistingCapacity"
 	ReasonRequiresNewCapacity  = "RequiresNewCapacity"
 	ReasonUnschedulable        = "Unschedulable"
+	// ReasonNotReadyForProvisioning is Provisioning's reason while the buffer does not resolve.
+	ReasonNotReadyForProvisioning = "NotReadyForProvisioning"
 )
 
 // WriteProvisioning records each buffer's outcome on its Provisioning condition, writing only

@@ -123,6 +123,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		ready(true, capacitybuffer.ReasonResolved, "")
 		cb.Status.Replicas, cb.Status.PodTemplateRef, cb.Status.PodTemplateGeneration = &res.Replicas, res.PodTemplateRef, &res.Generation
 	}
+	if !meta.IsStatusConditionTrue(cb.Status.Conditions, autoscalingv1beta1.ConditionReadyForProvisioning) {
+		// No chunk is planned for it: whatever room a pass found for it before is not kept.
+		meta.SetStatusCondition(&cb.Status.Conditions, metav1.Condition{Type: autoscalingv1beta1.ConditionProvisioning, Status: metav1.ConditionFalse,
+			Reason: capacitybuffer.ReasonNotReadyForProvisioning, Message: "the buffer is not ready for provisioning (see ReadyForProvisioning)",
+			ObservedGeneration: cb.Generation, LastTransitionTime: metav1.NewTime(c.Clock.Now())})
+	}
 	if !equality.Semantic.DeepEqual(stored.Status, cb.Status) {
 		if err := c.Client.Status().Patch(ctx, cb, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
 			if apierrors.IsConflict(err) {

@@ -96,6 +96,10 @@ func TestABufferResolvesItsTemplateIntoVirtualPods(t *testing.T) {
 	if cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1beta1.ConditionReadyForProvisioning); cond.Status != metav1.ConditionFalse || cond.Reason != capacitybuffer.ReasonFeatureGateDisabled {
 		t.Fatalf("gate off: %+v", cond)
 	}
+	if cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1beta1.ConditionProvisioning); cond == nil || cond.Status != metav1.ConditionFalse ||
+		cond.Reason != capacitybuffer.ReasonNotReadyForProvisioning {
+		t.Fatalf("gate off, Provisioning: %+v", cond)
+	}
 	if pods, _ := capacitybuffer.Pods(t.Context(), env.Client); len(pods) != 0 {
 		t.Fatalf("gate off: %d virtual pods", len(pods))
 	}
