@@ -16,6 +16,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/planning"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -71,6 +72,9 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		a.Waiting = fmt.Sprintf("the pod has scheduling gates (%s): provisioning waits until they are removed", pod.Spec.SchedulingGates[0].Name)
 	case !a.Provisionable && pod.Spec.SchedulerName != "" && pod.Spec.SchedulerName != corev1.DefaultSchedulerName:
 		a.Waiting = fmt.Sprintf("the pod's scheduler %s has not marked it unschedulable yet", pod.Spec.SchedulerName)
+	case pods.HasDRARequirements(pod):
+		a.Waiting = "the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it (IGNORE_DRA_REQUESTS=true, as Karpenter), the kube-scheduler places it where DRA drivers offer its devices"
+		return a, nil
 	}
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods); err != nil {

@@ -71,6 +71,11 @@ func TestExplainPendingPods(t *testing.T) {
 		create(t, p)
 		return p
 	}
+	// dra gives the pod a resource claim (in memory: the answer reads the pod it is given).
+	dra := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
+		return p
+	}
 	for _, tc := range []struct {
 		pod  *corev1.Pod
 		want string
@@ -88,6 +93,7 @@ Closest: NodePool explain-small (resources): no instance type has cpu 3 (the lar
 To fit there: request less, or let the NodePool use larger instance types.
 `},
 		{pod("indexer", "search", "1"), `Pod default/indexer is pending; provisioning launches a machine for it from NodePool explain-open: m5.large, m5.xlarge, m5.2xlarge`},
+		{dra(pod("gpu-claim", "search", "1")), `Pod default/gpu-claim is pending: the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it`},
 	} {
 		a, err := Pod(t.Context(), env.Client, sim.Provider, 0, tc.pod)
 		if err != nil {
