@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"capstan.dev/capstan/internal/requirements"
 )
 
 func (s *solver) run() {
@@ -252,6 +254,9 @@ func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
 	if _, ok := v.reqs.Satisfied(t.labels); !ok {
 		return false
 	}
+	if !allowsUndecided(v.reqs, t.existing.Undecided) {
+		return false
+	}
 	if v.term.name != nil && !v.term.name.Allows(t.existing.Name) {
 		return false
 	}
@@ -263,5 +268,23 @@ func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
 	}
 	s.commit(v, t, pod, nil, nil, false)
 	s.result.Bindings = append(s.result.Bindings, Binding{Pod: pod, Node: t.existing.Name})
+	return true
+}
+
+// allowsUndecided reports whether the requirements admit every value an in-flight claim may
+// still take for the keys it has not decided: the launch picks one, and a pod whose affinity
+// rejects it would be on a machine it does not accept.
+func allowsUndecided(reqs requirements.Requirements, undecided map[string][]string) bool {
+	for key, values := range undecided {
+		r, ok := reqs.Get(key)
+		if !ok {
+			continue
+		}
+		for _, v := range values {
+			if !r.Allows(v) {
+				return false
+			}
+		}
+	}
 	return true
 }

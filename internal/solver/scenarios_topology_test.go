@@ -325,3 +325,30 @@ func TestAntiAffinityTowardsAnUndecidedClaimAvoidsEveryZoneItMayTake(t *testing.
 		t.Fatalf("symmetric: zone %q, want test-zone-3", zoneOf(r.NodeClaims[0]))
 	}
 }
+
+// A pod whose node affinity rejects one of the instance types an in-flight claim may still launch
+// as does not go there (the launch may pick it); a pod that accepts them all does.
+func TestAffinityMustAcceptEveryTypeAnInFlightClaimMayTake(t *testing.T) {
+	notIn := func(name string, vals ...string) *corev1.Pod {
+		p := workload.Pod(name, "500m", "512Mi", map[string]string{"app": name})
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpNotIn, Values: vals}}}}}}}
+		return p
+	}
+	inflight := solver.ExistingNode{Name: "nodeclaim/x", Labels: map[string]string{corev1.LabelHostname: "x"},
+		Undecided:   map[string][]string{corev1.LabelInstanceTypeStable: {"fake-it-2", "fake-it-3"}},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("40")}}
+	for _, c := range []struct {
+		pod  *corev1.Pod
+		bind bool
+	}{
+		{notIn("rejects-one", "fake-it-3"), false},
+		{notIn("rejects-none", "fake-it-5"), true},
+	} {
+		r := solve(t, solver.Input{Pods: []*corev1.Pod{c.pod}, Nodes: []solver.ExistingNode{inflight}, NodePools: []solver.NodePool{poolOf(workload.FakeInstanceTypes(4))}}, solver.Options{})
+		wantAllPlaced(t, r)
+		if bound := len(r.Bindings) == 1 && r.Bindings[0].Node == "nodeclaim/x"; bound != c.bind {
+			t.Errorf("%s: bound to the in-flight claim %v, want %v", c.pod.Name, bound, c.bind)
+		}
+	}
+}
