@@ -180,6 +180,24 @@ func TestCapacityBufferChunksBuyRoom(t *testing.T) {
 	if err := env.Client.Status().Update(t.Context(), cb); err != nil {
 		t.Fatal(err)
 	}
+	// A second buffer whose chunk mounts a claim that does not exist: left out, and no event.
+	withVolume := tmpl.DeepCopy()
+	withVolume.ObjectMeta = metav1.ObjectMeta{Name: "chunk-with-volume", Namespace: ns}
+	withVolume.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "missing"}}}}
+	if err := env.Client.Create(t.Context(), withVolume); err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	cb2 := &autoscalingv1beta1.CapacityBuffer{ObjectMeta: metav1.ObjectMeta{Name: "stored", Namespace: ns},
+		Spec: autoscalingv1beta1.CapacityBufferSpec{PodTemplateRef: &autoscalingv1beta1.LocalObjectRef{Name: "chunk-with-volume"}, Replicas: &one}}
+	if err := env.Client.Create(t.Context(), cb2); err != nil {
+		t.Fatal(err)
+	}
+	cb2.Status.Replicas = &one
+	cb2.Status.Conditions = cb.Status.Conditions
+	if err := env.Client.Status().Update(t.Context(), cb2); err != nil {
+		t.Fatal(err)
+	}
 	p.Buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return capacitybuffer.Pods(ctx, env.Client) }
 	res, err := p.Provision(t.Context())
 	if err != nil {
@@ -189,8 +207,8 @@ func TestCapacityBufferChunksBuyRoom(t *testing.T) {
 	for _, nc := range res.Plan.NodeClaims {
 		chunks += len(nc.Pods)
 	}
-	if len(res.Created) == 0 || chunks != 4 || res.Buffered != 4 {
-		t.Fatalf("created %d claims for %d chunks (buffered %d), want room for 4", len(res.Created), chunks, res.Buffered)
+	if len(res.Created) == 0 || chunks != 4 || res.Buffered != 5 {
+		t.Fatalf("created %d claims for %d chunks (buffered %d), want room for 4 (the chunk with a missing volume left out)", len(res.Created), chunks, res.Buffered)
 	}
 	got := &autoscalingv1beta1.CapacityBuffer{}
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(cb), got); err != nil {
@@ -201,7 +219,7 @@ func TestCapacityBufferChunksBuyRoom(t *testing.T) {
 		t.Fatalf("Provisioning %+v, want True/RequiresNewCapacity", cond)
 	}
 	for len(rec.Events) > 0 {
-		if e := <-rec.Events; strings.Contains(e, "room-buffer") || strings.Contains(e, "Nominated") {
+		if e := <-rec.Events; strings.Contains(e, "room-buffer") || strings.Contains(e, "Nominated") || strings.Contains(e, "missing") {
 			t.Errorf("an event for a virtual pod: %s", e)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/solver"
 	"capstan.dev/capstan/internal/volumetopology"
@@ -33,7 +34,9 @@ func (p *Provisioner) withVolumes(ctx context.Context, pending []*corev1.Pod) ([
 		needs, err := objs.For(pod)
 		if err != nil {
 			msg := "Waiting for volumes: " + err.Error()
-			p.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
+			if !capacitybuffer.IsVirtual(pod) {
+				p.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
+			}
 			log.FromContext(ctx).V(1).Info("ignoring pod until its volumes are ready", "Pod", klog.KObj(pod), "reason", err.Error())
 			continue
 		}
