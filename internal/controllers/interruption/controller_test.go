@@ -267,12 +267,23 @@ func TestAFailingMessageDoesNotHoldUpTheQueue(t *testing.T) {
 			t.Fatal("after a failed message, the next one waited: the warned claim is not being deleted")
 		}
 	}
+	// The handled message is deleted after its claim (the claim's deletion is seen first): wait
+	// for the queue to settle rather than race the delete.
+	handled := func() bool {
+		msgs := f.AWS.Messages(queue)
+		return len(msgs) == 1 && strings.Contains(msgs[0].Body, "scheduledChange")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !handled(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %v: the failed message must stay for redelivery, the handled one go", f.AWS.Messages(queue))
+		}
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if msgs := f.AWS.Messages(queue); len(msgs) != 1 || !strings.Contains(msgs[0].Body, "scheduledChange") {
-		t.Errorf("queue %v: the failed message must stay for redelivery, the handled one go", msgs)
+	if !handled() {
+		t.Errorf("queue %v after the controller stopped: the failed message must stay, the handled one go", f.AWS.Messages(queue))
 	}
 }
 
