@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
@@ -76,58 +77,40 @@ func Resolve(ctx context.Context, r client.Reader, cb *autoscalingv1beta1.Capaci
 		if ref.APIGroup != "" && ref.APIGroup != appsv1.GroupName {
 			return nil, &ResolveError{ReasonResolutionFailed, fmt.Errorf("spec.scalableRef: %s.%s is not a kind Capstan reads (Deployment, ReplicaSet or StatefulSet of apps)", ref.Kind, ref.APIGroup)}
 		}
-		key := client.ObjectKey{Namespace: cb.Namespace, Name: ref.Name}
 		var obj client.Object
 		switch ref.Kind {
 		case "Deployment":
-			d := &appsv1.Deployment{}
-			obj = d
-			if err := r.Get(ctx, key, d); err == nil {
-				out.Template, scalable = d.Spec.Template, replicasOr1(d.Spec.Replicas)
-			} else {
-				return nil, notFound(err, cb)
-			}
+			obj = &appsv1.Deployment{}
 		case "ReplicaSet":
-			rs := &appsv1.ReplicaSet{}
-			obj = rs
-			if err := r.Get(ctx, key, rs); err == nil {
-				out.Template, scalable = rs.Spec.Template, replicasOr1(rs.Spec.Replicas)
-			} else {
-				return nil, notFound(err, cb)
-			}
+			obj = &appsv1.ReplicaSet{}
 		case "StatefulSet":
-			ss := &appsv1.StatefulSet{}
-			obj = ss
-			if err := r.Get(ctx, key, ss); err == nil {
-				out.Template, scalable = ss.Spec.Template, replicasOr1(ss.Spec.Replicas)
-			} else {
-				return nil, notFound(err, cb)
-			}
+			obj = &appsv1.StatefulSet{}
 		default:
 			return nil, &ResolveError{ReasonResolutionFailed, fmt.Errorf("spec.scalableRef: kind %q is not one Capstan reads (Deployment, ReplicaSet or StatefulSet)", ref.Kind)}
 		}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: cb.Namespace, Name: ref.Name}, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, &ResolveError{ReasonScalableRefNotFound, fmt.Errorf("spec.scalableRef: %s %s/%s not found", ref.Kind, cb.Namespace, ref.Name)}
+			}
+			return nil, err
+		}
+		var replicas *int32
+		switch w := obj.(type) {
+		case *appsv1.Deployment:
+			out.Template, replicas = w.Spec.Template, w.Spec.Replicas
+		case *appsv1.ReplicaSet:
+			out.Template, replicas = w.Spec.Template, w.Spec.Replicas
+		case *appsv1.StatefulSet:
+			out.Template, replicas = w.Spec.Template, w.Spec.Replicas
+		}
+		// An unset replicas is the workload's default, 1.
+		scalable = ptr.To(ptr.Deref(replicas, 1))
 		out.Generation = obj.GetGeneration()
 	default:
 		return nil, &ResolveError{ReasonResolutionFailed, errors.New("spec: neither podTemplateRef nor scalableRef is set")}
 	}
 	out.Replicas = Replicas(cb, out.Template.Spec, scalable)
 	return &out, nil
-}
-
-func replicasOr1(r *int32) *int32 {
-	if r == nil {
-		one := int32(1)
-		return &one
-	}
-	return r
-}
-
-func notFound(err error, cb *autoscalingv1beta1.CapacityBuffer) error {
-	if apierrors.IsNotFound(err) {
-		ref := cb.Spec.ScalableRef
-		return &ResolveError{ReasonScalableRefNotFound, fmt.Errorf("spec.scalableRef: %s %s/%s not found", ref.Kind, cb.Namespace, ref.Name)}
-	}
-	return err
 }
 
 // Replicas is how many chunks the buffer keeps room for, by SIG Autoscaling's rules: the larger

@@ -43,6 +43,16 @@ var NodeMonitoringAgentPolicies = []RepairPolicy{
 // replacing nodes would not cure and could make worse.
 const RepairUnhealthyShare = 0.2
 
+// CorrelatedFailure says, when more than RepairUnhealthyShare of the pool's total nodes are
+// unhealthy (sick of them), that none of them is repaired and why; "" otherwise.
+func CorrelatedFailure(pool string, sick, total int) string {
+	if sick <= int(math.Ceil(RepairUnhealthyShare*float64(total))) {
+		return ""
+	}
+	return fmt.Sprintf("%d of NodePool %s's %d nodes are unhealthy, more than %.0f%%: no node of it is repaired until fewer are",
+		sick, pool, total, 100*RepairUnhealthyShare)
+}
+
 // Repair blockers.
 const (
 	KindUnhealthyShare = "UnhealthyShare"
@@ -128,10 +138,8 @@ func (d *decider) repair() *Command {
 			d.explain(c, EventDisruptionBlocked, Blocker{KindDoNotRepair, fmt.Sprintf("%s, but the node has %s", what, karpv1.DoNotRepairAnnotationKey)})
 			continue
 		}
-		if limit := int(math.Ceil(RepairUnhealthyShare * float64(total[np.Name]))); sick[np.Name] > limit {
-			d.explain(c, EventNodeRepairBlocked, Blocker{KindUnhealthyShare, fmt.Sprintf(
-				"%s, but %d of NodePool %s's %d nodes are unhealthy, more than %.0f%%: no node of it is repaired until fewer are",
-				what, sick[np.Name], np.Name, total[np.Name], 100*RepairUnhealthyShare)})
+		if why := CorrelatedFailure(np.Name, sick[np.Name], total[np.Name]); why != "" {
+			d.explain(c, EventNodeRepairBlocked, Blocker{KindUnhealthyShare, what + ", but " + why})
 			continue
 		}
 		a := allowance(np, karpv1.DisruptionReasonUnhealthy, now, total[np.Name], leaving[np.Name])

@@ -76,11 +76,11 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		a.Waiting = "the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it (IGNORE_DRA_REQUESTS=true, as Karpenter), the kube-scheduler places it where DRA drivers offer its devices"
 		return a, nil
 	}
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods); err != nil {
+	list := &corev1.PodList{}
+	if err := c.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	_, bound := planning.SplitPods(pods.Items)
+	_, bound := planning.SplitPods(list.Items)
 	st, err := planning.ReadState(ctx, c, cloud, nodeCost, bound, nil)
 	if err != nil {
 		return nil, err

@@ -169,10 +169,8 @@ func (c *Controller) repair(ctx context.Context, np *karpv1.NodePool, live []*ka
 		return reconcile.Result{}, false, nil
 	}
 	slices.SortStableFunc(sick, func(a, b due) int { return a.since.Compare(b.since) })
-	if limit := int(math.Ceil(disruption.RepairUnhealthyShare * float64(len(live)))); unhealthy > limit {
-		c.event(np, corev1.EventTypeWarning, disruption.EventNodeRepairBlocked, "Repair", fmt.Sprintf(
-			"%d of NodePool %s's %d nodes are unhealthy, more than %.0f%%: no node of it is repaired until fewer are",
-			unhealthy, np.Name, len(live), 100*disruption.RepairUnhealthyShare))
+	if why := disruption.CorrelatedFailure(np.Name, unhealthy, len(live)); why != "" {
+		c.event(np, corev1.EventTypeWarning, disruption.EventNodeRepairBlocked, "Repair", why)
 		return reconcile.Result{RequeueAfter: Resync}, false, nil
 	}
 	for _, u := range sick {
