@@ -9,7 +9,8 @@
 #   hack/tools/pins/*/go.mod   kwok, controller-gen, staticcheck, helm and the OCI registry, one module each (a
 #                              `tool` directive), so each builds with exactly its own dependencies
 #
-#   hack/tools.sh            build everything and link it into bin/
+#   hack/tools.sh            build everything and link it into bin/ (and install Debian's headless
+#                            Chromium when missing, for the replay report's screenshot)
 #   hack/tools.sh dir        print the directory holding the control plane (building first if needed)
 #   hack/tools.sh pins       print the directory holding kwok, controller-gen, staticcheck, helm and registry
 set -euo pipefail
@@ -92,6 +93,18 @@ fi
 mkdir -p "$root/bin"
 for f in etcd kube-apiserver kube-controller-manager kube-scheduler; do ln -sfn "$cache/$f" "$root/bin/$f"; done
 for f in kwok kwok-stages controller-gen staticcheck helm registry; do ln -sfn "$pins_cache/$f" "$root/bin/$f"; done
+
+# Headless Chromium, for the replay report's screenshot (hack/screenshot.sh): Debian's package,
+# installed when missing and possible (root and apt-get); without it that test says so and fails.
+if [ -z "${1:-}" ] && ! command -v chromium-headless-shell >/dev/null && ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing chromium-headless-shell (apt-get)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null; } ||
+      log "apt-get could not install chromium-headless-shell: the replay report's screenshot test will fail"
+  else
+    log "no headless Chromium and no way to install it (needs root and apt-get): the replay report's screenshot test will fail"
+  fi
+fi
 
 case "${1:-}" in
   dir) echo "$cache" ;;

@@ -205,10 +205,11 @@ func TestRecordThenSimulate(t *testing.T) {
 
 // replay writes one HTML page whose summary table holds the simulation's own totals, per
 // configuration; bad input is one error and no file.
-func TestReplayWritesTheReport(t *testing.T) {
-	dir := t.TempDir()
-	tracePath := filepath.Join(dir, "trace.yaml")
-	if err := os.WriteFile(tracePath, []byte(`apiVersion: capstan.dev/v1alpha1
+// shortTrace writes a two-hour trace with a spot interruption into dir and returns its path.
+func shortTrace(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "trace.yaml")
+	if err := os.WriteFile(path, []byte(`apiVersion: capstan.dev/v1alpha1
 kind: Trace
 metadata: {name: short}
 spec:
@@ -223,6 +224,12 @@ spec:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestReplayWritesTheReport(t *testing.T) {
+	dir := t.TempDir()
+	tracePath := shortTrace(t, dir)
 	configs := []string{"../../examples/replay/whenemptyorunderutilized.yaml", "../../examples/replay/balanced.yaml"}
 	out := filepath.Join(dir, "report.html")
 	if printed, _, err := run("replay", "--trace", tracePath, "--config", configs[0], "--config", configs[1], "-o", out); err != nil || printed != "" {

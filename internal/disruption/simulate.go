@@ -34,10 +34,14 @@ type simulation struct {
 	wellKnown []string
 	pools     []solver.NodePool
 	solves    int
+	// cache keeps what the simulations' solves share: they run over the same pools and nodes.
+	cache *solver.Cache
+	// scratch is the node list each simulation hands the solver.
+	scratch []solver.ExistingNode
 }
 
 func newSimulation(d *decider) *simulation {
-	s := &simulation{d: d, index: map[*Node]int{}, pending: d.snap.Pending, wellKnown: d.snap.WellKnownLabels}
+	s := &simulation{d: d, index: map[*Node]int{}, pending: d.snap.Pending, wellKnown: d.snap.WellKnownLabels, cache: solver.NewCache()}
 	if s.wellKnown == nil {
 		// What the solver would compute on every solve: the keys some instance type defines.
 		keys := map[string]bool{}
@@ -178,7 +182,9 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 		pods = append(pods, p)
 	}
 	pods = append(pods, s.pending...)
-	nodes := make([]solver.ExistingNode, 0, len(s.nodes))
+	// The solver keeps nothing of its input's nodes, so one slice serves every simulation.
+	nodes := s.scratch[:0]
+	defer func() { s.scratch = nodes[:0] }()
 	for i := range s.nodes {
 		if !out[i] && !s.last[i] {
 			nodes = append(nodes, s.nodes[i])
@@ -246,6 +252,8 @@ func (s *simulation) placeable() int {
 // solve runs the solver on the decision's shared input and counts the solve.
 func (s *simulation) solve(pods []*corev1.Pod, nodes []solver.ExistingNode, pools []solver.NodePool) *solver.Result {
 	s.solves++
+	opts := s.d.opts.Solver
+	opts.Cache = s.cache
 	return solver.Solve(solver.Input{Pods: pods, Nodes: nodes, NodePools: pools, DaemonSetPods: s.d.snap.DaemonSetPods,
-		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}, s.d.opts.Solver)
+		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}, opts)
 }

@@ -100,8 +100,8 @@ type preference struct {
 func podHostPorts(p *corev1.Pod) []hostPort {
 	var out []hostPort
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for _, c := range cs {
-			for _, port := range c.Ports {
+		for i := range cs {
+			for _, port := range cs[i].Ports {
 				if port.HostPort > 0 {
 					proto := port.Protocol
 					if proto == "" {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 )
 
@@ -19,25 +20,53 @@ type offeringIndex struct {
 	slab []float64
 }
 
-func newOfferingIndex(pools []NodePool) *offeringIndex {
+// newOfferingIndex numbers zones and capacity types in the order the pools' types' offerings
+// first name them; with a Cache, each pool's own order is made once and the pools' are merged,
+// which is the same order.
+func newOfferingIndex(in *Input, cache *Cache) *offeringIndex {
 	oi := &offeringIndex{}
 	seenZ, seenC := map[string]bool{}, map[string]bool{}
-	for i := range pools {
-		for _, it := range pools[i].InstanceTypes {
-			for _, o := range it.Offerings {
-				if !seenZ[o.Zone] {
-					seenZ[o.Zone] = true
-					oi.zones = append(oi.zones, o.Zone)
-				}
-				if !seenC[o.CapacityType] {
-					seenC[o.CapacityType] = true
-					oi.cts = append(oi.cts, o.CapacityType)
-				}
+	for i := range in.NodePools {
+		var zones, cts []string
+		if cache != nil {
+			zones, cts = cache.offeringKeys(&in.NodePools[i], in)
+		} else {
+			zones, cts = offeringKeys(in.NodePools[i].InstanceTypes)
+		}
+		for _, z := range zones {
+			if !seenZ[z] {
+				seenZ[z] = true
+				oi.zones = append(oi.zones, z)
+			}
+		}
+		for _, c := range cts {
+			if !seenC[c] {
+				seenC[c] = true
+				oi.cts = append(oi.cts, c)
 			}
 		}
 	}
 	oi.ok = len(oi.zones)*len(oi.cts) <= 64
 	return oi
+}
+
+// offeringKeys are the zones and capacity types of the types' offerings, in the order they first
+// appear.
+func offeringKeys(types []*cloudprovider.InstanceType) (zones, cts []string) {
+	seenZ, seenC := map[string]bool{}, map[string]bool{}
+	for _, it := range types {
+		for _, o := range it.Offerings {
+			if !seenZ[o.Zone] {
+				seenZ[o.Zone] = true
+				zones = append(zones, o.Zone)
+			}
+			if !seenC[o.CapacityType] {
+				seenC[o.CapacityType] = true
+				cts = append(cts, o.CapacityType)
+			}
+		}
+	}
+	return zones, cts
 }
 
 // zoneIndex and ctIndex are a zone's and a capacity type's positions (every offering's are

@@ -152,46 +152,34 @@ func definesAllKeys(it *cloudprovider.InstanceType, keys []string) bool {
 func (s *solver) newPool(np *NodePool, idx int) *pool {
 	p := &pool{np: np, idx: idx, reqs: np.Requirements.Clone(), fits: map[string]*poolFit{}}
 	p.reqs.Add(requirements.Single(karpv1.NodePoolLabelKey, np.Name))
-	// A pool's requirement on a provider label (karpenter.k8s.aws/instance-gpu-count Exists)
-	// admits only the types that carry it.
-	must := s.typeKeys(np.Requirements)
-	of := offeringFilter(p.reqs)
-	for _, it := range np.InstanceTypes {
-		if err := it.Requirements.Intersects(p.reqs); err != nil {
-			continue
+	var admitted *poolTypes
+	if s.opts.Cache != nil {
+		admitted = s.opts.Cache.poolTypes(np, &s.in, func() *poolTypes { return s.admit(np, p.reqs) })
+	} else {
+		admitted = s.admit(np, p.reqs)
+	}
+	// The offering masks made with the same index serve again.
+	masks := admitted.indexed && s.offerings.ok && slices.Equal(admitted.zones, s.offerings.zones) && slices.Equal(admitted.cts, s.offerings.cts)
+	nodes, limitsNodes := s.ri.pos[karpv1.ResourceNodes]
+	for i := range admitted.list {
+		t := &admitted.list[i]
+		info := &itInfo{it: t.it, alloc: t.alloc, capacity: t.capacity, minPrice: t.price + np.NodeCost, nodeCost: np.NodeCost}
+		if s.opts.Cache != nil {
+			// The cached vectors are every Solve's; this one's are its own to change.
+			info.alloc, info.capacity = s.extend(t.alloc), s.extend(t.capacity)
 		}
-		if !definesAllKeys(it, must) {
-			continue
-		}
-		price, ok := of.cheapest(it)
-		if !ok {
-			continue
-		}
-		// Allocatable is capacity less overhead, floored at zero (InstanceType.Allocatable,
-		// without building its resource list).
-		capacity := s.ri.vec(it.Capacity)
-		alloc := capacity.clone()
-		for n, q := range it.Overhead {
-			if _, has := it.Capacity[n]; has {
-				i := s.ri.pos[n] // registered with the capacity
-				alloc[i] = max(0, alloc[i]-q.MilliValue())
-			}
-		}
-		info := &itInfo{it: it, alloc: alloc, capacity: capacity, minPrice: price + np.NodeCost, nodeCost: np.NodeCost}
 		s.attachLimits(info.alloc, nil)
-		if i, ok := s.ri.pos[karpv1.ResourceNodes]; ok {
+		if limitsNodes {
 			// Every machine is one node of a limit on nodes.
-			info.capacity[i] = 1000
+			info.capacity[nodes] = 1000
 		}
-		s.offerings.index(info)
+		if masks {
+			info.offMask, info.offPrice = t.offMask, t.offPrice
+		} else {
+			s.offerings.index(info)
+		}
 		p.types = append(p.types, info)
 	}
-	sort.SliceStable(p.types, func(i, j int) bool {
-		if p.types[i].minPrice != p.types[j].minPrice {
-			return p.types[i].minPrice < p.types[j].minPrice
-		}
-		return p.types[i].it.Name < p.types[j].it.Name
-	})
 	s.daemonOverhead(p)
 	if np.Remaining != nil {
 		p.remaining = s.ri.vec(np.Remaining)
@@ -201,6 +189,56 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		}
 	}
 	return p
+}
+
+// admit filters the pool's instance types as reqs (the pool's requirements) and its well-known
+// keys allow, with their cheapest allowed offering, cheapest first; each with its capacity and
+// its capacity less overhead (floored at zero, InstanceType.Allocatable without building its
+// resource list), and its offering masks at the solver's offering index.
+func (s *solver) admit(np *NodePool, reqs requirements.Requirements) *poolTypes {
+	// A pool's requirement on a provider label (karpenter.k8s.aws/instance-gpu-count Exists)
+	// admits only the types that carry it.
+	must := s.typeKeys(np.Requirements)
+	of := offeringFilter(reqs)
+	out := &poolTypes{zones: s.offerings.zones, cts: s.offerings.cts, indexed: s.offerings.ok}
+	for _, it := range np.InstanceTypes {
+		if err := it.Requirements.Intersects(reqs); err != nil {
+			continue
+		}
+		if !definesAllKeys(it, must) {
+			continue
+		}
+		price, ok := of.cheapest(it)
+		if !ok {
+			continue
+		}
+		capacity := s.ri.vec(it.Capacity)
+		alloc := capacity.clone()
+		for n, q := range it.Overhead {
+			if _, has := it.Capacity[n]; has {
+				i := s.ri.pos[n] // registered with the capacity
+				alloc[i] = max(0, alloc[i]-q.MilliValue())
+			}
+		}
+		info := itInfo{it: it}
+		s.offerings.index(&info)
+		out.list = append(out.list, typeTemplate{it: it, price: price, capacity: capacity, alloc: alloc, offMask: info.offMask, offPrice: info.offPrice})
+	}
+	sort.SliceStable(out.list, func(i, j int) bool {
+		if pi, pj := out.list[i].price+np.NodeCost, out.list[j].price+np.NodeCost; pi != pj {
+			return pi < pj
+		}
+		return out.list[i].it.Name < out.list[j].it.Name
+	})
+	return out
+}
+
+// extend copies v to the length of the solver's resource index (a cached vector may be shorter
+// or longer; the positions past either end are zeros).
+func (s *solver) extend(v vec) vec {
+	out := make(vec, s.ri.len())
+	copy(out, v)
+	return out
 }
 
 // daemonOverhead charges each of the pool's types with the DaemonSets that would run on a machine

@@ -131,7 +131,22 @@ func plainRequests(p *corev1.Pod) bool {
 // kube-scheduler requests plus one pod), for ExistingNode.Requested.
 func Requests(pods []*corev1.Pod) corev1.ResourceList {
 	out := corev1.ResourceList{}
+	one := *resource.NewQuantity(1, resource.DecimalSI)
 	for _, p := range pods {
+		if plainRequests(p) {
+			// podRequests(p) added in place, without its list.
+			for i := range p.Spec.Containers {
+				for n, q := range p.Spec.Containers[i].Resources.Requests {
+					cur := out[n]
+					cur.Add(q)
+					out[n] = cur
+				}
+			}
+			cur := out[corev1.ResourcePods]
+			cur.Add(one)
+			out[corev1.ResourcePods] = cur
+			continue
+		}
 		for n, q := range podRequests(p) {
 			cur := out[n]
 			cur.Add(q)
@@ -155,10 +170,12 @@ func (v vec) sub(o vec) {
 
 func (v vec) clone() vec { return slices.Clone(v) }
 
-// fitsWith reports whether v + extra ≤ limit in every dimension.
+// fitsWith reports whether v + extra ≤ limit in every dimension extra asks for: as the
+// kube-scheduler counts, a node that holds more of a resource than it advertises (a device
+// plugin gone) still takes pods that do not request it.
 func (v vec) fitsWith(extra, limit vec) bool {
 	for i := range v {
-		if v[i]+extra[i] > limit[i] {
+		if extra[i] > 0 && v[i]+extra[i] > limit[i] {
 			return false
 		}
 	}

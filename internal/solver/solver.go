@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"capstan.dev/capstan/internal/cloudprovider"
 )
 
 // DefaultMaxInstanceTypes bounds the candidate instance types of a planned NodeClaim.
@@ -57,6 +59,10 @@ type solver struct {
 	// pool with limits reserves what its first pod needs, not the type it was meant to grow to.
 	limitsTight bool
 
+	// slab holds the packing's existing-node targets (see existingSlab).
+	slab *existingSlab
+	// nodes are the existing nodes as both packings start from them.
+	nodes []nodePrep
 	// attachDims are the resource dimensions of CSI drivers' volume attachments.
 	attachDims []int
 	// wellKnown are the provider's label keys (Input.WellKnownLabels).
@@ -115,7 +121,44 @@ func Solve(in Input, opts Options) *Result {
 	}
 	// Only the winner's claims are priced, sorted and bounded.
 	best.finish()
-	return &best.result
+	res := &best.result
+	best.release()
+	if second != nil {
+		second.release()
+	}
+	return res
+}
+
+// existingSlab is the memory of a packing's existing-node targets: a Solve of a cluster of
+// hundreds of nodes, as the disruption core runs many per decision, would otherwise allocate
+// them anew each time. Nothing of a packing outlives its Solve (the Result holds pods, node names
+// and instance types), so Solve gives its packings' slabs back for the next.
+type existingSlab struct {
+	targets []target
+	used    vec
+}
+
+var existingSlabs = sync.Pool{New: func() any { return new(existingSlab) }}
+
+// take returns room for n targets and n vectors of w dimensions; the caller writes each whole.
+func (sl *existingSlab) take(n, w int) ([]target, vec) {
+	if cap(sl.targets) < n {
+		sl.targets = make([]target, n)
+	}
+	if cap(sl.used) < n*w {
+		sl.used = make(vec, n*w)
+	}
+	return sl.targets[:n], sl.used[:n*w]
+}
+
+// release gives the packing's slab back, emptied of what it pointed to.
+func (s *solver) release() {
+	if s.slab == nil {
+		return
+	}
+	clear(s.slab.targets[:cap(s.slab.targets)])
+	existingSlabs.Put(s.slab)
+	s.slab, s.targets = nil, nil
 }
 
 // concurrentPackingPods bounds the batches whose second packing starts with the first.
@@ -152,23 +195,38 @@ func podFactsOf(in Input) *podFacts {
 // the offering index and the pools' instance types with their DaemonSet overhead, prices and
 // efficiencies. The packings fork from it.
 func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *podFacts) *solver {
-	s := &solver{in: in, opts: opts, ri: newResourceIndex(), wellKnown: wellKnown, facts: facts}
-	s.registerAttachments()
-	for i := range in.Pods {
-		s.ri.register(facts.reqs[i])
-	}
-	for _, ds := range in.DaemonSetPods {
-		s.ri.register(podRequests(ds))
-	}
-	for i := range in.NodePools {
-		for _, it := range in.NodePools[i].InstanceTypes {
-			s.ri.register(it.Capacity)
+	s := &solver{in: in, opts: opts, wellKnown: wellKnown, facts: facts}
+	register := func(ri *resourceIndex, known func(corev1.ResourceList) bool, seenType func(*cloudprovider.InstanceType) bool) {
+		s.ri = ri
+		s.registerAttachments()
+		for i := range in.Pods {
+			ri.register(facts.reqs[i])
 		}
-		s.ri.register(in.NodePools[i].Remaining)
+		for _, ds := range in.DaemonSetPods {
+			ri.register(podRequests(ds))
+		}
+		for i := range in.NodePools {
+			for _, it := range in.NodePools[i].InstanceTypes {
+				if !seenType(it) {
+					ri.register(it.Capacity)
+				}
+			}
+			ri.register(in.NodePools[i].Remaining)
+		}
+		for i := range in.Nodes {
+			if !known(in.Nodes[i].Allocatable) {
+				ri.register(in.Nodes[i].Allocatable)
+			}
+		}
 	}
-	for i := range in.Nodes {
-		s.ri.register(in.Nodes[i].Allocatable)
+	if opts.Cache != nil {
+		s.ri = opts.Cache.index(register)
+	} else {
+		never := func(corev1.ResourceList) bool { return false }
+		register(newResourceIndex(), never, func(*cloudprovider.InstanceType) bool { return false })
 	}
+
+	s.prepareNodes()
 
 	hasPNS := func(ts []corev1.Taint) bool {
 		return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Effect == corev1.TaintEffectPreferNoSchedule })
@@ -181,7 +239,7 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 	}
 
 	// Pools, highest weight first; pools whose launches do not register last.
-	s.offerings = newOfferingIndex(in.NodePools)
+	s.offerings = newOfferingIndex(&s.in, opts.Cache)
 	for i := range in.NodePools {
 		s.pools = append(s.pools, s.newPool(&in.NodePools[i], i))
 	}
@@ -217,10 +275,67 @@ func (base *solver) pack(b balancing) *solver {
 	return s
 }
 
+// nodePrep is what both packings of a Solve start from for an existing node: its room (with its
+// volume attachment limits), what its pods use, and their host ports. Read-only.
+type nodePrep struct {
+	alloc, used vec
+	ports       []hostPort
+}
+
+// prepareNodes fills s.nodes, through the Cache when there is one (the nodes' allocatable and
+// requested resources are the lists every Solve of such a caller shares).
+func (s *solver) prepareNodes() {
+	s.nodes = make([]nodePrep, len(s.in.Nodes))
+	c := s.opts.Cache
+	if c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	for ni := range s.in.Nodes {
+		n, np := &s.in.Nodes[ni], &s.nodes[ni]
+		if c != nil {
+			np.alloc = c.vecLocked(n.Allocatable, s.ri).v
+		} else {
+			np.alloc = s.ri.vec(n.Allocatable)
+		}
+		if len(s.attachDims) > 0 {
+			np.alloc = np.alloc.clone()
+			s.attachLimits(np.alloc, n.VolumeLimits)
+		}
+		if n.Requested != nil && s.in.Attachments == nil {
+			if c != nil {
+				// Requested is Requests(Pods), computed once: the pods' ports go with it.
+				e := c.vecLocked(n.Requested, s.ri)
+				if !e.portsKnown {
+					e.ports, e.portsKnown = nodeHostPorts(n.Pods), true
+				}
+				np.used, np.ports = e.v, e.ports
+				continue
+			}
+			np.used = s.ri.vec(n.Requested)
+		} else {
+			np.used = make(vec, s.ri.len())
+			for _, p := range n.Pods {
+				np.used.add(s.ri.vec(s.withAttachments(p, podRequests(p))))
+			}
+		}
+		np.ports = nodeHostPorts(n.Pods)
+	}
+}
+
+// nodeHostPorts are the host ports the pods hold.
+func nodeHostPorts(pods []*corev1.Pod) []hostPort {
+	var out []hostPort
+	for _, p := range pods {
+		out = append(out, podHostPorts(p)...)
+	}
+	return out
+}
+
 // fork is a packing's solver over the shared preparation, with pools of its own.
 func (base *solver) fork(b balancing) *solver {
 	s := &solver{in: base.in, opts: base.opts, ri: base.ri, groupIndex: map[string]int{}, domains: map[string]domainSet{},
-		balance: b, wellKnown: base.wellKnown, facts: base.facts, attachDims: base.attachDims,
+		balance: b, wellKnown: base.wellKnown, facts: base.facts, attachDims: base.attachDims, nodes: base.nodes,
 		offerings: base.offerings, preferNoScheduleTaints: base.preferNoScheduleTaints}
 	for _, bp := range base.pools {
 		s.pools = append(s.pools, bp.fork())
@@ -280,21 +395,23 @@ func (s *solver) prepare() {
 	slices.Sort(s.topoKeys)
 	s.scratch = make(vec, s.ri.len())
 
-	// Existing nodes, with their pods counted.
+	// Existing nodes, with their pods counted; their targets and what they use are carved
+	// from a slab an earlier Solve left.
+	w := s.ri.len()
+	s.slab = existingSlabs.Get().(*existingSlab)
+	existing, used := s.slab.take(len(s.in.Nodes), w)
+	s.targets = slices.Grow(s.targets, len(s.in.Nodes))
 	for ni := range s.in.Nodes {
 		n := &s.in.Nodes[ni]
-		t := &target{id: len(s.targets), existing: n, labels: n.Labels, alloc: s.ri.vec(n.Allocatable), used: make(vec, s.ri.len())}
-		s.attachLimits(t.alloc, n.VolumeLimits)
+		np := &s.nodes[ni]
+		// The shared room is both packings' (an existing node's is only read); what it uses is
+		// the target's own. Its ports are clipped, so that adding one copies them.
+		t := &existing[ni]
+		*t = target{id: len(s.targets), existing: n, labels: n.Labels, alloc: np.alloc, used: used[:w:w], ports: slices.Clip(np.ports)}
+		used = used[w:]
+		copy(t.used, np.used)
 		s.targets = append(s.targets, t)
-		summed := n.Requested != nil && s.in.Attachments == nil
-		if summed {
-			t.used.add(s.ri.vec(n.Requested))
-		}
 		for _, p := range n.Pods {
-			if !summed {
-				t.used.add(s.ri.vec(s.withAttachments(p, podRequests(p))))
-			}
-			t.ports = append(t.ports, podHostPorts(p)...)
 			for _, g := range s.groups {
 				if g.matches(p.Namespace, p.Labels, s.in.NamespaceLabels) {
 					d, _ := t.domain(g.key)

@@ -104,6 +104,9 @@ type Options struct {
 	// on scale-downs with pod deletion costs, smaller machines are emptied whole with fewer
 	// evictions (see coalesce.go).
 	FewerMachines bool
+	// Cache, when set, keeps what consecutive Solves over the same NodePools and nodes share
+	// (see Cache); nil prepares every Solve from scratch.
+	Cache *Cache
 }
 
 // Result is a plan.

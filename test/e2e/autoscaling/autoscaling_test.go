@@ -51,7 +51,7 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 		}
 		// The Node is the machine launched: never kwok's placeholder capacity.
 		node := &corev1.Node{}
-		if err := s.client.Get(t.Context(), client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+		if err := s.Client.Get(t.Context(), client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
 			t.Fatal(err)
 		}
 		if !equality.Semantic.DeepEqual(node.Status.Allocatable, nc.Status.Allocatable) {
@@ -61,7 +61,7 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 	// Every machine is the one the plan put first: the cheapest offering among its claim's
 	// candidate types, zones and capacity types.
 	snc := &simv1alpha1.SimNodeClass{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "e2e-scale"}, snc); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "e2e-scale"}, snc); err != nil {
 		t.Fatal(err)
 	}
 	its, err := simInstanceTypes(snc)
@@ -100,7 +100,7 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 	scale(t, d, 0)
 	eventually(t, "pods gone", time.Minute, func(context.Context) (bool, error) { return len(pods(t, "scale")) == 0, nil })
 	for _, nc := range ncs {
-		if err := s.client.Delete(t.Context(), &nc); client.IgnoreNotFound(err) != nil {
+		if err := s.Client.Delete(t.Context(), &nc); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func TestScaleUpThenDownLeavesNothing(t *testing.T) {
 			return false, nil
 		}
 		nl := &corev1.NodeList{}
-		if err := s.client.List(ctx, nl, client.MatchingLabels{poolLabel: "e2e-scale"}); err != nil {
+		if err := s.Client.List(ctx, nl, client.MatchingLabels{poolLabel: "e2e-scale"}); err != nil {
 			return false, err
 		}
 		return len(nl.Items) == 0, nil
@@ -145,7 +145,7 @@ func TestTaintedPoolTakesOnlyItsWorkers(t *testing.T) {
 	eventually(t, "plain pods Running", 2*time.Minute, running(t, "plain", 4))
 	nodePool := func(name string) string {
 		n := &corev1.Node{}
-		if err := s.client.Get(t.Context(), client.ObjectKey{Name: name}, n); err != nil {
+		if err := s.Client.Get(t.Context(), client.ObjectKey{Name: name}, n); err != nil {
 			t.Fatal(err)
 		}
 		return n.Labels[karpv1.NodePoolLabelKey]
@@ -163,7 +163,7 @@ func TestTaintedPoolTakesOnlyItsWorkers(t *testing.T) {
 	// Its nodes registered: the pool says its launches are healthy.
 	eventually(t, "e2e-orders NodeRegistrationHealthy", time.Minute, func(ctx context.Context) (bool, error) {
 		np := &karpv1.NodePool{}
-		if err := s.client.Get(ctx, client.ObjectKey{Name: "e2e-orders"}, np); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: "e2e-orders"}, np); err != nil {
 			return false, err
 		}
 		return meta.IsStatusConditionTrue(np.Status.Conditions, karpv1.ConditionTypeNodeRegistrationHealthy), nil
@@ -203,7 +203,7 @@ func TestLimitsHoldAtEveryMoment(t *testing.T) {
 		t.Fatal("no NodeClaim within the limits")
 	}
 	ev := &corev1.EventList{}
-	if err := s.client.List(t.Context(), ev, client.InNamespace("default")); err != nil {
+	if err := s.Client.List(t.Context(), ev, client.InNamespace("default")); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(ev.Items, func(e corev1.Event) bool {
@@ -273,12 +273,12 @@ func TestDeletingANodePoolRemovesItsMachines(t *testing.T) {
 	if len(claims(t, "e2e-delete")) == 0 {
 		t.Fatal("no NodeClaims")
 	}
-	if err := s.client.Delete(t.Context(), np); err != nil {
+	if err := s.Client.Delete(t.Context(), np); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the pool's NodeClaims and Nodes gone", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		nl := &corev1.NodeList{}
-		if err := s.client.List(ctx, nl, client.MatchingLabels{karpv1.NodePoolLabelKey: "e2e-delete"}); err != nil {
+		if err := s.Client.List(ctx, nl, client.MatchingLabels{karpv1.NodePoolLabelKey: "e2e-delete"}); err != nil {
 			return false, err
 		}
 		return len(claims(t, "e2e-delete")) == 0 && len(nl.Items) == 0, nil

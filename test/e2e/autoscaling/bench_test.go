@@ -55,7 +55,7 @@ func burst(b *testing.B, name string, n int32, limit string) {
 	eventually(b, fmt.Sprintf("%d pods Running", n), 20*time.Minute, running(b, name, int(n)))
 	running := time.Since(start)
 	ncs := claims(b, name)
-	last, mismatched := e2e.ClaimFigures(b.Context(), s.client, ncs)
+	last, mismatched := e2e.ClaimFigures(b.Context(), s.Client, ncs)
 	var lastPod time.Time
 	for _, p := range pods(b, name) {
 		if p.CreationTimestamp.After(lastPod) {
@@ -79,7 +79,7 @@ func burst(b *testing.B, name string, n int32, limit string) {
 // capstanCPU is the CPU time (user + system) the running capstan process has used so far.
 func capstanCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	d, err := e2e.ProcessCPU(s.capstan.Process.Pid)
+	d, err := e2e.ProcessCPU(s.Cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func capstanCPU(tb testing.TB) time.Duration {
 // capstanPeakRSS is the capstan process's peak resident set size in bytes since it started.
 func capstanPeakRSS(tb testing.TB) int64 {
 	tb.Helper()
-	n, err := e2e.ProcessPeakRSS(s.capstan.Process.Pid)
+	n, err := e2e.ProcessPeakRSS(s.Cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}

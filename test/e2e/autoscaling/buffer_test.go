@@ -29,14 +29,14 @@ func TestCapacityBufferKeepsRoomFree(t *testing.T) {
 	cb := &autoscalingv1beta1.CapacityBuffer{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: autoscalingv1beta1.CapacityBufferSpec{PodTemplateRef: &autoscalingv1beta1.LocalObjectRef{Name: name}, Replicas: &four}}
 	for _, o := range []client.Object{tmpl, cb} {
-		if err := s.client.Create(ctx, o); err != nil {
+		if err := s.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = s.client.Delete(context.Background(), o) })
+		t.Cleanup(func() { _ = s.Client.Delete(context.Background(), o) })
 	}
 	roomOnRunningNodes := func(ctx context.Context) (bool, error) {
 		got := &autoscalingv1beta1.CapacityBuffer{}
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(cb), got); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(cb), got); err != nil {
 			return false, err
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1beta1.ConditionProvisioning)
@@ -58,7 +58,7 @@ func TestCapacityBufferKeepsRoomFree(t *testing.T) {
 	kept := len(claims(t, name))
 
 	// Without the buffer, the room it kept goes.
-	if err := s.client.Delete(ctx, cb); err != nil {
+	if err := s.Client.Delete(ctx, cb); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "consolidation taking the buffer's room back", 4*time.Minute, func(context.Context) (bool, error) {

@@ -35,7 +35,7 @@ func simInstanceTypes(snc *simv1alpha1.SimNodeClass) ([]*cloudprovider.InstanceT
 	if err != nil {
 		return nil, err
 	}
-	p, err := sim.NewProvider(s.client, cloud, clk, nil)
+	p, err := sim.NewProvider(s.Client, cloud, clk, nil)
 	if err != nil {
 		return nil, err
 	}

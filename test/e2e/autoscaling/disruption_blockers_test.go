@@ -54,12 +54,12 @@ func oversizedIn(t *testing.T, name string, class func(*simv1alpha1.SimNodeClass
 func consolidateNow(t *testing.T, name string) {
 	t.Helper()
 	np := &karpv1.NodePool{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: name}, np); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: name}, np); err != nil {
 		t.Fatal(err)
 	}
 	orig := np.DeepCopy()
 	np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(0)
-	if err := s.client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -69,7 +69,7 @@ func eventFor(t *testing.T, kind, name, reason, want string) {
 	t.Helper()
 	eventually(t, reason+" event on "+kind+" "+name+" naming "+want, time.Minute, func(ctx context.Context) (bool, error) {
 		ev := &corev1.EventList{}
-		if err := s.client.List(ctx, ev, client.InNamespace("default")); err != nil {
+		if err := s.Client.List(ctx, ev, client.InNamespace("default")); err != nil {
 			return false, err
 		}
 		for _, e := range ev.Items {
@@ -87,7 +87,7 @@ func untouched(t *testing.T, nc karpv1.NodeClaim, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		cur := &karpv1.NodeClaim{}
-		if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(&nc), cur); err != nil {
+		if err := s.Client.Get(t.Context(), client.ObjectKeyFromObject(&nc), cur); err != nil {
 			t.Fatalf("NodeClaim %s: %v", nc.Name, err)
 		}
 		if _, ok := cur.Annotations["capstan.dev/disruption-command"]; ok || !cur.DeletionTimestamp.IsZero() {
@@ -103,7 +103,7 @@ func TestBlockersAreNamedInEvents(t *testing.T) {
 	small := pods(t, "e2e-blocked-small")
 	orig := small[0].DeepCopy()
 	small[0].Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
-	if err := s.client.Patch(t.Context(), &small[0], client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), &small[0], client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	consolidateNow(t, "e2e-blocked")
@@ -113,15 +113,15 @@ func TestBlockersAreNamedInEvents(t *testing.T) {
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "e2e-blocked", Namespace: "default"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: new(intstr.FromInt32(0)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "e2e-blocked-small"}}}}
-	if err := s.client.Create(t.Context(), pdb); err != nil {
+	if err := s.Client.Create(t.Context(), pdb); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.client.Delete(context.Background(), pdb) })
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), pdb) })
 	cur := pods(t, "e2e-blocked-small")
 	for i := range cur {
 		orig := cur[i].DeepCopy()
 		delete(cur[i].Annotations, karpv1.DoNotDisruptAnnotationKey)
-		if err := s.client.Patch(t.Context(), &cur[i], client.MergeFrom(orig)); err != nil {
+		if err := s.Client.Patch(t.Context(), &cur[i], client.MergeFrom(orig)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,12 +191,12 @@ func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
 		t.Fatalf("the tiny pods' machine is %q, want an m5.xlarge", small.Labels[karpv1.InstanceTypeLabelKey])
 	}
 	snc := &simv1alpha1.SimNodeClass{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: name}, snc); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: name}, snc); err != nil {
 		t.Fatal(err)
 	}
 	origClass := snc.DeepCopy()
 	snc.Spec.InstanceTypes = append(snc.Spec.InstanceTypes, "m5.large")
-	if err := s.client.Patch(t.Context(), snc, client.MergeFrom(origClass)); err != nil {
+	if err := s.Client.Patch(t.Context(), snc, client.MergeFrom(origClass)); err != nil {
 		t.Fatal(err)
 	}
 	// 16 tiny pods left: an m5.large would hold them for $0.096/h less — 7% of the pool's cost
@@ -230,7 +230,7 @@ func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
 	// replacement is ready and the candidate deleted.
 	eventually(t, "the candidate tainted", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		node := &corev1.Node{}
-		if err := s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
 			return false, err
 		}
 		return nodeclaims.Disrupted(node), nil
@@ -261,7 +261,7 @@ func TestRestartBetweenTaintAndDeleteFinishesTheCommand(t *testing.T) {
 		t.Errorf("%d replacements, want 1", replacements)
 	}
 	nodes := &corev1.NodeList{}
-	if err := s.client.List(t.Context(), nodes, client.MatchingLabels{poolLabel: "e2e-restart"}); err != nil {
+	if err := s.Client.List(t.Context(), nodes, client.MatchingLabels{poolLabel: "e2e-restart"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
@@ -280,26 +280,26 @@ func TestReplacementThatCannotLaunchIsRolledBack(t *testing.T) {
 	// From now on the cloud has no on-demand capacity: the replacement's launch fails, the
 	// lifecycle controller deletes it, and the command must roll back.
 	snc := &simv1alpha1.SimNodeClass{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "e2e-ice"}, snc); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "e2e-ice"}, snc); err != nil {
 		t.Fatal(err)
 	}
 	orig := snc.DeepCopy()
 	snc.Spec.Failures.InsufficientCapacity = []simv1alpha1.OfferingSelector{{CapacityType: karpv1.CapacityTypeOnDemand}}
-	if err := s.client.Patch(t.Context(), snc, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), snc, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	consolidateNow(t, "e2e-ice")
 	eventFor(t, "NodeClaim", nc.Name, "DisruptionFailed", "is gone")
 	eventually(t, "the candidate un-tainted and kept", time.Minute, func(ctx context.Context) (bool, error) {
 		cur := &karpv1.NodeClaim{}
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(&nc), cur); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(&nc), cur); err != nil {
 			return false, err
 		}
 		if !cur.DeletionTimestamp.IsZero() {
 			t.Fatalf("the candidate was deleted although its replacement never launched")
 		}
 		node := &corev1.Node{}
-		if err := s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node); err != nil {
 			return false, err
 		}
 		if nodeclaims.Disrupted(node) {

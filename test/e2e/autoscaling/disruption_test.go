@@ -49,7 +49,7 @@ func scrape(t *testing.T) string {
 func poolPrice(t *testing.T, name string) float64 {
 	t.Helper()
 	snc := &simv1alpha1.SimNodeClass{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: name}, snc); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: name}, snc); err != nil {
 		t.Fatal(err)
 	}
 	its, err := simInstanceTypes(snc)
@@ -73,7 +73,7 @@ func poolPrice(t *testing.T, name string) float64 {
 // disrupting counts the pool's claims being deleted or whose node carries the disrupted taint.
 func disrupting(ctx context.Context, name string) (int, error) {
 	ncs := &karpv1.NodeClaimList{}
-	if err := s.client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: name}); err != nil {
+	if err := s.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: name}); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -83,7 +83,7 @@ func disrupting(ctx context.Context, name string) (int, error) {
 			continue
 		}
 		node := &corev1.Node{}
-		if nc.Status.NodeName == "" || s.client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node) != nil {
+		if nc.Status.NodeName == "" || s.Client.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, node) != nil {
 			continue
 		}
 		if nodeclaims.Disrupted(node) {
@@ -176,12 +176,12 @@ func TestUnderutilizedNodesConsolidateWithinTheirPDB(t *testing.T) {
 	})
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(8)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
-	if err := s.client.Create(t.Context(), pdb); err != nil {
+	if err := s.Client.Create(t.Context(), pdb); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.client.Delete(context.Background(), pdb) })
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), pdb) })
 	// Deleting "fill" leaves ten nodes each half used by one web pod.
-	if err := s.client.Delete(t.Context(), fill); err != nil {
+	if err := s.Client.Delete(t.Context(), fill); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "fill pods gone", time.Minute, func(context.Context) (bool, error) { return len(pods(t, "fill")) == 0, nil })
@@ -248,12 +248,12 @@ func TestLargeNodeIsReplacedByAReadyCheaperOne(t *testing.T) {
 	eventually(t, "big pod gone", time.Minute, func(context.Context) (bool, error) { return len(pods(t, "big")) == 0, nil })
 	before := poolPrice(t, "e2e-replace")
 	np := &karpv1.NodePool{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "e2e-replace"}, np); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "e2e-replace"}, np); err != nil {
 		t.Fatal(err)
 	}
 	orig := np.DeepCopy()
 	np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(0)
-	if err := s.client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	var replacement karpv1.NodeClaim
@@ -313,12 +313,12 @@ func TestDriftReplacesEveryNodeWithinBudget(t *testing.T) {
 	}
 	stop := watchMax(t, func(ctx context.Context) (int, error) { return disrupting(ctx, "e2e-drift") })
 	np := &karpv1.NodePool{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "e2e-drift"}, np); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "e2e-drift"}, np); err != nil {
 		t.Fatal(err)
 	}
 	orig := np.DeepCopy()
 	np.Spec.Template.ObjectMeta.Labels["team"] = "blue"
-	if err := s.client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "every node replaced", 5*time.Minute, func(ctx context.Context) (bool, error) {

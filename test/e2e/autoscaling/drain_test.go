@@ -31,22 +31,22 @@ func TestProtectedPodsHoldTheDrainUntilTheGracePeriod(t *testing.T) {
 	zero := intstr.FromInt32(0)
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
-	if err := s.client.Create(t.Context(), pdb); err != nil {
+	if err := s.Client.Create(t.Context(), pdb); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.client.Delete(context.Background(), pdb) })
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), pdb) })
 	eventually(t, "guarded Running", 2*time.Minute, running(t, "guarded", 1))
 	eventually(t, "pinned Running", 2*time.Minute, running(t, "pinned", 1))
 	// The do-not-disrupt annotation goes on the running pod, as a job would set it.
 	pinned := pods(t, "pinned")[0]
 	orig := pinned.DeepCopy()
 	pinned.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
-	if err := s.client.Patch(t.Context(), &pinned, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), &pinned, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the PDB observed by the disruption controller", time.Minute, func(ctx context.Context) (bool, error) {
 		cur := &policyv1.PodDisruptionBudget{}
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(pdb), cur); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pdb), cur); err != nil {
 			return false, err
 		}
 		return cur.Status.ObservedGeneration == cur.Generation && cur.Status.CurrentHealthy == 1, nil
@@ -55,7 +55,7 @@ func TestProtectedPodsHoldTheDrainUntilTheGracePeriod(t *testing.T) {
 	nodes := map[string]bool{pods(t, "guarded")[0].Spec.NodeName: true, pinned.Spec.NodeName: true}
 	var deleted []string
 	for _, nc := range claims(t, "e2e-drain") {
-		if err := s.client.Delete(t.Context(), &nc); err != nil {
+		if err := s.Client.Delete(t.Context(), &nc); err != nil {
 			t.Fatal(err)
 		}
 		deleted = append(deleted, nc.Name)
@@ -63,7 +63,7 @@ func TestProtectedPodsHoldTheDrainUntilTheGracePeriod(t *testing.T) {
 	// Both refusals are reported while the grace period runs.
 	eventually(t, "evictions refused and reported", time.Minute, func(ctx context.Context) (bool, error) {
 		ev := &corev1.EventList{}
-		if err := s.client.List(ctx, ev, client.InNamespace("default")); err != nil {
+		if err := s.Client.List(ctx, ev, client.InNamespace("default")); err != nil {
 			return false, err
 		}
 		var pdbBlocked, annotated bool
@@ -85,12 +85,12 @@ func TestProtectedPodsHoldTheDrainUntilTheGracePeriod(t *testing.T) {
 func gone(nodes, claims []string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
 		for _, name := range nodes {
-			if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+			if err := s.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}
 		for _, name := range claims {
-			if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
+			if err := s.Client.Get(ctx, client.ObjectKey{Name: name}, &karpv1.NodeClaim{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}

@@ -27,7 +27,7 @@ func startupAgent(t *testing.T, poolName string, taint corev1.Taint, after time.
 		defer wg.Done()
 		for ctx.Err() == nil {
 			nodes := &corev1.NodeList{}
-			if err := s.client.List(ctx, nodes, client.MatchingLabels{poolLabel: poolName}); err == nil {
+			if err := s.Client.List(ctx, nodes, client.MatchingLabels{poolLabel: poolName}); err == nil {
 				for i := range nodes.Items {
 					n := &nodes.Items[i]
 					if time.Since(n.CreationTimestamp.Time) < after || !slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.MatchTaint(&taint) }) {
@@ -35,7 +35,7 @@ func startupAgent(t *testing.T, poolName string, taint corev1.Taint, after time.
 					}
 					orig := n.DeepCopy()
 					n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.MatchTaint(&taint) })
-					_ = s.client.Patch(ctx, n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+					_ = s.Client.Patch(ctx, n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 				}
 			}
 			select {
@@ -93,10 +93,10 @@ func TestTolerateAllDaemonSetDoesNotHoldTermination(t *testing.T) {
 			},
 		},
 	}
-	if err := s.client.Create(t.Context(), ds); err != nil {
+	if err := s.Client.Create(t.Context(), ds); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.client.Delete(context.Background(), ds) })
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), ds) })
 	deployment(t, "ds-app", "e2e-ds", 1, "1", "1Gi", nil)
 	eventually(t, "the app Running", 2*time.Minute, running(t, "ds-app", 1))
 	eventually(t, "the agent Running", 2*time.Minute, running(t, "agent", 1))
@@ -104,7 +104,7 @@ func TestTolerateAllDaemonSetDoesNotHoldTermination(t *testing.T) {
 	scale(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "ds-app", Namespace: "default"}}, 0)
 	var deleted []string
 	for _, nc := range claims(t, "e2e-ds") {
-		if err := s.client.Delete(t.Context(), &nc); err != nil {
+		if err := s.Client.Delete(t.Context(), &nc); err != nil {
 			t.Fatal(err)
 		}
 		deleted = append(deleted, nc.Name)

@@ -27,12 +27,12 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	var replicas []*exec.Cmd
 	var logs []string
 	for i := range 2 {
-		logPath := filepath.Join(s.dir, fmt.Sprintf("replica-%d.log", i))
+		logPath := filepath.Join(s.Dir, fmt.Sprintf("replica-%d.log", i))
 		f, err := os.Create(logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(s.binary, "--kubeconfig", s.cluster.KubeconfigPath,
+		cmd := exec.Command(s.Binary, "--kubeconfig", s.Cluster.KubeconfigPath,
 			"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath)
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -50,7 +50,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	})
 	lease := &coordinationv1.Lease{}
 	eventually(t, "a leader", time.Minute, func(ctx context.Context) (bool, error) {
-		err := s.client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "capstan-leader-election"}, lease)
+		err := s.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "capstan-leader-election"}, lease)
 		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
 	})
 	pool(t, "e2e-leader", nil, nil)

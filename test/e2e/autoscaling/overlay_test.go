@@ -26,12 +26,12 @@ func TestNodeOverlayDiscountBuysTheDiscountedFamily(t *testing.T) {
 			{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}},
 			{Key: karpv1.NodePoolLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"e2e-overlay"}}},
 		PriceAdjustment: ptr.To("-25%")}}
-	if err := s.client.Create(t.Context(), o); err != nil {
+	if err := s.Client.Create(t.Context(), o); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.client.Delete(context.Background(), o) })
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), o) })
 	eventually(t, "the overlay Ready", time.Minute, func(ctx context.Context) (bool, error) {
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 			return false, err
 		}
 		return meta.IsStatusConditionTrue(o.Status.Conditions, "Ready"), nil

@@ -32,14 +32,14 @@ func TestStaticPoolKeepsItsNodesAndScales(t *testing.T) {
 	}
 	eventually(t, "two initialized nodes", 2*time.Minute, initialized(2))
 	scale := &autoscalingv1.Scale{}
-	if err := s.client.SubResource("scale").Get(t.Context(), np, scale); err != nil {
+	if err := s.Client.SubResource("scale").Get(t.Context(), np, scale); err != nil {
 		t.Fatal(err)
 	}
 	if scale.Status.Replicas != 2 {
 		t.Errorf("scale status %d, want 2 (status.nodes)", scale.Status.Replicas)
 	}
 	scale.Spec.Replicas = 1
-	if err := s.client.SubResource("scale").Update(t.Context(), np, client.WithSubResourceBody(scale)); err != nil {
+	if err := s.Client.SubResource("scale").Update(t.Context(), np, client.WithSubResourceBody(scale)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "one node after scaling to 1", 2*time.Minute, initialized(1))

@@ -32,15 +32,15 @@ func pool(t testing.TB, name string, reqs ...karpv1.NodeSelectorRequirementWithM
 	t.Helper()
 	nc, np := poolObjects(name, reqs...)
 	for _, o := range []client.Object{nc, np} {
-		if err := s.client.Create(t.Context(), o); err != nil {
+		if err := s.Client.Create(t.Context(), o); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		_ = s.client.Delete(ctx, np)
+		_ = s.Client.Delete(ctx, np)
 		eventuallyGone(t, name)
-		_ = s.client.Delete(ctx, nc)
+		_ = s.Client.Delete(ctx, nc)
 	})
 }
 
@@ -82,7 +82,7 @@ func TestOrdersRunbook(t *testing.T) {
 	nc := objs[0].(*awsv1.EC2NodeClass)
 	eventually(t, "the orders EC2NodeClass Ready", time.Minute, func(ctx context.Context) (bool, error) {
 		got := &awsv1.EC2NodeClass{}
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(nc), got); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(nc), got); err != nil {
 			return false, err
 		}
 		nc = got
@@ -142,7 +142,7 @@ func TestOrdersRunbook(t *testing.T) {
 			}
 		}
 		node := &corev1.Node{}
-		if err := s.client.Get(t.Context(), client.ObjectKey{Name: claim.Status.NodeName}, node); err != nil {
+		if err := s.Client.Get(t.Context(), client.ObjectKey{Name: claim.Status.NodeName}, node); err != nil {
 			t.Fatalf("node of %s: %v", claim.Name, err)
 		}
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
@@ -171,7 +171,7 @@ func TestSpotDrill(t *testing.T) {
 	deadline := time.Now().Add(awsfake.SpotInterruptionWarningNotice)
 	eventually(t, "the interrupted machine drained and terminated", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		got := &karpv1.NodeClaim{}
-		err := s.client.Get(ctx, client.ObjectKeyFromObject(&victim), got)
+		err := s.Client.Get(ctx, client.ObjectKeyFromObject(&victim), got)
 		return client.IgnoreNotFound(err) == nil && err != nil && len(s.aws.LiveInstances(aws.NodeClaimTag, victim.Name)) == 0, nil
 	})
 	if !time.Now().Before(deadline) {
@@ -233,12 +233,12 @@ func TestNewImageBehindTheAliasDriftsAndReplaces(t *testing.T) {
 	t.Cleanup(func() { s.aws.SetParameter(param, prev) })
 	// The class is resolved again at its next resync; a change of the class brings it forward.
 	nc := &awsv1.EC2NodeClass{}
-	if err := s.client.Get(t.Context(), client.ObjectKey{Name: "drift"}, nc); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "drift"}, nc); err != nil {
 		t.Fatal(err)
 	}
 	orig := nc.DeepCopy()
 	nc.Annotations = map[string]string{"e2e.capstan.dev/poke": "1"}
-	if err := s.client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the old claims replaced by claims on the new image", 3*time.Minute, func(ctx context.Context) (bool, error) {
@@ -297,12 +297,12 @@ func TestExpiredCredentialsAreNamedOnTheClaimAndNothingLeaks(t *testing.T) {
 func scaleTo(t testing.TB, d *appsv1.Deployment, n int32) {
 	t.Helper()
 	cur := &appsv1.Deployment{}
-	if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(d), cur); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKeyFromObject(d), cur); err != nil {
 		t.Fatal(err)
 	}
 	orig := cur.DeepCopy()
 	cur.Spec.Replicas = &n
-	if err := s.client.Patch(t.Context(), cur, client.MergeFrom(orig)); err != nil {
+	if err := s.Client.Patch(t.Context(), cur, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -325,7 +325,7 @@ func TestOrphanInstanceIsCollected(t *testing.T) {
 // TestChartIdentityIsLeastPrivilege: Capstan, running as the chart's ServiceAccount, did every
 // test's job without a denied call, and what it does not need is denied.
 func TestChartIdentityIsLeastPrivilege(t *testing.T) {
-	b, err := os.ReadFile(s.capstanLog)
+	b, err := os.ReadFile(s.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,9 +334,9 @@ func TestChartIdentityIsLeastPrivilege(t *testing.T) {
 			t.Errorf("a call was denied: %s", line)
 		}
 	}
-	cfg := rest.CopyConfig(s.cluster.Config)
+	cfg := rest.CopyConfig(s.Cluster.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-	as, err := client.New(cfg, client.Options{Scheme: s.client.Scheme()})
+	as, err := client.New(cfg, client.Options{Scheme: s.Client.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func BenchmarkThousandPendingPodsAWS(b *testing.B) {
 		eventually(b, "1,000 pods Running", 20*time.Minute, running(b, name, 1000))
 		took := time.Since(start)
 		ncs := claims(b, name)
-		last, mismatched := e2e.ClaimFigures(b.Context(), s.client, ncs)
+		last, mismatched := e2e.ClaimFigures(b.Context(), s.Client, ncs)
 		extra := 0
 		for _, nc := range ncs {
 			if n := len(s.aws.LiveInstances(aws.NodeClaimTag, nc.Name)); n != 1 {
@@ -49,7 +49,7 @@ func BenchmarkThousandPendingPodsAWS(b *testing.B) {
 // capstanCPU is the CPU time (user + system) the running capstan process has used so far.
 func capstanCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	d, err := e2e.ProcessCPU(s.capstan.Process.Pid)
+	d, err := e2e.ProcessCPU(s.Cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}

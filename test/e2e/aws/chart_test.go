@@ -46,7 +46,7 @@ func installChart(root string) error {
 	if err != nil {
 		return err
 	}
-	all := filepath.Join(s.dir, "rendered.yaml")
+	all := filepath.Join(s.Dir, "rendered.yaml")
 	if err := os.WriteFile(all, []byte(crds+"\n---\n"+rendered), 0o644); err != nil {
 		return err
 	}
@@ -67,14 +67,14 @@ func installChart(root string) error {
 	if len(rbac) != 5 {
 		return fmt.Errorf("found %d RBAC objects in the rendered chart, want 5", len(rbac))
 	}
-	identity := filepath.Join(s.dir, "rbac.yaml")
+	identity := filepath.Join(s.Dir, "rbac.yaml")
 	if err := os.WriteFile(identity, []byte(strings.Join(rbac, "\n---\n")), 0o644); err != nil {
 		return err
 	}
 	if err := kubectl("apply", "-f", identity); err != nil {
 		return err
 	}
-	cfg, err := clientcmd.LoadFromFile(s.cluster.KubeconfigPath)
+	cfg, err := clientcmd.LoadFromFile(s.Cluster.KubeconfigPath)
 	if err != nil {
 		return err
 	}
@@ -82,12 +82,12 @@ func installChart(root string) error {
 		ai.Impersonate = serviceAccount
 		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace, "system:authenticated"}
 	}
-	s.kubeconfig = filepath.Join(s.dir, "capstan.kubeconfig")
+	s.kubeconfig = filepath.Join(s.Dir, "capstan.kubeconfig")
 	return clientcmd.WriteToFile(*cfg, s.kubeconfig)
 }
 
 func kubectl(args ...string) error {
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", s.cluster.KubeconfigPath}, args...)...)
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", s.Cluster.KubeconfigPath}, args...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -60,26 +60,26 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 	np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
 	np.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("0s")
 	for _, o := range []client.Object{nc, np} {
-		if err := s.client.Create(t.Context(), o); err != nil {
+		if err := s.Client.Create(t.Context(), o); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() {
-		if s.capstan == nil {
+		if s.Cmd == nil {
 			_ = startCapstan()
 		}
-		_ = s.client.Delete(context.Background(), np)
+		_ = s.Client.Delete(context.Background(), np)
 		eventuallyGone(t, name)
-		_ = s.client.Delete(context.Background(), nc)
+		_ = s.Client.Delete(context.Background(), nc)
 	})
 	// Both controllers resolve the class the same way; the class is resolved before the move.
 	eventually(t, "the EC2NodeClass Ready", time.Minute, func(ctx context.Context) (bool, error) {
-		if err := s.client.Get(ctx, client.ObjectKeyFromObject(nc), nc); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(nc), nc); err != nil {
 			return false, err
 		}
 		return meta.IsStatusConditionTrue(nc.Status.Conditions, awsv1.ConditionTypeReady), nil
 	})
-	if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(np), np); err != nil {
+	if err := s.Client.Get(t.Context(), client.ObjectKeyFromObject(np), np); err != nil {
 		t.Fatal(err)
 	}
 
@@ -119,7 +119,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 				},
 				Resources: karpv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourcePods: resource.MustParse("1")}},
 			}}
-		if err := s.client.Create(t.Context(), claim); err != nil {
+		if err := s.Client.Create(t.Context(), claim); err != nil {
 			t.Fatal(err)
 		}
 		leftovers = append(leftovers, left{inst, claim})
@@ -127,7 +127,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 	for _, l := range leftovers {
 		node := &corev1.Node{}
 		eventually(t, "the Node of "+l.inst.ID, time.Minute, func(ctx context.Context) (bool, error) {
-			return s.client.Get(ctx, client.ObjectKey{Name: l.inst.PrivateDNS}, node) == nil, nil
+			return s.Client.Get(ctx, client.ObjectKey{Name: l.inst.PrivateDNS}, node) == nil, nil
 		})
 		// Karpenter's registration: the claim's labels and annotations, its finalizer and the
 		// claim as owner on the Node; then the claim's status.
@@ -146,7 +146,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 		node.Finalizers = append(node.Finalizers, karpv1.TerminationFinalizer)
 		node.OwnerReferences = append(node.OwnerReferences, metav1.OwnerReference{APIVersion: karpv1.SchemeGroupVersion.String(), Kind: "NodeClaim",
 			Name: l.claim.Name, UID: l.claim.UID, BlockOwnerDeletion: new(true)})
-		if err := s.client.Patch(t.Context(), node, client.MergeFrom(orig)); err != nil {
+		if err := s.Client.Patch(t.Context(), node, client.MergeFrom(orig)); err != nil {
 			t.Fatal(err)
 		}
 		now := metav1.Now()
@@ -156,7 +156,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 			l.claim.Status.Conditions = append(l.claim.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: c,
 				LastTransitionTime: now, ObservedGeneration: l.claim.Generation})
 		}
-		if err := s.client.Status().Update(t.Context(), l.claim); err != nil {
+		if err := s.Client.Status().Update(t.Context(), l.claim); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +164,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 	d := workers(t, "migrated-workers", 2, map[string]string{"pool": name}, nil)
 	eventually(t, "the workers Running on Karpenter's nodes", time.Minute, running(t, "migrated-workers", 2))
 	podsBefore := &corev1.PodList{}
-	if err := s.client.List(t.Context(), podsBefore, client.InNamespace("default"), client.MatchingLabels{"app": "migrated-workers"}); err != nil {
+	if err := s.Client.List(t.Context(), podsBefore, client.InNamespace("default"), client.MatchingLabels{"app": "migrated-workers"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -177,7 +177,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 	eventually(t, "Karpenter's claims restamped and judged by Capstan", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		for _, l := range leftovers {
 			c := &karpv1.NodeClaim{}
-			if err := s.client.Get(ctx, client.ObjectKeyFromObject(l.claim), c); err != nil {
+			if err := s.Client.Get(ctx, client.ObjectKeyFromObject(l.claim), c); err != nil {
 				return false, err
 			}
 			if c.Annotations[karpv1.NodePoolHashVersionAnnotationKey] != nodepools.HashVersion ||
@@ -189,7 +189,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 	})
 	for _, l := range leftovers {
 		c := &karpv1.NodeClaim{}
-		if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(l.claim), c); err != nil {
+		if err := s.Client.Get(t.Context(), client.ObjectKeyFromObject(l.claim), c); err != nil {
 			t.Fatal(err)
 		}
 		if c.Annotations[karpv1.NodePoolHashAnnotationKey] != nodepools.Hash(np) {
@@ -209,7 +209,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 		t.Errorf("%d live instances in pool %s after the move, want Karpenter's 2", len(live), name)
 	}
 	podsAfter := &corev1.PodList{}
-	if err := s.client.List(t.Context(), podsAfter, client.InNamespace("default"), client.MatchingLabels{"app": "migrated-workers"}); err != nil {
+	if err := s.Client.List(t.Context(), podsAfter, client.InNamespace("default"), client.MatchingLabels{"app": "migrated-workers"}); err != nil {
 		t.Fatal(err)
 	}
 	uids := map[string]string{}
@@ -233,7 +233,7 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 				t.Errorf("instance %s of claim %s is %s after its claim went", i.ID, l.claim.Name, i.State)
 			}
 		}
-		if err := s.client.Get(t.Context(), client.ObjectKey{Name: l.inst.PrivateDNS}, &corev1.Node{}); err == nil {
+		if err := s.Client.Get(t.Context(), client.ObjectKey{Name: l.inst.PrivateDNS}, &corev1.Node{}); err == nil {
 			t.Errorf("node %s of claim %s is still there", l.inst.PrivateDNS, l.claim.Name)
 		}
 	}
