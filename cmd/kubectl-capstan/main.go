@@ -73,6 +73,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Long: `kubectl capstan explains Capstan's decisions from the code that makes them, on what the
 cluster holds now (or a recording of it), and simulates what Capstan would do next, as configured
 and with changes. It reads the cluster with your credentials and writes nothing to it.`,
+		Example: `  kubectl capstan explain pod web-7d4b9c-x2x8q          # why it is pending, or why on its node
+  kubectl capstan explain nodeclaim default-abc12        # why launched; what disruption would do now
+  kubectl capstan explain nodepool default -o yaml       # limits left, budgets, types and prices
+  kubectl capstan simulate --policy Balanced             # the fleet, $/h and evictions, before and after
+  kubectl capstan record --anonymize -o cluster.json     # a file every command reads with --recording
+  kubectl capstan replay --trace examples/traces/diurnal.yaml \
+    --config examples/replay/balanced.yaml -o report.html   # a workload trace, into an HTML report`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// kubectl's plugin convention: usage lines read "kubectl capstan …".

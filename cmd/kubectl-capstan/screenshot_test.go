@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/plot/plotutil"
@@ -63,4 +64,21 @@ func pixelsNear(img image.Image, c color.Color) int {
 		}
 	}
 	return n
+}
+
+// TestHelpListsTheCommandsWithExamples: `kubectl capstan --help`, as a new user runs it first,
+// names every command and shows an example of each.
+func TestHelpListsTheCommandsWithExamples(t *testing.T) {
+	help, _, err := run("--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"explain", "record", "replay", "simulate", "completion"} {
+		if !strings.Contains(help, "\n  "+cmd+" ") {
+			t.Errorf("--help does not list %s:\n%s", cmd, help)
+		}
+		if cmd != "completion" && !strings.Contains(help, "kubectl capstan "+cmd+" ") {
+			t.Errorf("--help has no example of %s:\n%s", cmd, help)
+		}
+	}
 }
