@@ -48,9 +48,17 @@ verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout
 	@hack/verify.sh
 
 .PHONY: test
-test: verify ## Run all tests (unit, API validation on a real API server, local cluster, the image under podman).
+test: verify ## Run all tests (unit, API validation on a real API server, local cluster, every fuzz target for 3s, the image under podman).
 	go test $(GO_TEST_FLAGS) ./...
+	hack/fuzz.sh 3s
 	$(MAKE) --no-print-directory image-smoke
+
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s); a failing input lands in the package's testdata/fuzz.
+	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: cluster-up
 cluster-up: ## Start the local cluster; KUBECONFIG=.capstan/kubeconfig.

@@ -11,7 +11,6 @@ package interruption
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -32,103 +31,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/awsevents"
 	"capstan.dev/capstan/internal/cloudprovider"
 	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/metrics"
 )
-
-// Message types, as karpenter_interruption_received_messages_total labels them.
-const (
-	SpotInterrupted         = "spot_interrupted"
-	RebalanceRecommendation = "rebalance_recommendation"
-	ScheduledChange         = "scheduled_change"
-	InstanceStopping        = "instance_stopping"
-	InstanceStopped         = "instance_stopped"
-	InstanceTerminating     = "instance_terminating"
-	InstanceTerminated      = "instance_terminated"
-	Unknown                 = "unknown"
-)
-
-// Message is what Capstan reads of a message: its type and the instances it is about.
-type Message struct {
-	Type      string
-	Instances []string
-	// Time is when the event happened (EventBridge's time).
-	Time time.Time
-}
-
-// envelope is an EventBridge event.
-type envelope struct {
-	Source     string          `json:"source"`
-	DetailType string          `json:"detail-type"`
-	Time       time.Time       `json:"time"`
-	Resources  []string        `json:"resources"`
-	Detail     json.RawMessage `json:"detail"`
-}
-
-// ErrUnreadable is wrapped by Parse's errors for messages that can never be handled.
-var ErrUnreadable = errors.New("unreadable interruption message")
-
-// Parse reads an EventBridge message body.
-func Parse(body string) (Message, error) {
-	var e envelope
-	if err := json.Unmarshal([]byte(body), &e); err != nil {
-		return Message{}, fmt.Errorf("%w: %v", ErrUnreadable, err)
-	}
-	m := Message{Time: e.Time}
-	var d struct {
-		InstanceID       string `json:"instance-id"`
-		State            string `json:"state"`
-		Service          string `json:"service"`
-		Category         string `json:"eventTypeCategory"`
-		AffectedEntities []struct {
-			EntityValue string `json:"entityValue"`
-		} `json:"affectedEntities"`
-	}
-	if len(e.Detail) > 0 {
-		if err := json.Unmarshal(e.Detail, &d); err != nil {
-			return Message{}, fmt.Errorf("%w: detail: %v", ErrUnreadable, err)
-		}
-	}
-	switch {
-	case e.Source == "aws.ec2" && e.DetailType == "EC2 Spot Instance Interruption Warning":
-		m.Type, m.Instances = SpotInterrupted, []string{d.InstanceID}
-	case e.Source == "aws.ec2" && e.DetailType == "EC2 Instance Rebalance Recommendation":
-		m.Type, m.Instances = RebalanceRecommendation, []string{d.InstanceID}
-	case e.Source == "aws.ec2" && e.DetailType == "EC2 Instance State-change Notification":
-		switch d.State {
-		case "stopping":
-			m.Type = InstanceStopping
-		case "stopped":
-			m.Type = InstanceStopped
-		case "shutting-down":
-			m.Type = InstanceTerminating
-		case "terminated":
-			m.Type = InstanceTerminated
-		default:
-			// pending, running: nothing to do.
-			m.Type = Unknown
-		}
-		m.Instances = []string{d.InstanceID}
-	case e.Source == "aws.health" && e.DetailType == "AWS Health Event":
-		if d.Service != "EC2" || d.Category != "scheduledChange" {
-			m.Type = Unknown
-			break
-		}
-		m.Type = ScheduledChange
-		for _, a := range d.AffectedEntities {
-			m.Instances = append(m.Instances, a.EntityValue)
-		}
-	default:
-		return Message{}, fmt.Errorf("%w: source %q, detail-type %q", ErrUnreadable, e.Source, e.DetailType)
-	}
-	for _, id := range m.Instances {
-		if !strings.HasPrefix(id, "i-") {
-			return Message{}, fmt.Errorf("%w: %q is not an instance id", ErrUnreadable, id)
-		}
-	}
-	return m, nil
-}
 
 // Controller long-polls the queue and acts on its messages. It is a leader-only Runnable.
 type Controller struct {
@@ -225,9 +132,9 @@ func (c *Controller) Poll(ctx context.Context) error {
 
 func (c *Controller) handleMessage(ctx context.Context, msg sqstypes.Message) error {
 	logger := log.FromContext(ctx).WithValues("message-id", aws.ToString(msg.MessageId))
-	m, err := Parse(aws.ToString(msg.Body))
+	m, err := awsevents.Parse(aws.ToString(msg.Body))
 	if err != nil {
-		c.Metrics.InterruptionMessage(Unknown)
+		c.Metrics.InterruptionMessage(awsevents.Unknown)
 		logger.Error(err, "deleting an unreadable message")
 		return c.delete(ctx, msg)
 	}
@@ -255,7 +162,7 @@ func (c *Controller) delete(ctx context.Context, msg sqstypes.Message) error {
 // a rebalance recommendation — the NodeClaim's deletion. Handling a message twice (a redelivery
 // after a crash) deletes nothing twice and launches nothing twice: a claim already being deleted
 // is left alone, and replacements come from the pods, not from the message.
-func (c *Controller) Handle(ctx context.Context, m Message) error {
+func (c *Controller) Handle(ctx context.Context, m awsevents.Message) error {
 	claims := &karpv1.NodeClaimList{}
 	if err := c.Client.List(ctx, claims); err != nil {
 		return fmt.Errorf("listing nodeclaims: %w", err)
@@ -277,16 +184,16 @@ func (c *Controller) Handle(ctx context.Context, m Message) error {
 
 // eventOf is the event each message type records on its NodeClaim.
 var eventOf = map[string]struct{ reason, note string }{
-	SpotInterrupted:         {"SpotInterrupted", "Spot interruption warning: the instance is reclaimed in two minutes"},
-	RebalanceRecommendation: {"SpotRebalanceRecommendation", "Spot rebalance recommendation: the instance is at elevated risk of interruption"},
-	ScheduledChange:         {"InstanceScheduledChange", "AWS Health scheduled change for the instance"},
-	InstanceStopping:        {"InstanceStopping", "the instance is stopping"},
-	InstanceStopped:         {"InstanceStopped", "the instance stopped"},
-	InstanceTerminating:     {"InstanceTerminating", "the instance is terminating"},
-	InstanceTerminated:      {"InstanceTerminated", "the instance terminated"},
+	awsevents.SpotInterrupted:         {"SpotInterrupted", "Spot interruption warning: the instance is reclaimed in two minutes"},
+	awsevents.RebalanceRecommendation: {"SpotRebalanceRecommendation", "Spot rebalance recommendation: the instance is at elevated risk of interruption"},
+	awsevents.ScheduledChange:         {"InstanceScheduledChange", "AWS Health scheduled change for the instance"},
+	awsevents.InstanceStopping:        {"InstanceStopping", "the instance is stopping"},
+	awsevents.InstanceStopped:         {"InstanceStopped", "the instance stopped"},
+	awsevents.InstanceTerminating:     {"InstanceTerminating", "the instance is terminating"},
+	awsevents.InstanceTerminated:      {"InstanceTerminated", "the instance terminated"},
 }
 
-func (c *Controller) handleClaim(ctx context.Context, m Message, nc *karpv1.NodeClaim) error {
+func (c *Controller) handleClaim(ctx context.Context, m awsevents.Message, nc *karpv1.NodeClaim) error {
 	logger := log.FromContext(ctx).WithValues("NodeClaim", klog.KObj(nc), "message-type", m.Type)
 	ev, ok := eventOf[m.Type]
 	if !ok {
@@ -296,10 +203,10 @@ func (c *Controller) handleClaim(ctx context.Context, m Message, nc *karpv1.Node
 	if c.Recorder != nil {
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, reason, "Interrupt", "%s", note)
 	}
-	if m.Type == RebalanceRecommendation {
+	if m.Type == awsevents.RebalanceRecommendation {
 		return nil
 	}
-	if m.Type == SpotInterrupted && c.Unavailable != nil && nc.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeSpot {
+	if m.Type == awsevents.SpotInterrupted && c.Unavailable != nil && nc.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeSpot {
 		c.Unavailable.MarkUnavailable(cloudprovider.OfferingKey{InstanceType: nc.Labels[corev1.LabelInstanceTypeStable],
 			Zone: nc.Labels[karpv1.ZoneLabelKey], CapacityType: karpv1.CapacityTypeSpot})
 	}

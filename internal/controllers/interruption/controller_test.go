@@ -19,6 +19,7 @@ import (
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/awsevents"
 	"capstan.dev/capstan/internal/clocktest"
 	"capstan.dev/capstan/internal/cloudprovider"
 	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
@@ -131,7 +132,7 @@ func TestSpotWarningDeletesTheClaimOnceEvenWhenRedelivered(t *testing.T) {
 	if msgs := f.AWS.Messages(queue); len(msgs) != 0 {
 		t.Fatalf("queue after the second handling: %v", msgs)
 	}
-	if got := testutil.ToFloat64(m.InterruptionReceived.WithLabelValues(SpotInterrupted)); got != 2 {
+	if got := testutil.ToFloat64(m.InterruptionReceived.WithLabelValues(awsevents.SpotInterrupted)); got != 2 {
 		t.Errorf("received spot_interrupted %v, want 2", got)
 	}
 	if got := testutil.ToFloat64(m.InterruptionDeleted); got != 1 {
@@ -166,7 +167,7 @@ func TestUnreadableMessagesAreDeletedAndTheLoopGoesOn(t *testing.T) {
 	if !get(t, rebalanced).DeletionTimestamp.IsZero() {
 		t.Error("a rebalance recommendation deleted its claim")
 	}
-	if got := testutil.ToFloat64(m.InterruptionReceived.WithLabelValues(Unknown)); got != 3 {
+	if got := testutil.ToFloat64(m.InterruptionReceived.WithLabelValues(awsevents.Unknown)); got != 3 {
 		t.Errorf("unknown messages %v, want 3 (two unreadable, one running state)", got)
 	}
 	if got := testutil.ToFloat64(m.InterruptionDeleted); got != 5 {
@@ -208,15 +209,15 @@ func TestMessagesThatKeepFailingEndInTheDeadLetterQueue(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	f := awstest.New(t, env.Client)
-	for body, want := range map[string]Message{
-		f.AWS.SpotInterruptionWarning("i-01"):      {Type: SpotInterrupted, Instances: []string{"i-01"}},
-		f.AWS.StateChange("i-02", "shutting-down"): {Type: InstanceTerminating, Instances: []string{"i-02"}},
-		f.AWS.StateChange("i-03", "terminated"):    {Type: InstanceTerminated, Instances: []string{"i-03"}},
-		f.AWS.StateChange("i-04", "stopping"):      {Type: InstanceStopping, Instances: []string{"i-04"}},
-		f.AWS.ScheduledChange("i-05", "i-06"):      {Type: ScheduledChange, Instances: []string{"i-05", "i-06"}},
-		f.AWS.RebalanceRecommendation("i-07"):      {Type: RebalanceRecommendation, Instances: []string{"i-07"}},
+	for body, want := range map[string]awsevents.Message{
+		f.AWS.SpotInterruptionWarning("i-01"):      {Type: awsevents.SpotInterrupted, Instances: []string{"i-01"}},
+		f.AWS.StateChange("i-02", "shutting-down"): {Type: awsevents.InstanceTerminating, Instances: []string{"i-02"}},
+		f.AWS.StateChange("i-03", "terminated"):    {Type: awsevents.InstanceTerminated, Instances: []string{"i-03"}},
+		f.AWS.StateChange("i-04", "stopping"):      {Type: awsevents.InstanceStopping, Instances: []string{"i-04"}},
+		f.AWS.ScheduledChange("i-05", "i-06"):      {Type: awsevents.ScheduledChange, Instances: []string{"i-05", "i-06"}},
+		f.AWS.RebalanceRecommendation("i-07"):      {Type: awsevents.RebalanceRecommendation, Instances: []string{"i-07"}},
 	} {
-		got, err := Parse(body)
+		got, err := awsevents.Parse(body)
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
@@ -225,7 +226,7 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for _, body := range []string{"", "{", `{"source":"aws.ec2","detail-type":"EC2 Spot Instance Interruption Warning","detail":{"instance-id":"vol-1"}}`} {
-		if _, err := Parse(body); !errors.Is(err, ErrUnreadable) {
+		if _, err := awsevents.Parse(body); !errors.Is(err, awsevents.ErrUnreadable) {
 			t.Errorf("%q: %v, want ErrUnreadable", body, err)
 		}
 	}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# hack/fuzz.sh [FUZZTIME]: runs every fuzz target of the module for FUZZTIME each (default 30s;
+# `make test` runs them for 3s, `make fuzz` for FUZZTIME). `go test` alone runs only their seed
+# corpora. A failing input is written under the package's testdata/fuzz/ and fails the run.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+fuzztime=${1:-30s}
+# Each target: package and function (found by name, so a new target is run without listing it).
+mapfile -t targets < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
+  pkg=$(dirname "$f")
+  grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed "s|^func |$pkg |"
+done | sort)
+for t in "${targets[@]}"; do
+  read -r pkg fn <<<"$t"
+  printf '[fuzz] %s %s (%s)\n' "$pkg" "$fn" "$fuzztime" >&2
+  go test -run XXX -fuzz "^$fn\$" -fuzztime "$fuzztime" "$pkg" >/dev/null || { echo "[fuzz] $pkg $fn failed: go test -run XXX -fuzz '^$fn\$' $pkg" >&2; go test -run "^$fn\$" "$pkg"; exit 1; }
+done
