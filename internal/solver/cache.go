@@ -31,15 +31,13 @@ type Cache struct {
 	ri    *resourceIndex
 	vecs  map[unsafe.Pointer]*cachedVec
 	seen  map[*cloudprovider.InstanceType]bool
-	pools map[poolKey]*poolTypes
-	// offers are each pool's zones and capacity types, in order of first appearance.
-	offers map[poolKey]*poolOffers
+	pools map[poolKey]*poolEntry
 }
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
 	return &Cache{ri: newResourceIndex(), vecs: map[unsafe.Pointer]*cachedVec{},
-		seen: map[*cloudprovider.InstanceType]bool{}, pools: map[poolKey]*poolTypes{}, offers: map[poolKey]*poolOffers{}}
+		seen: map[*cloudprovider.InstanceType]bool{}, pools: map[poolKey]*poolEntry{}}
 }
 
 type cachedVec struct {
@@ -60,13 +58,20 @@ type poolKey struct {
 	wellKnown *string
 }
 
+// poolEntry is what the Cache keeps of a NodePool: its offerings' zones and capacity types in
+// order of first appearance, and the types it admits (made on first use).
+type poolEntry struct {
+	// pinned and wellKnown keep the key's slices alive, so that no other slice takes their
+	// addresses while the entry stands.
+	pinned     []*cloudprovider.InstanceType
+	wellKnown  []string
+	zones, cts []string
+	types      *poolTypes
+}
+
 // poolTypes are the types a NodePool admits, cheapest first, as newPool filters them, with what
 // each Solve would compute of them again.
 type poolTypes struct {
-	// pinned keep the key's slices alive, so that no other slice takes their addresses while
-	// the entry stands.
-	pinned    []*cloudprovider.InstanceType
-	wellKnown []string
 	// zones and cts are the offering index the templates' masks were made with.
 	zones, cts []string
 	indexed    bool
@@ -130,44 +135,40 @@ func (c *Cache) vecLocked(rl corev1.ResourceList, ri *resourceIndex) *cachedVec 
 	return &cachedVec{rl: rl, v: e.v[:ri.len():ri.len()], ports: e.ports, portsKnown: e.portsKnown}
 }
 
-func keyOf(np *NodePool, in *Input) poolKey {
-	return poolKey{name: np.Name, types: unsafe.SliceData(np.InstanceTypes), n: len(np.InstanceTypes),
+// entryLocked returns the NodePool's entry, making it (with its offering order) on first use;
+// c.mu is held.
+func (c *Cache) entryLocked(np *NodePool, in *Input) *poolEntry {
+	key := poolKey{name: np.Name, types: unsafe.SliceData(np.InstanceTypes), n: len(np.InstanceTypes),
 		wellKnown: unsafe.SliceData(in.WellKnownLabels)}
-}
-
-type poolOffers struct {
-	zones, cts []string
-	// pinned and wellKnown keep the key's slices alive.
-	pinned    []*cloudprovider.InstanceType
-	wellKnown []string
+	e, ok := c.pools[key]
+	if !ok {
+		e = &poolEntry{pinned: np.InstanceTypes, wellKnown: in.WellKnownLabels}
+		e.zones, e.cts = offeringKeys(np.InstanceTypes)
+		c.pools[key] = e
+	}
+	return e
 }
 
 // offeringKeys is offeringKeys(np.InstanceTypes), made once per pool.
 func (c *Cache) offeringKeys(np *NodePool, in *Input) (zones, cts []string) {
-	key := keyOf(np, in)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if o, ok := c.offers[key]; ok {
-		return o.zones, o.cts
-	}
-	zones, cts = offeringKeys(np.InstanceTypes)
-	c.offers[key] = &poolOffers{zones: zones, cts: cts, pinned: np.InstanceTypes, wellKnown: in.WellKnownLabels}
-	return zones, cts
+	e := c.entryLocked(np, in)
+	return e.zones, e.cts
 }
 
 // poolTypes returns the NodePool's admitted types, computing them with make on first use.
 func (c *Cache) poolTypes(np *NodePool, in *Input, make func() *poolTypes) *poolTypes {
-	key := keyOf(np, in)
 	c.mu.Lock()
-	pt, ok := c.pools[key]
+	e := c.entryLocked(np, in)
+	pt := e.types
 	c.mu.Unlock()
-	if ok {
+	if pt != nil {
 		return pt
 	}
 	pt = make()
-	pt.pinned, pt.wellKnown = np.InstanceTypes, in.WellKnownLabels
 	c.mu.Lock()
-	c.pools[key] = pt
+	e.types = pt
 	c.mu.Unlock()
 	return pt
 }

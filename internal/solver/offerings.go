@@ -33,18 +33,8 @@ func newOfferingIndex(in *Input, cache *Cache) *offeringIndex {
 		} else {
 			zones, cts = offeringKeys(in.NodePools[i].InstanceTypes)
 		}
-		for _, z := range zones {
-			if !seenZ[z] {
-				seenZ[z] = true
-				oi.zones = append(oi.zones, z)
-			}
-		}
-		for _, c := range cts {
-			if !seenC[c] {
-				seenC[c] = true
-				oi.cts = append(oi.cts, c)
-			}
-		}
+		oi.zones = appendUnseen(oi.zones, seenZ, zones...)
+		oi.cts = appendUnseen(oi.cts, seenC, cts...)
 	}
 	oi.ok = len(oi.zones)*len(oi.cts) <= 64
 	return oi
@@ -56,17 +46,22 @@ func offeringKeys(types []*cloudprovider.InstanceType) (zones, cts []string) {
 	seenZ, seenC := map[string]bool{}, map[string]bool{}
 	for _, it := range types {
 		for _, o := range it.Offerings {
-			if !seenZ[o.Zone] {
-				seenZ[o.Zone] = true
-				zones = append(zones, o.Zone)
-			}
-			if !seenC[o.CapacityType] {
-				seenC[o.CapacityType] = true
-				cts = append(cts, o.CapacityType)
-			}
+			zones = appendUnseen(zones, seenZ, o.Zone)
+			cts = appendUnseen(cts, seenC, o.CapacityType)
 		}
 	}
 	return zones, cts
+}
+
+// appendUnseen appends the values seen does not hold yet, marking them seen.
+func appendUnseen(dst []string, seen map[string]bool, values ...string) []string {
+	for _, v := range values {
+		if !seen[v] {
+			seen[v] = true
+			dst = append(dst, v)
+		}
+	}
+	return dst
 }
 
 // zoneIndex and ctIndex are a zone's and a capacity type's positions (every offering's are
