@@ -2,13 +2,9 @@ package awsfake
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"mime"
-	"mime/multipart"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 )
 
 // Kubelet plays the instances' kubelets: a running instance registers its Node as nodeadm and
@@ -91,78 +86,6 @@ func (k *Kubelet) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// nodeConfig is what the fake reads of a NodeConfig.
-type nodeConfig struct {
-	Spec struct {
-		Cluster struct {
-			Name string `json:"name"`
-		} `json:"cluster"`
-		Kubelet struct {
-			Config map[string]any `json:"config"`
-			Flags  []string       `json:"flags"`
-		} `json:"kubelet"`
-	} `json:"spec"`
-}
-
-// ParseUserData merges the NodeConfig parts of base64 user data, later parts winning.
-func ParseUserData(b64 string) (config map[string]any, flags []string, err error) {
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		return nil, nil, fmt.Errorf("user data is not base64: %w", err)
-	}
-	ud := strings.ReplaceAll(string(raw), "\r\n", "\n")
-	head, body, ok := strings.Cut(ud, "\n\n")
-	if !ok {
-		return nil, nil, errors.New("user data is not a MIME document")
-	}
-	var boundary string
-	for _, line := range strings.Split(head, "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(strings.TrimSpace(k), "Content-Type") {
-			_, params, err := mime.ParseMediaType(strings.TrimSpace(v))
-			if err != nil {
-				return nil, nil, err
-			}
-			boundary = params["boundary"]
-		}
-	}
-	config = map[string]any{}
-	r := multipart.NewReader(strings.NewReader(strings.ReplaceAll(body, "\n", "\r\n")), boundary)
-	for {
-		part, err := r.NextPart()
-		if errors.Is(err, io.EOF) {
-			return config, flags, nil
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading user data: %w", err)
-		}
-		if !strings.HasPrefix(part.Header.Get("Content-Type"), "application/node.eks.aws") {
-			continue
-		}
-		b, err := io.ReadAll(part)
-		if err != nil {
-			return nil, nil, err
-		}
-		var nc nodeConfig
-		if err := yaml.Unmarshal(b, &nc); err != nil {
-			return nil, nil, fmt.Errorf("NodeConfig: %w", err)
-		}
-		for k, v := range nc.Spec.Kubelet.Config {
-			config[k] = v
-		}
-		flags = append(flags, nc.Spec.Kubelet.Flags...)
-	}
-}
-
-func flagValue(flags []string, name string) string {
-	v := ""
-	for _, f := range flags {
-		if rest, ok := strings.CutPrefix(f, "--"+name+"="); ok {
-			v = strings.Trim(rest, `"`)
-		}
-	}
-	return v
-}
-
 func (k *Kubelet) register(ctx context.Context, inst Instance) error {
 	node := &corev1.Node{}
 	if err := k.Client.Get(ctx, client.ObjectKey{Name: inst.PrivateDNS}, node); err == nil {
@@ -170,24 +93,18 @@ func (k *Kubelet) register(ctx context.Context, inst Instance) error {
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	config, flags, err := ParseUserData(inst.Template["UserData"])
+	family := k.Server.imageFamily(inst.ImageID)
+	boot, err := ReadBoot(family, inst.Template["UserData"])
 	if err != nil {
 		return err
 	}
-	labels := map[string]string{}
-	if l := flagValue(flags, "node-labels"); l != "" {
-		for _, kv := range strings.Split(l, ",") {
-			key, v, _ := strings.Cut(kv, "=")
-			labels[key] = v
-		}
+	// A node told another cluster, or no API server, never joins this one.
+	if boot.Cluster != k.Server.cluster || boot.Endpoint == "" {
+		return fmt.Errorf("user data joins cluster %q at %q, not %q", boot.Cluster, boot.Endpoint, k.Server.cluster)
 	}
-	var taints []corev1.Taint
-	if t := flagValue(flags, "register-with-taints"); t != "" {
-		for _, kv := range strings.Split(t, ",") {
-			key, rest, _ := strings.Cut(kv, "=")
-			v, effect, _ := strings.Cut(rest, ":")
-			taints = append(taints, corev1.Taint{Key: key, Value: v, Effect: corev1.TaintEffect(effect)})
-		}
+	labels, taints, config := boot.Labels, boot.Taints, boot.Config
+	if labels == nil {
+		labels = map[string]string{}
 	}
 	it := k.Server.instanceType(inst.Type)
 	if it == nil {
@@ -197,10 +114,15 @@ func (k *Kubelet) register(ctx context.Context, inst Instance) error {
 	labels[corev1.LabelHostname] = inst.PrivateDNS
 	labels[corev1.LabelInstanceTypeStable] = inst.Type
 	labels[corev1.LabelArchStable] = arch
-	labels[corev1.LabelOSStable] = "linux"
+	os := "linux"
+	if year, ok := strings.CutPrefix(family, "windows"); ok {
+		os = "windows"
+		labels[corev1.LabelWindowsBuild] = map[string]string{"2019": "10.0.17763", "2022": "10.0.20348", "2025": "10.0.26100"}[year]
+	}
+	labels[corev1.LabelOSStable] = os
 	labels[corev1.LabelTopologyZone] = inst.Zone
 	labels[corev1.LabelTopologyRegion] = k.Server.region
-	capacity, allocatable, err := k.resources(it, inst, config)
+	capacity, allocatable, err := k.resources(it, inst, family, config)
 	if err != nil {
 		return err
 	}
@@ -211,7 +133,7 @@ func (k *Kubelet) register(ctx context.Context, inst Instance) error {
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: allocatable,
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 				LastHeartbeatTime: now, LastTransitionTime: now}},
-			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", Architecture: arch, OperatingSystem: "linux"}},
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", Architecture: arch, OperatingSystem: os}},
 	}
 	if k.Kwok {
 		node.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
@@ -220,6 +142,16 @@ func (k *Kubelet) register(ctx context.Context, inst Instance) error {
 		return err
 	}
 	return nil
+}
+
+// imageFamily is how an image boots ("" for an unknown image or one without a family: AL2023).
+func (s *Server) imageFamily(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if im := s.images[id]; im != nil {
+		return im.Family
+	}
+	return ""
 }
 
 func (s *Server) instanceType(name string) *instanceType {
@@ -256,7 +188,7 @@ func nodeadmKubeReservedCPU(vcpus int64) int64 {
 // machine's resources, maxPods from its ENIs unless configured, kube-reserved from EKS's formulas
 // unless configured, system-reserved and hard eviction thresholds as configured (100Mi memory,
 // 10% of the root volume by default).
-func (k *Kubelet) resources(it *instanceType, inst Instance, config map[string]any) (corev1.ResourceList, corev1.ResourceList, error) {
+func (k *Kubelet) resources(it *instanceType, inst Instance, family string, config map[string]any) (corev1.ResourceList, corev1.ResourceList, error) {
 	pct := k.HypervisorMemoryPercent
 	if pct == 0 {
 		pct = 0.075
@@ -269,8 +201,14 @@ func (k *Kubelet) resources(it *instanceType, inst Instance, config map[string]a
 	if v, ok := config["podsPerCore"].(float64); ok && v > 0 {
 		pods = min(pods, int64(v)*it.vcpus)
 	}
-	disk := int64(20)
-	if v, err := strconv.ParseInt(inst.Template["BlockDeviceMapping.1.Ebs.VolumeSize"], 10, 64); err == nil {
+	// The kubelet's storage is the root volume, on Bottlerocket its data volume (/dev/xvdb).
+	disk, mapping := int64(20), "1"
+	for i := 1; inst.Template[fmt.Sprintf("BlockDeviceMapping.%d.DeviceName", i)] != ""; i++ {
+		if family == "bottlerocket" && inst.Template[fmt.Sprintf("BlockDeviceMapping.%d.DeviceName", i)] == "/dev/xvdb" {
+			mapping = strconv.Itoa(i)
+		}
+	}
+	if v, err := strconv.ParseInt(inst.Template["BlockDeviceMapping."+mapping+".Ebs.VolumeSize"], 10, 64); err == nil {
 		disk = v
 	}
 	capacity := corev1.ResourceList{

@@ -49,6 +49,8 @@ type Options struct {
 type Server struct {
 	region, account string
 	clock           clock.Clock
+	// cluster is the cluster the instances' user data must name to join.
+	cluster string
 
 	mu         sync.Mutex
 	zones      []Zone
@@ -108,7 +110,7 @@ func New(o Options) (*Server, error) {
 		o.KubernetesVersions = []string{"1.34", "1.35", "1.36", "1.37"}
 	}
 	s := &Server{
-		region: o.Region, account: "123456789012", clock: o.Clock,
+		region: o.Region, account: "123456789012", clock: o.Clock, cluster: o.ClusterName,
 		subnets: map[string]*Subnet{}, groups: map[string]*SecurityGroup{}, images: map[string]*Image{},
 		params: map[string]string{}, templates: map[string]*LaunchTemplate{}, instances: map[string]*Instance{},
 		fleets: map[string][]string{}, profiles: map[string]*InstanceProfile{}, roles: map[string]bool{},

@@ -25,12 +25,14 @@ type SecurityGroup struct {
 	Tags     map[string]string
 }
 
-// Image is an AMI.
+// Image is an AMI. Family is how its kubelet boots ("al2", "al2023", "bottlerocket",
+// "windows2019", "windows2022", "windows2025"); an image without one boots as AL2023 (nodeadm),
+// as custom images built on AL2023 do.
 type Image struct {
-	ID, Name, Owner, Architecture string
-	Created                       time.Time
-	Deprecated                    bool
-	Tags                          map[string]string
+	ID, Name, Owner, Architecture, Family string
+	Created                               time.Time
+	Deprecated                            bool
+	Tags                                  map[string]string
 }
 
 // InstanceProfile is an IAM instance profile.
@@ -136,9 +138,11 @@ func enisFor(pods int64) (int64, int64) {
 
 // ALVersion is the AL2023 image release the default world's "recommended" parameters point at;
 // ALPreviousVersion is the one before.
+// BottlerocketVersion is the Bottlerocket release the default world publishes.
 const (
-	ALVersion         = "v20261120"
-	ALPreviousVersion = "v20261020"
+	ALVersion           = "v20261120"
+	ALPreviousVersion   = "v20261020"
+	BottlerocketVersion = "1.51.0"
 )
 
 func (s *Server) defaultWorld(o Options) {
@@ -157,20 +161,61 @@ func (s *Server) defaultWorld(o Options) {
 	s.groups["sg-0other00000000001"] = &SecurityGroup{ID: "sg-0other00000000001", Name: "default", Tags: map[string]string{}}
 	s.roles["KarpenterNodeRole-"+o.ClusterName] = true
 	n := 0
+	image := func(name, arch, family, release string, params ...string) {
+		n++
+		id := fmt.Sprintf("ami-0%016d", n)
+		created, err := time.Parse("v20060102", release)
+		if err != nil {
+			created = time.Date(2026, 11, 12, 0, 0, 0, 0, time.UTC)
+		}
+		s.images[id] = &Image{ID: id, Name: name, Owner: "602401143452", Architecture: arch, Family: family, Created: created, Tags: map[string]string{}}
+		for _, p := range params {
+			s.params[p] = id
+		}
+	}
+	// AL2023 standard images first (their ids are the ones tests have always seen).
 	for _, v := range o.KubernetesVersions {
 		for _, release := range []string{ALPreviousVersion, ALVersion} {
 			for _, arch := range []string{"x86_64", "arm64"} {
-				n++
 				name := fmt.Sprintf("amazon-eks-node-al2023-%s-standard-%s-%s", arch, v, release)
-				id := fmt.Sprintf("ami-0%016d", n)
-				created, _ := time.Parse("v20060102", release)
-				s.images[id] = &Image{ID: id, Name: name, Owner: "602401143452", Architecture: arch, Created: created, Tags: map[string]string{}}
 				base := fmt.Sprintf("/aws/service/eks/optimized-ami/%s/amazon-linux-2023/%s/standard/", v, arch)
-				s.params[base+name+"/image_id"] = id
+				params := []string{base + name + "/image_id"}
 				if release == ALVersion {
-					s.params[base+"recommended/image_id"] = id
+					params = append(params, base+"recommended/image_id")
 				}
+				image(name, arch, "al2023", release, params...)
 			}
+		}
+	}
+	for _, v := range o.KubernetesVersions {
+		// AL2023's GPU (NVIDIA, both architectures) and Neuron (x86_64) images.
+		for _, av := range [][2]string{{"x86_64", "nvidia"}, {"arm64", "nvidia"}, {"x86_64", "neuron"}} {
+			name := fmt.Sprintf("amazon-eks-node-al2023-%s-%s-%s-%s", av[0], av[1], v, ALVersion)
+			base := fmt.Sprintf("/aws/service/eks/optimized-ami/%s/amazon-linux-2023/%s/%s/", v, av[0], av[1])
+			image(name, av[0], "al2023", ALVersion, base+name+"/image_id", base+"recommended/image_id")
+		}
+		// Bottlerocket, standard and NVIDIA, both architectures.
+		for _, flavour := range []string{"", "-nvidia"} {
+			for _, arch := range []string{"x86_64", "arm64"} {
+				name := fmt.Sprintf("bottlerocket-aws-k8s-%s%s-%s-v%s", v, flavour, arch, BottlerocketVersion)
+				base := fmt.Sprintf("/aws/service/bottlerocket/aws-k8s-%s%s/%s/", v, flavour, arch)
+				image(name, arch, "bottlerocket", ALVersion, base+BottlerocketVersion+"/image_id", base+"latest/image_id")
+			}
+		}
+		// Windows Server Core, x86_64 only.
+		for _, year := range []string{"2019", "2022", "2025"} {
+			name := fmt.Sprintf("Windows_Server-%s-English-Core-EKS_Optimized-%s-2026.11.12", year, v)
+			image(name, "x86_64", "windows"+year, ALVersion,
+				fmt.Sprintf("/aws/service/ami-windows-latest/Windows_Server-%s-English-Core-EKS_Optimized-%s/image_id", year, v))
+		}
+	}
+	// AL2, published up to Kubernetes 1.32.
+	for _, v := range []string{"1.31", "1.32"} {
+		for _, d := range [][3]string{{"amazon-linux-2", "amazon-eks-node", "x86_64"}, {"amazon-linux-2-gpu", "amazon-eks-gpu-node", "x86_64"},
+			{"amazon-linux-2-arm64", "amazon-eks-arm64-node", "arm64"}} {
+			name := fmt.Sprintf("%s-%s-%s", d[1], v, ALVersion)
+			base := fmt.Sprintf("/aws/service/eks/optimized-ami/%s/%s/", v, d[0])
+			image(name, d[2], "al2", ALVersion, base+name+"/image_id", base+"recommended/image_id")
 		}
 	}
 }
@@ -336,4 +381,14 @@ func (s *Server) RunInstance(inst Instance) Instance {
 	c := inst
 	s.instances[inst.ID] = &c
 	return inst
+}
+
+// ImageByID returns the image with this id.
+func (s *Server) ImageByID(id string) (Image, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if im := s.images[id]; im != nil {
+		return *im, true
+	}
+	return Image{}, false
 }

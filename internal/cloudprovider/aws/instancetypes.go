@@ -25,6 +25,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 )
 
 // market is what EC2 says about instance types in the region: their facts, the zones offering
@@ -373,26 +374,26 @@ func ENILimitedPods(info ec2types.InstanceTypeInfo) int64 {
 	return int64(aws.ToInt32(ni.MaximumNetworkInterfaces))*(int64(aws.ToInt32(ni.Ipv4AddressesPerInterface))-1) + 2
 }
 
-// DefaultRootVolume is the root volume AL2023 nodes get without a block device mapping.
-var DefaultRootVolume = resource.MustParse("20Gi")
-
-// rootVolume is the class's root volume size.
+// rootVolume is the size of the volume holding the node's ephemeral storage: the class's
+// mapping marked rootVolume, else its mapping of the family's ephemeral device, else its first
+// mapping; without mappings, the family's default volume.
 func rootVolume(nc *awsv1.EC2NodeClass) resource.Quantity {
-	var first *awsv1.BlockDeviceMapping
+	f := amifamily.Of(&nc.Spec)
+	var pick *awsv1.BlockDeviceMapping
 	for i := range nc.Spec.BlockDeviceMappings {
 		b := &nc.Spec.BlockDeviceMappings[i]
-		if b.RootVolume {
-			first = b
-			break
-		}
-		if first == nil {
-			first = b
+		switch {
+		case b.RootVolume:
+			pick = b
+		case pick == nil, !pick.RootVolume && b.DeviceName != nil && *b.DeviceName == f.EphemeralDevice():
+			pick = b
 		}
 	}
-	if first != nil && first.EBS != nil && first.EBS.VolumeSize != nil {
-		return first.EBS.VolumeSize.DeepCopy()
+	if pick != nil && pick.EBS != nil && pick.EBS.VolumeSize != nil {
+		return pick.EBS.VolumeSize.DeepCopy()
 	}
-	return DefaultRootVolume.DeepCopy()
+	v := f.DefaultVolumes()
+	return *resource.NewQuantity(int64(v[len(v)-1].SizeGiB)<<30, resource.BinarySI)
 }
 
 // Reserved is what a node's kubelet keeps from pods: kube-reserved, system-reserved and the hard
@@ -554,16 +555,7 @@ func Overhead(capacity corev1.ResourceList, r Reserved) corev1.ResourceList {
 // class has an image for, offered in the zones of its subnets, with on-demand and spot offerings
 // priced (a type without a price is left out: the solver could not weigh it).
 func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovider.InstanceType {
-	arches := map[string]bool{}
-	for _, ami := range nc.Status.AMIs {
-		for _, r := range ami.Requirements {
-			if r.Key == corev1.LabelArchStable {
-				for _, v := range r.Values {
-					arches[v] = true
-				}
-			}
-		}
-	}
+	family := amifamily.Of(&nc.Spec)
 	zones := map[string]bool{}
 	for _, s := range nc.Status.Subnets {
 		zones[s.Zone] = true
@@ -572,7 +564,12 @@ func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovide
 	for _, info := range m.types {
 		name := string(info.InstanceType)
 		labels := typeLabels(info)
-		if !arches[labels[corev1.LabelArchStable]] || info.VCpuInfo == nil || info.MemoryInfo == nil {
+		labels[corev1.LabelOSStable] = family.OS()
+		if b := family.WindowsBuild(); b != "" {
+			labels[corev1.LabelWindowsBuild] = b
+		}
+		if !slices.ContainsFunc(nc.Status.AMIs, func(a awsv1.AMI) bool { return amifamily.Serves(a.Requirements, labels) }) ||
+			info.VCpuInfo == nil || info.MemoryInfo == nil {
 			continue
 		}
 		od, ok := m.onDemand[name]

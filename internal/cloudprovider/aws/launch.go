@@ -6,11 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"maps"
-	"mime"
-	"mime/multipart"
-	"net/textproto"
 	"slices"
 	"strings"
 	"time"
@@ -20,41 +16,11 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 )
-
-// NodeConfig is the part of AL2023's nodeadm configuration Capstan writes.
-type NodeConfig struct {
-	APIVersion string         `json:"apiVersion"`
-	Kind       string         `json:"kind"`
-	Spec       NodeConfigSpec `json:"spec"`
-}
-
-// NodeConfigSpec is a NodeConfig's spec.
-type NodeConfigSpec struct {
-	Cluster NodeConfigCluster `json:"cluster"`
-	Kubelet NodeConfigKubelet `json:"kubelet"`
-}
-
-// NodeConfigCluster says which cluster the node joins.
-type NodeConfigCluster struct {
-	Name                 string `json:"name"`
-	APIServerEndpoint    string `json:"apiServerEndpoint"`
-	CertificateAuthority string `json:"certificateAuthority,omitempty"`
-	CIDR                 string `json:"cidr,omitempty"`
-}
-
-// NodeConfigKubelet is the kubelet's configuration and flags.
-type NodeConfigKubelet struct {
-	Config map[string]any `json:"config,omitempty"`
-	Flags  []string       `json:"flags,omitempty"`
-}
-
-// nodeConfigMediaType is nodeadm's MIME type.
-const nodeConfigMediaType = "application/node.eks.aws"
 
 // kubeletLabel reports whether the kubelet may set a label on its own Node (the NodeRestriction
 // admission plugin refuses kubernetes.io and k8s.io labels except these).
@@ -74,163 +40,26 @@ func kubeletLabel(key string) bool {
 		corev1.LabelTopologyZone, corev1.LabelTopologyRegion}, key)
 }
 
-// UserData is the machine's user data: the class's own parts first (a MIME multi-part document,
-// a NodeConfig or a shell script), then Capstan's NodeConfig, which nodeadm merges last so its
-// cluster, kubelet reservations, labels and taints win.
-//
-// The kubelet settings written are the class's own: what the class leaves unset (maxPods,
-// kube-reserved, eviction thresholds) nodeadm derives from the instance type with the formulas
-// Reserved models, so one template serves every type of an image.
+// UserData is the machine's user data in its image family's format (amifamily.UserData): the
+// cluster to join, the claim's labels (those the kubelet may set) and taints behind
+// karpenter.sh/unregistered, the class's kubelet settings, and the class's own user data merged
+// as the family takes it.
 func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (string, error) {
-	var b strings.Builder
-	w := multipart.NewWriter(&b)
-	if err := w.SetBoundary("//"); err != nil {
-		return "", err
-	}
-	b.WriteString("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"//\"\r\n\r\n")
-	if nc.Spec.UserData != nil && strings.TrimSpace(*nc.Spec.UserData) != "" {
-		if err := writeUserParts(w, *nc.Spec.UserData); err != nil {
-			return "", fmt.Errorf("spec.userData: %w", err)
-		}
-	}
 	labels := map[string]string{}
 	for k, v := range claim.Labels {
 		if kubeletLabel(k) {
 			labels[k] = v
 		}
 	}
-	var labelFlag []string
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		labelFlag = append(labelFlag, k+"="+labels[k])
-	}
 	taints := []corev1.Taint{karpv1.UnregisteredNoExecuteTaint}
 	taints = append(taints, claim.Spec.Taints...)
 	taints = append(taints, claim.Spec.StartupTaints...)
-	var taintFlag []string
-	for _, t := range taints {
-		taintFlag = append(taintFlag, t.Key+"="+t.Value+":"+string(t.Effect))
+	b := amifamily.Bootstrap{ClusterName: p.opts.ClusterName, Endpoint: p.opts.ClusterEndpoint, CABundle: p.opts.ClusterCABundle,
+		CIDR: p.opts.ClusterCIDR, Labels: labels, Taints: taints, Kubelet: nc.Spec.Kubelet}
+	if nc.Spec.UserData != nil {
+		b.Custom = *nc.Spec.UserData
 	}
-	cfg := map[string]any{}
-	if k := nc.Spec.Kubelet; k != nil {
-		if k.MaxPods != nil {
-			cfg["maxPods"] = *k.MaxPods
-		}
-		if k.PodsPerCore != nil {
-			cfg["podsPerCore"] = *k.PodsPerCore
-		}
-		if len(k.KubeReserved) > 0 {
-			cfg["kubeReserved"] = k.KubeReserved
-		}
-		if len(k.SystemReserved) > 0 {
-			cfg["systemReserved"] = k.SystemReserved
-		}
-		if len(k.EvictionHard) > 0 {
-			cfg["evictionHard"] = k.EvictionHard
-		}
-		if len(k.ClusterDNS) > 0 {
-			cfg["clusterDNS"] = k.ClusterDNS
-		}
-		if k.CPUCFSQuota != nil {
-			cfg["cpuCFSQuota"] = *k.CPUCFSQuota
-		}
-		if k.ImageGCHighThresholdPercent != nil {
-			cfg["imageGCHighThresholdPercent"] = *k.ImageGCHighThresholdPercent
-		}
-		if k.ImageGCLowThresholdPercent != nil {
-			cfg["imageGCLowThresholdPercent"] = *k.ImageGCLowThresholdPercent
-		}
-		if len(k.EvictionSoft) > 0 {
-			cfg["evictionSoft"] = k.EvictionSoft
-		}
-		if len(k.EvictionSoftGracePeriod) > 0 {
-			cfg["evictionSoftGracePeriod"] = k.EvictionSoftGracePeriod
-		}
-		if k.EvictionMaxPodGracePeriod != nil {
-			cfg["evictionMaxPodGracePeriod"] = *k.EvictionMaxPodGracePeriod
-		}
-	}
-	doc := NodeConfig{APIVersion: "node.eks.aws/v1alpha1", Kind: "NodeConfig", Spec: NodeConfigSpec{
-		Cluster: NodeConfigCluster{Name: p.opts.ClusterName, APIServerEndpoint: p.opts.ClusterEndpoint,
-			CertificateAuthority: p.opts.ClusterCABundle, CIDR: p.opts.ClusterCIDR},
-		Kubelet: NodeConfigKubelet{Config: cfg, Flags: []string{
-			"--node-labels=" + strings.Join(labelFlag, ","),
-			"--register-with-taints=" + strings.Join(taintFlag, ","),
-		}},
-	}}
-	y, err := yaml.Marshal(doc)
-	if err != nil {
-		return "", err
-	}
-	part, err := w.CreatePart(textproto.MIMEHeader{"Content-Type": {nodeConfigMediaType}})
-	if err != nil {
-		return "", err
-	}
-	if _, err := part.Write(y); err != nil {
-		return "", err
-	}
-	if err := w.Close(); err != nil {
-		return "", err
-	}
-	return b.String(), nil
-}
-
-// writeUserParts copies the class's user data into w: the parts of a MIME document, or the
-// whole as one part (a NodeConfig when it declares one, else a shell script).
-func writeUserParts(w *multipart.Writer, ud string) error {
-	if strings.HasPrefix(strings.TrimSpace(ud), "MIME-Version:") {
-		headerEnd := strings.Index(ud, "\n\n")
-		if i := strings.Index(ud, "\r\n\r\n"); i >= 0 && (headerEnd < 0 || i < headerEnd) {
-			headerEnd = i
-		}
-		if headerEnd < 0 {
-			return errors.New("a MIME document without a body")
-		}
-		var boundary string
-		for _, line := range strings.Split(ud[:headerEnd], "\n") {
-			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-			if strings.EqualFold(k, "Content-Type") {
-				_, params, err := mime.ParseMediaType(strings.TrimSpace(v))
-				if err != nil {
-					return fmt.Errorf("Content-Type %q: %w", v, err)
-				}
-				boundary = params["boundary"]
-			}
-		}
-		if boundary == "" {
-			return errors.New("a MIME document without a multipart boundary")
-		}
-		r := multipart.NewReader(strings.NewReader(ud[headerEnd:]), boundary)
-		for {
-			part, err := r.NextPart()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("reading MIME part: %w", err)
-			}
-			var body strings.Builder
-			if _, err := io.Copy(&body, part); err != nil {
-				return err
-			}
-			out, err := w.CreatePart(textproto.MIMEHeader{"Content-Type": {part.Header.Get("Content-Type")}})
-			if err != nil {
-				return err
-			}
-			if _, err := out.Write([]byte(body.String())); err != nil {
-				return err
-			}
-		}
-	}
-	ct := "text/x-shellscript; charset=\"us-ascii\""
-	if strings.Contains(ud, "kind: NodeConfig") {
-		ct = nodeConfigMediaType
-	}
-	out, err := w.CreatePart(textproto.MIMEHeader{"Content-Type": {ct}})
-	if err != nil {
-		return err
-	}
-	_, err = out.Write([]byte(ud))
-	return err
+	return amifamily.UserData(amifamily.Of(&nc.Spec), b)
 }
 
 // launchTemplate is one launch configuration: an image and everything the class and claim put
@@ -305,12 +134,16 @@ func describeBlockDevices(b []ec2types.LaunchTemplateBlockDeviceMappingRequest) 
 	return strings.Join(parts, ";")
 }
 
-// blockDevices are the class's block devices, or AL2023's default root volume (20 GiB gp3,
+// blockDevices are the class's block devices, or its image family's default volumes (gp3,
 // encrypted).
 func blockDevices(nc *awsv1.EC2NodeClass) []ec2types.LaunchTemplateBlockDeviceMappingRequest {
 	if len(nc.Spec.BlockDeviceMappings) == 0 {
-		return []ec2types.LaunchTemplateBlockDeviceMappingRequest{{DeviceName: aws.String("/dev/xvda"), Ebs: &ec2types.LaunchTemplateEbsBlockDeviceRequest{
-			VolumeSize: aws.Int32(int32(DefaultRootVolume.Value() >> 30)), VolumeType: ec2types.VolumeTypeGp3, Encrypted: aws.Bool(true), DeleteOnTermination: aws.Bool(true)}}}
+		var out []ec2types.LaunchTemplateBlockDeviceMappingRequest
+		for _, v := range amifamily.Of(&nc.Spec).DefaultVolumes() {
+			out = append(out, ec2types.LaunchTemplateBlockDeviceMappingRequest{DeviceName: aws.String(v.Device), Ebs: &ec2types.LaunchTemplateEbsBlockDeviceRequest{
+				VolumeSize: aws.Int32(v.SizeGiB), VolumeType: ec2types.VolumeTypeGp3, Encrypted: aws.Bool(true), DeleteOnTermination: aws.Bool(true)}})
+		}
+		return out
 	}
 	var out []ec2types.LaunchTemplateBlockDeviceMappingRequest
 	for _, b := range nc.Spec.BlockDeviceMappings {
@@ -448,15 +281,17 @@ func isCode(err error, code string) bool {
 var capacityErrors = []string{"InsufficientInstanceCapacity", "InsufficientCapacity", "MaxSpotInstanceCountExceeded",
 	"UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "SpotMaxPriceTooLow"}
 
-// ValidateUserData checks that the class's user data can be merged with Capstan's (a MIME
-// document needs a multipart boundary and readable parts); the error names spec.userData.
-func ValidateUserData(nc *awsv1.EC2NodeClass) error {
-	if nc.Spec.UserData == nil || strings.TrimSpace(*nc.Spec.UserData) == "" {
-		return nil
+// ValidateUserData checks that the class's user data can be merged for its image family (a
+// MIME document needs a multipart boundary and readable parts, Bottlerocket's must be TOML); the
+// error names spec.userData. dropped names what the family leaves out (Bottlerocket settings it
+// would refuse).
+func ValidateUserData(nc *awsv1.EC2NodeClass) (dropped []string, err error) {
+	if nc.Spec.UserData == nil {
+		return nil, nil
 	}
-	var b strings.Builder
-	if err := writeUserParts(multipart.NewWriter(&b), *nc.Spec.UserData); err != nil {
-		return fmt.Errorf("spec.userData: %w", err)
+	f := amifamily.Of(&nc.Spec)
+	if err := amifamily.Validate(f, *nc.Spec.UserData); err != nil {
+		return nil, err
 	}
-	return nil
+	return amifamily.Dropped(f, *nc.Spec.UserData), nil
 }

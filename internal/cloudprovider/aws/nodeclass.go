@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
+	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 )
 
 // ResolveError says which selector of an EC2NodeClass resolved to nothing, or why a lookup
@@ -158,44 +159,26 @@ func archOf(ec2Arch string) string {
 	return ec2Arch
 }
 
-// aliasArchitectures are the architectures an alias resolves images for, with their SSM names.
-var aliasArchitectures = []struct{ kube, ssm string }{{"amd64", "x86_64"}, {"arm64", "arm64"}}
-
-// aliasParameters are the public SSM parameters an alias resolves through, per architecture.
-func aliasParameters(alias, kubeVersion string) ([]string, error) {
-	family, version, _ := strings.Cut(alias, "@")
-	if family != "al2023" {
-		return nil, fmt.Errorf("alias %q: only the al2023 family is resolved by Capstan so far", alias)
-	}
-	if version == "" {
-		version = "latest"
-	}
-	var out []string
-	for _, a := range aliasArchitectures {
-		base := fmt.Sprintf("/aws/service/eks/optimized-ami/%s/amazon-linux-2023/%s/standard/", kubeVersion, a.ssm)
-		if version == "latest" {
-			out = append(out, base+"recommended/image_id")
-		} else {
-			out = append(out, fmt.Sprintf("%samazon-eks-node-al2023-%s-standard-%s-%s/image_id", base, a.ssm, kubeVersion, version))
-		}
-	}
-	return out, nil
-}
-
 // ResolveAMIs returns the images the class's terms select, newest first, each with the
 // architecture requirement it serves.
 func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]awsv1.AMI, error) {
 	type found struct {
 		img     ec2types.Image
 		created time.Time
+		// serves are the requirement sets an alias's parameters gave the image (nil: its
+		// architecture alone).
+		serves [][]awsv1.AMIRequirement
 	}
-	seen := map[string]found{}
+	seen := map[string]*found{}
 	var empty []string
+	// known are the requirement sets of the images an alias's parameters name.
+	known := map[string][][]awsv1.AMIRequirement{}
 	add := func(imgs []ec2types.Image) int {
 		n := 0
 		for _, im := range imgs {
+			id := aws.ToString(im.ImageId)
 			t, _ := time.Parse(time.RFC3339, aws.ToString(im.CreationDate))
-			seen[aws.ToString(im.ImageId)] = found{im, t}
+			seen[id] = &found{img: im, created: t, serves: known[id]}
 			n++
 		}
 		return n
@@ -208,30 +191,36 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 		var what string
 		switch {
 		case t.Alias != "" || t.SSMParameter != "":
-			var params []string
+			var queries []amifamily.Query
 			if t.Alias != "" {
 				kv, err := p.kubeVersion(ctx)
 				if err != nil {
 					return nil, fail("resolving alias %s: reading the cluster's Kubernetes version: %w", t.Alias, err)
 				}
-				if params, err = aliasParameters(t.Alias, kv); err != nil {
-					return nil, fail("%w", err)
+				if queries, err = amifamily.AliasQueries(t.Alias, kv); err != nil {
+					return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Empty: true, Err: err}
 				}
 				what = "alias " + t.Alias
 			} else {
-				params, what = []string{t.SSMParameter}, "ssmParameter "+t.SSMParameter
+				queries, what = []amifamily.Query{{Parameter: t.SSMParameter}}, "ssmParameter "+t.SSMParameter
 			}
 			var ids []string
-			for _, name := range params {
-				out, err := p.clients.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name)})
+			for _, q := range queries {
+				out, err := p.clients.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(q.Parameter)})
 				var nf *ssmtypes.ParameterNotFound
 				if errors.As(err, &nf) {
 					continue
 				}
 				if err != nil {
-					return nil, fail("resolving %s: reading SSM parameter %s: %w", what, name, err)
+					return nil, fail("resolving %s: reading SSM parameter %s: %w", what, q.Parameter, err)
 				}
-				ids = append(ids, aws.ToString(out.Parameter.Value))
+				id := aws.ToString(out.Parameter.Value)
+				if !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
+				if q.Requirements != nil {
+					known[id] = append(known[id], q.Requirements)
+				}
 			}
 			if len(ids) == 0 {
 				empty = append(empty, what)
@@ -282,11 +271,20 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 		}
 		return aws.ToString(imgs[i].img.ImageId) < aws.ToString(imgs[j].img.ImageId)
 	})
-	out := make([]awsv1.AMI, len(imgs))
-	for i, f := range imgs {
-		out[i] = awsv1.AMI{ID: aws.ToString(f.img.ImageId), Name: aws.ToString(f.img.Name), Deprecated: f.img.DeprecationTime != nil &&
-			aws.ToString(f.img.DeprecationTime) != "" && !p.clock.Now().Before(parseTime(aws.ToString(f.img.DeprecationTime))),
-			Requirements: []awsv1.AMIRequirement{{Key: corev1.LabelArchStable, Operator: string(corev1.NodeSelectorOpIn), Values: []string{archOf(string(f.img.Architecture))}}}}
+	var out []awsv1.AMI
+	for _, f := range imgs {
+		a := archOf(string(f.img.Architecture))
+		deprecated := f.img.DeprecationTime != nil && aws.ToString(f.img.DeprecationTime) != "" &&
+			!p.clock.Now().Before(parseTime(aws.ToString(f.img.DeprecationTime)))
+		serves := f.serves
+		if serves == nil {
+			serves = [][]awsv1.AMIRequirement{{{Key: corev1.LabelArchStable, Operator: string(corev1.NodeSelectorOpIn), Values: []string{a}}}}
+		}
+		// An image serving several kinds of types (AL2's GPU image: GPU and accelerator types)
+		// is listed once for each, as Karpenter lists it.
+		for _, reqs := range serves {
+			out = append(out, awsv1.AMI{ID: aws.ToString(f.img.ImageId), Name: aws.ToString(f.img.Name), Deprecated: deprecated, Requirements: reqs})
+		}
 	}
 	return out, nil
 }

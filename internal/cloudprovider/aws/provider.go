@@ -28,6 +28,7 @@ import (
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 	"capstan.dev/capstan/internal/nodepools"
 )
 
@@ -317,16 +318,13 @@ func subnetByZone(nc *awsv1.EC2NodeClass) map[string]awsv1.Subnet {
 	return out
 }
 
-// imageFor is the newest image of the class for an architecture.
-func imageFor(nc *awsv1.EC2NodeClass, arch string) string {
+// imageFor is the class's newest image serving an instance type (its architecture, and for
+// alias images the variant: GPU, accelerator or standard), or "" when none does.
+func imageFor(nc *awsv1.EC2NodeClass, it *cloudprovider.InstanceType) string {
+	labels := it.Requirements.Labels()
 	for _, ami := range nc.Status.AMIs {
-		if ami.Deprecated {
-			continue
-		}
-		for _, r := range ami.Requirements {
-			if r.Key == corev1.LabelArchStable && slices.Contains(r.Values, arch) {
-				return ami.ID
-			}
+		if !ami.Deprecated && amifamily.Serves(ami.Requirements, labels) {
+			return ami.ID
 		}
 	}
 	return ""
@@ -347,8 +345,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 	var order []string
 	for rank, c := range cands {
 		byName[c.it.Name] = c.it
-		arch := c.it.Requirements.Labels()[corev1.LabelArchStable]
-		image := imageFor(nc, arch)
+		image := imageFor(nc, c.it)
 		if image == "" {
 			continue
 		}
@@ -450,7 +447,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		it := byName[string(fi.InstanceType)]
 		image := ""
 		if it != nil {
-			image = imageFor(nc, it.Requirements.Labels()[corev1.LabelArchStable])
+			image = imageFor(nc, it)
 		}
 		return p.claimFor(fi.InstanceIds[0], it, string(fi.InstanceType), zone, capacityType, image, p.clock.Now()), nil
 	}

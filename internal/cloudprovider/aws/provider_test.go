@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 func resolved(t *testing.T, f *awstest.Fixture, nc *awsv1.EC2NodeClass) *awsv1.EC2NodeClass {
 	t.Helper()
 	ctx := context.Background()
-	nc.Name = strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	nc.Name = strings.ToLower(strings.NewReplacer("_", "-", "/", "-").Replace(t.Name()))
 	if err := env.Client.Create(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,6 @@ func TestGetListDelete(t *testing.T) {
 }
 
 func TestNodeRegistersWithTheClaimsAllocatable(t *testing.T) {
-	ctx := context.Background()
 	f := awstest.New(t, env.Client)
 	nc, np := f.Orders(t)
 	nc.Spec.Kubelet = &awsv1.KubeletConfiguration{MaxPods: ptr(int32(40)), SystemReserved: awsv1.ReservedResources{"cpu": "100m", "memory": "200Mi"}}
@@ -371,21 +370,7 @@ func TestNodeRegistersWithTheClaimsAllocatable(t *testing.T) {
 		{corev1.ResourceCPU: resource.MustParse("7"), corev1.ResourceMemory: resource.MustParse("50Gi")},
 	} {
 		claim := claimFor(nc, np, fmt.Sprintf("kubelet-%d", i), requests)
-		got, err := f.Provider.Create(ctx, claim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := &awsfake.Kubelet{Server: f.AWS, Client: env.Client, BootDelay: time.Nanosecond}
-		f.Clock.Step(time.Second)
-		if err := k.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-		inst := f.AWS.LiveInstances(aws.NodeClaimTag, claim.Name)[0]
-		node := &corev1.Node{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: inst.PrivateDNS}, node); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(ctx, node) })
+		got, inst, node := launchAndBoot(t, f, claim)
 		if node.Spec.ProviderID != got.Status.ProviderID || node.Labels["workload"] != "orders" || node.Labels[karpv1.NodePoolLabelKey] != "orders" {
 			t.Errorf("node %s: providerID %s labels %v", node.Name, node.Spec.ProviderID, node.Labels)
 		}
@@ -403,6 +388,29 @@ func TestNodeRegistersWithTheClaimsAllocatable(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// launchAndBoot launches the claim and lets the fake kubelet boot its instance; it returns the
+// launched claim, the instance and the Node it registered (deleted when the test ends).
+func launchAndBoot(t *testing.T, f *awstest.Fixture, claim *karpv1.NodeClaim) (*karpv1.NodeClaim, awsfake.Instance, *corev1.Node) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := f.Provider.Create(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &awsfake.Kubelet{Server: f.AWS, Client: env.Client, BootDelay: time.Nanosecond}
+	f.Clock.Step(time.Second)
+	if err := k.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inst := f.AWS.LiveInstances(aws.NodeClaimTag, claim.Name)[0]
+	node := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: inst.PrivateDNS}, node); err != nil {
+		t.Fatalf("no Node registered: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, node) })
+	return got, inst, node
+}
+
 func TestLabelsAndAllocatableMatchTheCatalog(t *testing.T) {
 	ctx := context.Background()
 	f := awstest.New(t, env.Client)
@@ -410,8 +418,9 @@ func TestLabelsAndAllocatableMatchTheCatalog(t *testing.T) {
 	nc.Spec.AMISelectorTerms = []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}}
 	nc.Spec.AMIFamily = nil
 	nc = resolved(t, f, nc)
-	if len(nc.Status.AMIs) != 2 {
-		t.Fatalf("al2023@latest resolved to %+v, want one image per architecture", nc.Status.AMIs)
+	// Standard and NVIDIA images for each architecture, Neuron for x86_64.
+	if len(nc.Status.AMIs) != 5 {
+		t.Fatalf("al2023@latest resolved to %+v, want five images", nc.Status.AMIs)
 	}
 	its, err := f.Provider.InstanceTypes(ctx, nc)
 	if err != nil {
@@ -528,7 +537,7 @@ func TestPricesFallBackWhenPricingIsUnreachable(t *testing.T) {
 	}
 }
 
-func TestUserDataKeepsTheClassPartsFirst(t *testing.T) {
+func TestUserDataPutsCapstansNodeConfigFirst(t *testing.T) {
 	ctx := context.Background()
 	f := awstest.New(t, env.Client)
 	nc, np := f.Orders(t)
@@ -547,9 +556,11 @@ func TestUserDataKeepsTheClassPartsFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		ud := string(raw)
+		// As Karpenter writes it: nodeadm merges in order, so the class's parts may change
+		// what Capstan's NodeConfig says.
 		iScript, iClass, iCapstan := strings.Index(ud, "echo class-script"), strings.Index(ud, "shutdownGracePeriod"), strings.Index(ud, "apiServerEndpoint: https://kube.example:6443")
-		if iScript < 0 || iClass < 0 || iCapstan < 0 || !(iScript < iClass && iClass < iCapstan) {
-			t.Fatalf("want the class's script, then its NodeConfig, then Capstan's:\n%s", ud)
+		if iScript < 0 || iClass < 0 || iCapstan < 0 || !(iCapstan < iScript && iScript < iClass) {
+			t.Fatalf("want Capstan's NodeConfig, then the class's script, then its NodeConfig:\n%s", ud)
 		}
 		config, _, err := awsfake.ParseUserData(lt.Data["UserData"])
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 )
 
 // Finalizer holds a class until no NodeClaim uses it.
@@ -167,12 +168,17 @@ func (c *Controller) resolve(ctx context.Context, nc *awsv1.EC2NodeClass) []erro
 		errs = append(errs, err)
 	}
 	set(awsv1.ConditionTypeInstanceProfileReady, err, "InstanceProfileResolved")
-	err = aws.ValidateUserData(nc)
+	dropped, err := aws.ValidateUserData(nc)
 	if err != nil {
 		err = &aws.ResolveError{Condition: awsv1.ConditionTypeValidationSucceeded, Reason: "UserDataInvalid", Empty: true, Err: err}
 		errs = append(errs, err)
 	}
 	set(awsv1.ConditionTypeValidationSucceeded, err, "ValidationSucceeded")
+	if len(dropped) > 0 {
+		// What the image family would refuse is left out of the user data, and said here.
+		cond := meta.FindStatusCondition(nc.Status.Conditions, awsv1.ConditionTypeValidationSucceeded)
+		cond.Message = "spec.userData: left out (" + string(amifamily.Of(&nc.Spec)) + " would refuse them): " + strings.Join(dropped, ", ")
+	}
 	ready := metav1.Condition{Type: awsv1.ConditionTypeReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: nc.Generation, LastTransitionTime: now}
 	if len(errs) > 0 {
 		var msgs []string

@@ -40,7 +40,7 @@ func karpenterUserData(t testing.TB, labels map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(part, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: %s\n  kubelet:\n    flags:\n    - --node-labels=%q\n",
+	fmt.Fprintf(part, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: %s\n    apiServerEndpoint: https://kube.example:6443\n  kubelet:\n    flags:\n    - --node-labels=%q\n",
 		cluster, strings.Join(kv, ","))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

@@ -40,6 +40,9 @@ type Fixture struct {
 	Clock       *clocktesting.FakeClock
 	Unavailable *cloudprovider.UnavailableOfferings
 	Kube        client.Client
+	// KubeVersion is the cluster's Kubernetes version the provider resolves aliases for
+	// (default 1.37; read at each resolution).
+	KubeVersion string
 }
 
 // New starts a fake AWS for the test and builds a provider reading through kube.
@@ -54,7 +57,7 @@ func New(t testing.TB, kube client.Client) *Fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	f := &Fixture{AWS: srv, Clock: clk, Kube: kube}
+	f := &Fixture{AWS: srv, Clock: clk, Kube: kube, KubeVersion: "1.37"}
 	f.Clients = f.NewClients(t, aws.ClientOptions{})
 	f.Unavailable = cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
 	f.Provider = f.NewProvider(t, f.Clients)
@@ -86,7 +89,7 @@ func (f *Fixture) NewClients(t testing.TB, o aws.ClientOptions) *aws.Clients {
 func (f *Fixture) NewProvider(t testing.TB, c *aws.Clients) *aws.Provider {
 	return aws.NewProvider(f.Kube, c, f.Clock, f.Unavailable, aws.Options{ClusterName: Cluster,
 		ClusterEndpoint: "https://kube.example:6443", ClusterCABundle: "Q0E=", Log: testr.NewWithInterface(t, testr.Options{}),
-		KubernetesVersion: func(context.Context) (string, error) { return "1.37", nil }})
+		KubernetesVersion: func(context.Context) (string, error) { return f.KubeVersion, nil }})
 }
 
 // Orders reads the runbook's examples/aws/orders.yaml with its placeholders filled: the

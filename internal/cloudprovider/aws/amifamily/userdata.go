@@ -1,0 +1,365 @@
+package amifamily
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"mime/multipart"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
+)
+
+// Bootstrap is what a node's user data tells it: which cluster to join, how, and the kubelet's
+// labels, taints and configuration; Custom is the class's own spec.userData.
+type Bootstrap struct {
+	ClusterName, Endpoint, CABundle, CIDR string
+	// Labels are the labels the kubelet registers with (only those it may set on itself).
+	Labels map[string]string
+	// Taints are the taints it registers with (karpenter.sh/unregistered first).
+	Taints  []corev1.Taint
+	Kubelet *awsv1.KubeletConfiguration
+	Custom  string
+}
+
+// UserData is the family's user data for b (not yet base64-encoded), with the class's own data
+// merged as the family takes it:
+//   - AL2: a MIME multi-part document, the class's parts (a script when not MIME) first and the
+//     bootstrap.sh script last;
+//   - AL2023: a MIME document, Capstan's NodeConfig first and the class's parts after it
+//     (nodeadm merges them in order, the last winning);
+//   - Bottlerocket: TOML, the class's settings with Capstan's keys winning and what Bottlerocket
+//     would not accept dropped (Dropped lists them);
+//   - Windows: one PowerShell block, the class's script before the EKS bootstrap call;
+//   - Custom: the class's data unchanged; the image must join the cluster itself (with the
+//     karpenter.sh/unregistered taint).
+func UserData(f Family, b Bootstrap) (string, error) {
+	switch {
+	case f == AL2:
+		return al2(b)
+	case f == AL2023:
+		return nodeadm(b)
+	case f == Bottlerocket:
+		s, _, err := bottlerocket(b)
+		return s, err
+	case f.Windows():
+		return windows(b), nil
+	case f == Custom:
+		return b.Custom, nil
+	}
+	return "", fmt.Errorf("spec.amiFamily: unknown family %q", f)
+}
+
+// Validate checks that the class's user data can be merged for its family; the error names
+// spec.userData.
+func Validate(f Family, custom string) error {
+	if strings.TrimSpace(custom) == "" {
+		return nil
+	}
+	var err error
+	switch {
+	case f == AL2, f == AL2023:
+		err = copyParts(multipart.NewWriter(io.Discard), custom, "text/x-shellscript; charset=\"us-ascii\"")
+	case f == Bottlerocket:
+		_, _, err = bottlerocket(Bootstrap{Custom: custom})
+	}
+	if err != nil {
+		return fmt.Errorf("spec.userData: %w", err)
+	}
+	return nil
+}
+
+// nodeConfigMediaType is nodeadm's MIME type.
+const nodeConfigMediaType = "application/node.eks.aws"
+
+// NodeConfig is the part of AL2023's nodeadm configuration Capstan writes.
+type NodeConfig struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Spec       NodeConfigSpec `json:"spec"`
+}
+
+// NodeConfigSpec is a NodeConfig's spec.
+type NodeConfigSpec struct {
+	Cluster NodeConfigCluster `json:"cluster"`
+	Kubelet NodeConfigKubelet `json:"kubelet"`
+}
+
+// NodeConfigCluster says which cluster the node joins.
+type NodeConfigCluster struct {
+	Name                 string `json:"name"`
+	APIServerEndpoint    string `json:"apiServerEndpoint"`
+	CertificateAuthority string `json:"certificateAuthority,omitempty"`
+	CIDR                 string `json:"cidr,omitempty"`
+}
+
+// NodeConfigKubelet is the kubelet's configuration and flags.
+type NodeConfigKubelet struct {
+	Config map[string]any `json:"config,omitempty"`
+	Flags  []string       `json:"flags,omitempty"`
+}
+
+// mimeDocument writes a multipart/mixed document with the boundary "//" and lets fill add parts.
+func mimeDocument(fill func(w *multipart.Writer) error) (string, error) {
+	var b strings.Builder
+	w := multipart.NewWriter(&b)
+	if err := w.SetBoundary("//"); err != nil {
+		return "", err
+	}
+	b.WriteString("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"//\"\r\n\r\n")
+	if err := fill(w); err != nil {
+		return "", err
+	}
+	if err := w.Close(); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func writePart(w *multipart.Writer, contentType, body string) error {
+	part, err := w.CreatePart(textproto.MIMEHeader{"Content-Type": {contentType}})
+	if err != nil {
+		return err
+	}
+	_, err = part.Write([]byte(body))
+	return err
+}
+
+// labelFlag and taintFlag are the kubelet's --node-labels and --register-with-taints values.
+func labelFlag(labels map[string]string) string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		kv = append(kv, k+"="+labels[k])
+	}
+	return strings.Join(kv, ",")
+}
+
+func taintFlag(taints []corev1.Taint) string {
+	var kv []string
+	for _, t := range taints {
+		kv = append(kv, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	return strings.Join(kv, ",")
+}
+
+// nodeadm is AL2023's user data: Capstan's NodeConfig, then the class's parts.
+//
+// The kubelet settings written are the class's own: what the class leaves unset (maxPods,
+// kube-reserved, eviction thresholds) nodeadm derives from the instance type, so one template
+// serves every type of an image.
+func nodeadm(b Bootstrap) (string, error) {
+	cfg := map[string]any{}
+	if k := b.Kubelet; k != nil {
+		set := func(name string, v any, ok bool) {
+			if ok {
+				cfg[name] = v
+			}
+		}
+		set("maxPods", deref(k.MaxPods), k.MaxPods != nil)
+		set("podsPerCore", deref(k.PodsPerCore), k.PodsPerCore != nil)
+		set("kubeReserved", k.KubeReserved, len(k.KubeReserved) > 0)
+		set("systemReserved", k.SystemReserved, len(k.SystemReserved) > 0)
+		set("evictionHard", k.EvictionHard, len(k.EvictionHard) > 0)
+		set("evictionSoft", k.EvictionSoft, len(k.EvictionSoft) > 0)
+		set("evictionSoftGracePeriod", k.EvictionSoftGracePeriod, len(k.EvictionSoftGracePeriod) > 0)
+		set("evictionMaxPodGracePeriod", deref(k.EvictionMaxPodGracePeriod), k.EvictionMaxPodGracePeriod != nil)
+		set("clusterDNS", k.ClusterDNS, len(k.ClusterDNS) > 0)
+		set("cpuCFSQuota", deref(k.CPUCFSQuota), k.CPUCFSQuota != nil)
+		set("imageGCHighThresholdPercent", deref(k.ImageGCHighThresholdPercent), k.ImageGCHighThresholdPercent != nil)
+		set("imageGCLowThresholdPercent", deref(k.ImageGCLowThresholdPercent), k.ImageGCLowThresholdPercent != nil)
+	}
+	doc := NodeConfig{APIVersion: "node.eks.aws/v1alpha1", Kind: "NodeConfig", Spec: NodeConfigSpec{
+		Cluster: NodeConfigCluster{Name: b.ClusterName, APIServerEndpoint: b.Endpoint, CertificateAuthority: b.CABundle, CIDR: b.CIDR},
+		Kubelet: NodeConfigKubelet{Config: cfg, Flags: []string{"--node-labels=" + labelFlag(b.Labels), "--register-with-taints=" + taintFlag(b.Taints)}},
+	}}
+	y, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	return mimeDocument(func(w *multipart.Writer) error {
+		if err := writePart(w, nodeConfigMediaType, string(y)); err != nil {
+			return err
+		}
+		if strings.TrimSpace(b.Custom) == "" {
+			return nil
+		}
+		ct := "text/x-shellscript; charset=\"us-ascii\""
+		if strings.Contains(b.Custom, "kind: NodeConfig") {
+			ct = nodeConfigMediaType
+		}
+		if err := copyParts(w, b.Custom, ct); err != nil {
+			return fmt.Errorf("spec.userData: %w", err)
+		}
+		return nil
+	})
+}
+
+// al2 is AL2's user data: the class's parts, then the script calling /etc/eks/bootstrap.sh.
+func al2(b Bootstrap) (string, error) {
+	var s strings.Builder
+	s.WriteString("#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n")
+	fmt.Fprintf(&s, "/etc/eks/bootstrap.sh '%s' --apiserver-endpoint '%s'", b.ClusterName, b.Endpoint)
+	if b.CABundle != "" {
+		fmt.Fprintf(&s, " --b64-cluster-ca '%s'", b.CABundle)
+	}
+	if k := b.Kubelet; k != nil && len(k.ClusterDNS) > 0 {
+		fmt.Fprintf(&s, " \\\n--dns-cluster-ip '%s'", k.ClusterDNS[0])
+	}
+	if k := b.Kubelet; k != nil && k.MaxPods != nil {
+		// bootstrap.sh would otherwise set --max-pods from the ENI limits after ours.
+		s.WriteString(" \\\n--use-max-pods false")
+	}
+	fmt.Fprintf(&s, " \\\n--kubelet-extra-args '%s'\n", strings.Join(kubeletArgs(b), " "))
+	return mimeDocument(func(w *multipart.Writer) error {
+		if strings.TrimSpace(b.Custom) != "" {
+			if err := copyParts(w, b.Custom, "text/x-shellscript; charset=\"us-ascii\""); err != nil {
+				return fmt.Errorf("spec.userData: %w", err)
+			}
+		}
+		return writePart(w, "text/x-shellscript; charset=\"us-ascii\"", s.String())
+	})
+}
+
+// windows is the Windows families' user data: one PowerShell block, the class's script (without
+// its own <powershell> tags) before the call of the EKS bootstrap script.
+func windows(b Bootstrap) string {
+	var s strings.Builder
+	s.WriteString("<powershell>\n")
+	if c := strings.TrimSpace(b.Custom); c != "" {
+		c = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(c, "<powershell>"), "</powershell>"))
+		s.WriteString(c + "\n")
+	}
+	s.WriteString("[string]$EKSBootstrapScriptFile = \"$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1\"\n")
+	fmt.Fprintf(&s, "& $EKSBootstrapScriptFile -EKSClusterName '%s' -APIServerEndpoint '%s'", b.ClusterName, b.Endpoint)
+	if b.CABundle != "" {
+		fmt.Fprintf(&s, " -Base64ClusterCA '%s'", b.CABundle)
+	}
+	fmt.Fprintf(&s, " -KubeletExtraArgs '%s'", strings.Join(kubeletArgs(b), " "))
+	if k := b.Kubelet; k != nil && len(k.ClusterDNS) > 0 {
+		fmt.Fprintf(&s, " -DNSClusterIP '%s'", k.ClusterDNS[0])
+	}
+	s.WriteString("\n</powershell>")
+	return s.String()
+}
+
+// kubeletArgs are the kubelet flags of the script-bootstrapped families (AL2, Windows): labels,
+// taints and the class's kubelet settings.
+func kubeletArgs(b Bootstrap) []string {
+	args := []string{"--node-labels=" + labelFlag(b.Labels), "--register-with-taints=" + taintFlag(b.Taints)}
+	k := b.Kubelet
+	if k == nil {
+		return args
+	}
+	mapArg := func(name string, m map[string]string, sep string) {
+		if len(m) == 0 {
+			return
+		}
+		var kv []string
+		for _, key := range slices.Sorted(maps.Keys(m)) {
+			kv = append(kv, key+sep+m[key])
+		}
+		args = append(args, "--"+name+"="+strings.Join(kv, ","))
+	}
+	if k.MaxPods != nil {
+		args = append(args, "--max-pods="+strconv.Itoa(int(*k.MaxPods)))
+	}
+	if k.PodsPerCore != nil {
+		args = append(args, "--pods-per-core="+strconv.Itoa(int(*k.PodsPerCore)))
+	}
+	mapArg("system-reserved", plain(k.SystemReserved), "=")
+	mapArg("kube-reserved", plain(k.KubeReserved), "=")
+	mapArg("eviction-hard", plain(k.EvictionHard), "<")
+	mapArg("eviction-soft", plain(k.EvictionSoft), "<")
+	if len(k.EvictionSoftGracePeriod) > 0 {
+		grace := map[string]string{}
+		for s, d := range k.EvictionSoftGracePeriod {
+			grace[s] = d.Duration.String()
+		}
+		mapArg("eviction-soft-grace-period", grace, "=")
+	}
+	if k.EvictionMaxPodGracePeriod != nil {
+		args = append(args, "--eviction-max-pod-grace-period="+strconv.Itoa(int(*k.EvictionMaxPodGracePeriod)))
+	}
+	if k.ImageGCHighThresholdPercent != nil {
+		args = append(args, "--image-gc-high-threshold="+strconv.Itoa(int(*k.ImageGCHighThresholdPercent)))
+	}
+	if k.ImageGCLowThresholdPercent != nil {
+		args = append(args, "--image-gc-low-threshold="+strconv.Itoa(int(*k.ImageGCLowThresholdPercent)))
+	}
+	if k.CPUCFSQuota != nil {
+		args = append(args, "--cpu-cfs-quota="+strconv.FormatBool(*k.CPUCFSQuota))
+	}
+	return args
+}
+
+// copyParts copies the class's user data into w: the parts of a MIME document, or the whole as
+// one part of content type ct.
+func copyParts(w *multipart.Writer, ud, ct string) error {
+	trimmed := strings.TrimSpace(ud)
+	if !strings.HasPrefix(trimmed, "MIME-Version:") && !strings.HasPrefix(trimmed, "Content-Type:") {
+		return writePart(w, ct, ud)
+	}
+	headerEnd := strings.Index(ud, "\n\n")
+	if i := strings.Index(ud, "\r\n\r\n"); i >= 0 && (headerEnd < 0 || i < headerEnd) {
+		headerEnd = i
+	}
+	if headerEnd < 0 {
+		return errors.New("a MIME document without a body")
+	}
+	var boundary string
+	for _, line := range strings.Split(ud[:headerEnd], "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if strings.EqualFold(k, "Content-Type") {
+			_, params, err := mime.ParseMediaType(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("Content-Type %q: %w", v, err)
+			}
+			boundary = params["boundary"]
+		}
+	}
+	if boundary == "" {
+		return errors.New("a MIME document without a multipart boundary")
+	}
+	r := multipart.NewReader(strings.NewReader(ud[headerEnd:]), boundary)
+	for {
+		part, err := r.NextPart()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading MIME part: %w", err)
+		}
+		body, err := io.ReadAll(part)
+		if err != nil {
+			return err
+		}
+		if err := writePart(w, part.Header.Get("Content-Type"), string(body)); err != nil {
+			return err
+		}
+	}
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// plain is a map of string-kinded values as plain strings.
+func plain[V ~string](m map[string]V) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}
