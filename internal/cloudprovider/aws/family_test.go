@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +18,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
+	"capstan.dev/capstan/test/awsfake"
 )
 
 // TestEveryFamilyBootsItsNode launches a machine of each image family through the real SDK
@@ -145,5 +147,42 @@ func TestGPUTypesBootTheGPUImage(t *testing.T) {
 		if want := f.AWS.Parameter(c.param); inst.ImageID != want || want == "" {
 			t.Errorf("%s booted %s, want %s (%s)", c.instanceType, inst.ImageID, want, c.param)
 		}
+	}
+}
+
+// TestDeprecatedImagesBootOnlyWithoutACurrentOne: a class whose terms select only a deprecated
+// image still launches with it (Karpenter does the same); once a current image matches too, it
+// is the one booted.
+func TestDeprecatedImagesBootOnlyWithoutACurrentOne(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	old := awsfake.Image{ID: "ami-0deprecated000001", Name: "team-golden-2026-01", Owner: "123456789012", Architecture: "x86_64",
+		Created: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Deprecated: true, Tags: map[string]string{}}
+	f.AWS.AddImage(old)
+	nc, np := f.Orders(t)
+	nc.Spec.AMISelectorTerms = []awsv1.AMISelectorTerm{{Name: "team-golden-*", Owner: "self"}}
+	nc.Spec.AMIFamily = ptr("AL2023")
+	nc = resolved(t, f, nc)
+	launch := func(name string) string {
+		if _, err := f.Provider.Create(ctx, claimFor(nc, np, name, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})); err != nil {
+			t.Fatal(err)
+		}
+		return f.AWS.LiveInstances(aws.NodeClaimTag, name)[0].ImageID
+	}
+	if got := launch("golden-a"); got != old.ID {
+		t.Errorf("booted %s, want the only (deprecated) image %s", got, old.ID)
+	}
+	current := old
+	current.ID, current.Name, current.Deprecated, current.Created = "ami-0current00000001", "team-golden-2026-11", false, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	f.AWS.AddImage(current)
+	c := &ec2nodeclass.Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
+	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(nc), nc); err != nil {
+		t.Fatal(err)
+	}
+	if got := launch("golden-b"); got != current.ID {
+		t.Errorf("booted %s, want the current image %s (status %+v)", got, current.ID, nc.Status.AMIs)
 	}
 }

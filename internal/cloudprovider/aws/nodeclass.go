@@ -248,6 +248,9 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 			}
 		}
 		n := 0
+		// Deprecated images are listed too (EC2 leaves them out unless asked): one is booted when
+		// nothing current serves a type.
+		in.IncludeDeprecated = aws.Bool(true)
 		pg := ec2.NewDescribeImagesPaginator(p.clients.EC2, &in)
 		for pg.HasMorePages() {
 			out, err := pg.NextPage(ctx)

@@ -319,15 +319,23 @@ func subnetByZone(nc *awsv1.EC2NodeClass) map[string]awsv1.Subnet {
 }
 
 // imageFor is the class's newest image serving an instance type (its architecture, and for
-// alias images the variant: GPU, accelerator or standard), or "" when none does.
+// alias images the variant: GPU, accelerator or standard), or "" when none does. A deprecated
+// image is booted only when no current one serves the type, as Karpenter chooses.
 func imageFor(nc *awsv1.EC2NodeClass, it *cloudprovider.InstanceType) string {
 	labels := it.Requirements.Labels()
+	deprecated := ""
 	for _, ami := range nc.Status.AMIs {
-		if !ami.Deprecated && amifamily.Serves(ami.Requirements, labels) {
+		if !amifamily.Serves(ami.Requirements, labels) {
+			continue
+		}
+		if !ami.Deprecated {
 			return ami.ID
 		}
+		if deprecated == "" {
+			deprecated = ami.ID
+		}
 	}
-	return ""
+	return deprecated
 }
 
 // launch asks CreateFleet for one instance of the candidates. With prioritized (NodeOverlays
