@@ -2,6 +2,7 @@ package awsfake
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -220,8 +221,18 @@ func bootAL2(ud string) (*Boot, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A script may first merge a JSON document into the kubelet's configuration file with jq
+	// (the AMI's bootstrap.sh then edits that file): its heredoc is read.
+	merged := map[string]any{}
 	for _, p := range parts {
 		if !strings.HasPrefix(p[0], "text/x-shellscript") {
+			continue
+		}
+		if _, rest, ok := strings.Cut(p[1], "<<'CAPSTAN_KUBELET'\n"); ok && strings.Contains(p[1], "jq -s '.[0] * .[1]' /etc/kubernetes/kubelet/kubelet-config.json") {
+			doc, _, _ := strings.Cut(rest, "\nCAPSTAN_KUBELET\n")
+			if err := json.Unmarshal([]byte(doc), &merged); err != nil {
+				return nil, fmt.Errorf("kubelet configuration merged before bootstrap.sh: %w", err)
+			}
 			continue
 		}
 		call := strings.ReplaceAll(p[1], "\\\n", " ")
@@ -234,7 +245,7 @@ func bootAL2(ud string) (*Boot, error) {
 			call = call[:j]
 		}
 		cluster, _ := quoted(call, "/etc/eks/bootstrap.sh")
-		b := &Boot{Cluster: cluster}
+		b := &Boot{Cluster: cluster, Config: merged}
 		b.Endpoint, _ = quoted(call, "--apiserver-endpoint")
 		args, _ := quoted(call, "--kubelet-extra-args")
 		if err := b.flags(strings.Fields(args)); err != nil {
@@ -275,6 +286,7 @@ var bottlerocketKeys = map[string]bool{
 	"eviction-soft": true, "eviction-soft-grace-period": true, "eviction-max-pod-grace-period": true,
 	"image-gc-high-threshold-percent": true, "image-gc-low-threshold-percent": true, "cpu-cfs-quota-enforced": true,
 	"allowed-unsafe-sysctls": true, "shutdown-grace-period": true, "registry-qps": true, "seccomp-default": true,
+	"pod-pids-limit": true,
 }
 
 // bootBottlerocket reads Bottlerocket's TOML settings.
@@ -316,6 +328,14 @@ func bootBottlerocket(ud string) (*Boot, error) {
 				return nil, fmt.Errorf("settings.kubernetes.max-pods is a %T, not an integer", v)
 			}
 			b.Config["maxPods"] = float64(n)
+		case "pod-pids-limit":
+			n, ok := v.(int64)
+			if !ok {
+				return nil, fmt.Errorf("settings.kubernetes.pod-pids-limit is a %T, not an integer", v)
+			}
+			b.Config["podPidsLimit"] = float64(n)
+		case "shutdown-grace-period":
+			b.Config["shutdownGracePeriod"] = v
 		case "kube-reserved", "system-reserved", "eviction-hard":
 			b.Config[map[string]string{"kube-reserved": "kubeReserved", "system-reserved": "systemReserved", "eviction-hard": "evictionHard"}[k]] = v
 		}

@@ -3,6 +3,7 @@ package v1
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // EC2NodeClassSpec is how machines are launched on AWS.
@@ -349,6 +350,10 @@ type KubeletConfiguration struct {
 	// CPUCFSQuota enforces CPU limits with CFS quota.
 	// +optional
 	CPUCFSQuota *bool `json:"cpuCFSQuota,omitempty"`
+	// Extra are the other fields of the kubelet's configuration (KubeletConfiguration of
+	// kubelet.config.k8s.io/v1beta1), as written; they are read and written with the typed ones
+	// at the same level.
+	Extra map[string]runtime.RawExtension `json:"-"`
 }
 
 // ReservedResources are resources set aside on a node, as quantities by resource name.

@@ -186,3 +186,54 @@ func TestDeprecatedImagesBootOnlyWithoutACurrentOne(t *testing.T) {
 		t.Errorf("booted %s, want the current image %s (status %+v)", got, current.ID, nc.Status.AMIs)
 	}
 }
+
+// TestKubeletFieldsPassThroughTheAPIServer: a class's kubelet field Capstan does not model is
+// stored, read back and written into the machine's configuration; one the kubelet does not know
+// leaves the class not ready, naming it.
+func TestKubeletFieldsPassThroughTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	nc, np := f.Orders(t)
+	nc.Spec.Kubelet = &awsv1.KubeletConfiguration{}
+	if err := nc.Spec.Kubelet.UnmarshalJSON([]byte(`{"maxPods": 30, "podPidsLimit": 4096}`)); err != nil {
+		t.Fatal(err)
+	}
+	nc = resolved(t, f, nc)
+	if raw := nc.Spec.Kubelet.Extra["podPidsLimit"].Raw; string(raw) != "4096" {
+		t.Fatalf("read back spec.kubelet %+v", nc.Spec.Kubelet)
+	}
+	claim := claimFor(nc, np, "kubelet-extra", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+	if _, err := f.Provider.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range f.AWS.LaunchTemplates() {
+		boot, err := awsfake.ReadBoot("al2023", lt.Data["UserData"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if boot.Config["podPidsLimit"] != float64(4096) {
+			t.Errorf("kubelet config %v: want podPidsLimit 4096", boot.Config)
+		}
+	}
+
+	bad, _ := f.Orders(t)
+	bad.Spec.Kubelet = &awsv1.KubeletConfiguration{}
+	if err := bad.Spec.Kubelet.UnmarshalJSON([]byte(`{"podPidLimit": 4096}`)); err != nil {
+		t.Fatal(err)
+	}
+	bad.Name = "kubelet-typo"
+	if err := env.Client.Create(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, bad) })
+	c := &ec2nodeclass.Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
+	_, _ = c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bad)})
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(bad.Status.Conditions, awsv1.ConditionTypeValidationSucceeded)
+	if cond == nil || cond.Status != "False" || cond.Reason != "KubeletConfigurationInvalid" || !strings.Contains(cond.Message, "spec.kubelet.podPidLimit") ||
+		meta.IsStatusConditionTrue(bad.Status.Conditions, awsv1.ConditionTypeReady) {
+		t.Errorf("conditions %+v: want ValidationSucceeded False naming spec.kubelet.podPidLimit, and not Ready", bad.Status.Conditions)
+	}
+}

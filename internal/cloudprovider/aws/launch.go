@@ -284,14 +284,14 @@ var capacityErrors = []string{"InsufficientInstanceCapacity", "InsufficientCapac
 // ValidateUserData checks that the class's user data can be merged for its image family (a
 // MIME document needs a multipart boundary and readable parts, Bottlerocket's must be TOML); the
 // error names spec.userData. dropped names what the family leaves out (Bottlerocket settings it
-// would refuse).
+// would refuse, spec.kubelet fields its kubelet cannot be given).
 func ValidateUserData(nc *awsv1.EC2NodeClass) (dropped []string, err error) {
-	if nc.Spec.UserData == nil {
-		return nil, nil
+	f, custom := amifamily.Of(&nc.Spec), ""
+	if nc.Spec.UserData != nil {
+		custom = *nc.Spec.UserData
 	}
-	f := amifamily.Of(&nc.Spec)
-	if err := amifamily.Validate(f, *nc.Spec.UserData); err != nil {
+	if err := amifamily.Validate(f, custom); err != nil {
 		return nil, err
 	}
-	return amifamily.Dropped(f, *nc.Spec.UserData), nil
+	return amifamily.Dropped(f, custom, nc.Spec.Kubelet), nil
 }

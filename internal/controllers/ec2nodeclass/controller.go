@@ -171,13 +171,17 @@ func (c *Controller) resolve(ctx context.Context, nc *awsv1.EC2NodeClass) []erro
 	dropped, err := aws.ValidateUserData(nc)
 	if err != nil {
 		err = &aws.ResolveError{Condition: awsv1.ConditionTypeValidationSucceeded, Reason: "UserDataInvalid", Empty: true, Err: err}
+	} else if kerr := amifamily.ValidateKubelet(nc.Spec.Kubelet); kerr != nil {
+		err = &aws.ResolveError{Condition: awsv1.ConditionTypeValidationSucceeded, Reason: "KubeletConfigurationInvalid", Empty: true, Err: kerr}
+	}
+	if err != nil {
 		errs = append(errs, err)
 	}
 	set(awsv1.ConditionTypeValidationSucceeded, err, "ValidationSucceeded")
 	if len(dropped) > 0 {
 		// What the image family would refuse is left out of the user data, and said here.
 		cond := meta.FindStatusCondition(nc.Status.Conditions, awsv1.ConditionTypeValidationSucceeded)
-		cond.Message = "spec.userData: left out (" + string(amifamily.Of(&nc.Spec)) + " would refuse them): " + strings.Join(dropped, ", ")
+		cond.Message = "left out of the " + string(amifamily.Of(&nc.Spec)) + " user data (the image would refuse or cannot apply them): " + strings.Join(dropped, ", ")
 	}
 	ready := metav1.Condition{Type: awsv1.ConditionTypeReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: nc.Generation, LastTransitionTime: now}
 	if len(errs) > 0 {

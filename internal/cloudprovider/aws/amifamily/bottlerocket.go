@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/pelletier/go-toml/v2"
+
+	awsv1 "capstan.dev/capstan/api/aws/v1"
 )
 
 // bottlerocketKubernetes are the settings.kubernetes keys Bottlerocket accepts (its settings
@@ -123,6 +125,14 @@ func bottlerocket(b Bootstrap) (out string, dropped []string, err error) {
 		if k.CPUCFSQuota != nil {
 			kube["cpu-cfs-quota-enforced"] = *k.CPUCFSQuota
 		}
+		for name, v := range extraConfig(k) {
+			if setting := bottlerocketKubelet[name]; setting != "" {
+				if f, ok := v.(float64); ok && f == float64(int64(f)) {
+					v = int64(f) // Bottlerocket's integer settings refuse 4096.0
+				}
+				kube[setting] = v
+			}
+		}
 	}
 	settings["kubernetes"] = kube
 	// Capstan's nodes join no Auto Scaling group: waiting for one would hold the kubelet.
@@ -139,11 +149,11 @@ func bottlerocket(b Bootstrap) (out string, dropped []string, err error) {
 }
 
 // Dropped names what a family leaves out of the class's user data (Bottlerocket keys it would
-// refuse); nil for the other families.
-func Dropped(f Family, custom string) []string {
-	if f != Bottlerocket {
-		return nil
+// refuse) and which of spec.kubelet's unmodelled fields it cannot pass to the kubelet.
+func Dropped(f Family, custom string, k *awsv1.KubeletConfiguration) []string {
+	var dropped []string
+	if f == Bottlerocket {
+		_, dropped, _ = bottlerocket(Bootstrap{Custom: custom})
 	}
-	_, dropped, _ := bottlerocket(Bootstrap{Custom: custom})
-	return dropped
+	return append(dropped, unappliedKubelet(f, k)...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
@@ -187,7 +188,7 @@ should-wait = true
 	case settings["autoscaling"].(map[string]any)["should-wait"] != false:
 		t.Errorf("autoscaling %v: nodes join no Auto Scaling group", settings["autoscaling"])
 	}
-	dropped := amifamily.Dropped(amifamily.Bottlerocket, custom)
+	dropped := amifamily.Dropped(amifamily.Bottlerocket, custom, nil)
 	for _, want := range []string{"unknown-top", "settings.kubernetes.not-a-setting", "settings.kubernetes.node-taints"} {
 		if !slices.ContainsFunc(dropped, func(d string) bool { return strings.HasPrefix(d, want) }) {
 			t.Errorf("dropped %v, want %s named", dropped, want)
@@ -219,5 +220,62 @@ func TestScriptFamiliesKeepTheClassDataFirst(t *testing.T) {
 	custom := "#!/bin/bash\n/opt/my-bootstrap --cluster prod\n"
 	if got, err := amifamily.UserData(amifamily.Custom, bootstrap(custom)); err != nil || got != custom {
 		t.Errorf("Custom: %q, %v; want the class's data unchanged", got, err)
+	}
+}
+
+// TestUnmodelledKubeletFieldsReachTheKubelet: spec.kubelet's fields beyond the typed ones reach
+// each family's kubelet as its image reads them (nodeadm's config, the AL2 configuration file
+// merged before bootstrap.sh, Bottlerocket's settings), and a family that cannot pass one says so.
+func TestUnmodelledKubeletFieldsReachTheKubelet(t *testing.T) {
+	k := &awsv1.KubeletConfiguration{MaxPods: ptr(int32(42)), Extra: map[string]runtime.RawExtension{
+		"podPidsLimit": {Raw: []byte("4096")}, "shutdownGracePeriod": {Raw: []byte(`"45s"`)}, "featureGates": {Raw: []byte(`{"SidecarContainers":true}`)}}}
+	for _, c := range []struct {
+		family amifamily.Family
+		fake   string
+	}{{amifamily.AL2, "al2"}, {amifamily.AL2023, "al2023"}, {amifamily.Bottlerocket, "bottlerocket"}} {
+		b := bootstrap("")
+		b.Kubelet = k
+		ud, err := amifamily.UserData(c.family, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boot, err := awsfake.ReadBoot(c.fake, base64.StdEncoding.EncodeToString([]byte(ud)))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.family, err, ud)
+		}
+		if boot.Config["podPidsLimit"] != float64(4096) || boot.Config["shutdownGracePeriod"] != "45s" || boot.Config["maxPods"] != float64(42) {
+			t.Errorf("%s: kubelet config %v", c.family, boot.Config)
+		}
+	}
+	if got := amifamily.Dropped(amifamily.Bottlerocket, "", k); !slices.Equal(got, []string{"spec.kubelet.featureGates"}) {
+		t.Errorf("Bottlerocket leaves out %v, want featureGates (it has no setting for it)", got)
+	}
+	if got := amifamily.Dropped(amifamily.Windows2022, "", k); len(got) != 3 {
+		t.Errorf("Windows leaves out %v, want every unmodelled field", got)
+	}
+	if got := amifamily.Dropped(amifamily.AL2023, "", k); got != nil {
+		t.Errorf("AL2023 leaves out %v", got)
+	}
+}
+
+func TestKubeletFieldsAreTheKubeletsOwn(t *testing.T) {
+	for _, c := range []struct {
+		extra, want string // want: "" for valid, else a substring of the error
+	}{
+		{`{"podPidsLimit": 4096, "cpuManagerPolicy": "static", "featureGates": {"A": true}}`, ""},
+		{`{"podPidLimit": 4096}`, "spec.kubelet.podPidLimit: the kubelet's configuration (kubelet.config.k8s.io/v1beta1) has no such field"},
+		{`{"podPidsLimit": "many"}`, "spec.kubelet.podPidsLimit: a string where the kubelet takes int64"},
+	} {
+		k := &awsv1.KubeletConfiguration{}
+		if err := k.UnmarshalJSON([]byte(c.extra)); err != nil {
+			t.Fatal(err)
+		}
+		err := amifamily.ValidateKubelet(k)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.extra, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want %q", c.extra, err, c.want)
+		}
 	}
 }

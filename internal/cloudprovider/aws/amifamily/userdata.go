@@ -32,8 +32,9 @@ type Bootstrap struct {
 
 // UserData is the family's user data for b (not yet base64-encoded), with the class's own data
 // merged as the family takes it:
-//   - AL2: a MIME multi-part document, the class's parts (a script when not MIME) first and the
-//     bootstrap.sh script last;
+//   - AL2: a MIME multi-part document, the class's parts (a script when not MIME) first, then a
+//     script merging spec.kubelet's unmodelled fields into the kubelet's configuration file,
+//     and the bootstrap.sh script last;
 //   - AL2023: a MIME document, Capstan's NodeConfig first and the class's parts after it
 //     (nodeadm merges them in order, the last winning);
 //   - Bottlerocket: TOML, the class's settings with Capstan's keys winning and what Bottlerocket
@@ -175,6 +176,9 @@ func nodeadm(b Bootstrap) (string, error) {
 		set("cpuCFSQuota", deref(k.CPUCFSQuota), k.CPUCFSQuota != nil)
 		set("imageGCHighThresholdPercent", deref(k.ImageGCHighThresholdPercent), k.ImageGCHighThresholdPercent != nil)
 		set("imageGCLowThresholdPercent", deref(k.ImageGCLowThresholdPercent), k.ImageGCLowThresholdPercent != nil)
+		for name, v := range extraConfig(k) {
+			set(name, v, cfg[name] == nil)
+		}
 	}
 	doc := NodeConfig{APIVersion: "node.eks.aws/v1alpha1", Kind: "NodeConfig", Spec: NodeConfigSpec{
 		Cluster: NodeConfigCluster{Name: b.ClusterName, APIServerEndpoint: b.Endpoint, CertificateAuthority: b.CABundle, CIDR: b.CIDR},
@@ -218,10 +222,19 @@ func al2(b Bootstrap) (string, error) {
 		s.WriteString(" \\\n--use-max-pods false")
 	}
 	fmt.Fprintf(&s, " \\\n--kubelet-extra-args '%s'\n", strings.Join(kubeletArgs(b), " "))
+	merge, err := al2KubeletMerge(b.Kubelet)
+	if err != nil {
+		return "", err
+	}
 	return mimeDocument(func(w *multipart.Writer) error {
 		if strings.TrimSpace(b.Custom) != "" {
 			if err := copyParts(w, b.Custom, "text/x-shellscript; charset=\"us-ascii\""); err != nil {
 				return fmt.Errorf("spec.userData: %w", err)
+			}
+		}
+		if merge != "" {
+			if err := writePart(w, "text/x-shellscript; charset=\"us-ascii\"", merge); err != nil {
+				return err
 			}
 		}
 		return writePart(w, "text/x-shellscript; charset=\"us-ascii\"", s.String())
