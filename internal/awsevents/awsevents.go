@@ -1,6 +1,7 @@
 // Package awsevents reads the EventBridge events Capstan's interruption queue receives (Spot
 // interruption warnings, rebalance recommendations, AWS Health scheduled changes, instance state
-// changes) into what the interruption controller acts on.
+// changes, capacity-reservation interruption warnings) into what the interruption controller
+// acts on; it also names the kinds of EC2 instance-status failure the health poll reports.
 package awsevents
 
 import (
@@ -20,7 +21,18 @@ const (
 	InstanceStopped         = "instance_stopped"
 	InstanceTerminating     = "instance_terminating"
 	InstanceTerminated      = "instance_terminated"
-	Unknown                 = "unknown"
+	// CapacityReservationInterrupted is an interruptible capacity reservation reclaiming one of
+	// its instances.
+	CapacityReservationInterrupted = "capacity_reservation_interrupted"
+	Unknown                        = "unknown"
+)
+
+// Instance-status failures, as EC2's DescribeInstanceStatus reports them (not queue messages:
+// Capstan polls for them).
+const (
+	InstanceStatusFailed = "instance_status_failed"
+	SystemStatusFailed   = "system_status_failed"
+	ScheduledEvent       = "scheduled_event"
 )
 
 // Message is what Capstan reads of a message: its type and the instances it is about.
@@ -67,6 +79,8 @@ func Parse(body string) (Message, error) {
 	switch {
 	case e.Source == "aws.ec2" && e.DetailType == "EC2 Spot Instance Interruption Warning":
 		m.Type, m.Instances = SpotInterrupted, []string{d.InstanceID}
+	case e.Source == "aws.ec2" && e.DetailType == "EC2 Capacity Reservation Instance Interruption Warning":
+		m.Type, m.Instances = CapacityReservationInterrupted, []string{d.InstanceID}
 	case e.Source == "aws.ec2" && e.DetailType == "EC2 Instance Rebalance Recommendation":
 		m.Type, m.Instances = RebalanceRecommendation, []string{d.InstanceID}
 	case e.Source == "aws.ec2" && e.DetailType == "EC2 Instance State-change Notification":

@@ -66,6 +66,7 @@ type Metrics struct {
 	InterruptionReceived *prometheus.CounterVec
 	InterruptionDeleted  prometheus.Counter
 	InterruptionLatency  prometheus.Histogram
+	InstanceUnhealthy    *prometheus.CounterVec
 }
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
@@ -115,7 +116,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		DisruptionSavings: counter("capstan_disruption_savings_dollars_per_hour",
 			"Hourly price saved by voluntary disruption commands, summed over the commands carried out, by NodePool and reason.", NodePool, Reason),
 		InterruptionReceived: counter("karpenter_interruption_received_messages_total",
-			"Messages received from the interruption queue, by message type (spot_interrupted, rebalance_recommendation, scheduled_change, instance_stopping, instance_stopped, instance_terminating, instance_terminated, unknown).", "message_type"),
+			"Messages received from the interruption queue, by message type (spot_interrupted, rebalance_recommendation, scheduled_change, instance_stopping, instance_stopped, instance_terminating, instance_terminated, capacity_reservation_interrupted, unknown).", "message_type"),
+		InstanceUnhealthy: counter("karpenter_interruption_instance_status_unhealthy_total",
+			"Instances EC2's status checks report unhealthy (counted once per instance and category while it stays so), by category (instance_status_failed, system_status_failed, scheduled_event).", "category"),
 		InterruptionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "karpenter_interruption_deleted_messages_total",
 			Help: "Messages deleted from the interruption queue (handled, or unreadable)."}),
 		InterruptionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "karpenter_interruption_message_queue_duration_seconds",
@@ -125,7 +128,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
 		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
 		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings,
-		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency} {
+		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -296,6 +299,13 @@ func (m *Metrics) DisruptionCommand(decision, reason, consolidationType string, 
 func (m *Metrics) InterruptionMessage(messageType string) {
 	if m != nil {
 		m.InterruptionReceived.WithLabelValues(messageType).Inc()
+	}
+}
+
+// InstanceStatusUnhealthy counts an instance newly found unhealthy in a category.
+func (m *Metrics) InstanceStatusUnhealthy(category string) {
+	if m != nil {
+		m.InstanceUnhealthy.WithLabelValues(category).Inc()
 	}
 }
 

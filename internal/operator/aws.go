@@ -19,8 +19,8 @@ import (
 	"capstan.dev/capstan/internal/metrics"
 )
 
-// newAWS builds the AWS provider and its controllers: EC2NodeClass resolution and, with
-// --interruption-queue, the interruption queue's consumer.
+// newAWS builds the AWS provider and its controllers: EC2NodeClass resolution, the instance
+// status poll and, with --interruption-queue, the interruption queue's consumer.
 func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, unavailable *cloudprovider.UnavailableOfferings,
 	log logr.Logger, m *metrics.Metrics) (*aws.Provider, error) {
 	clients, err := aws.NewClients(context.Background(), aws.ClientOptions{Region: o.AWSRegion, EndpointURL: o.AWSEndpointURL})
@@ -49,9 +49,14 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 	}
 	if o.InterruptionQueue != "" {
 		if err := mgr.Add(&interruption.Controller{Client: mgr.GetClient(), SQS: clients.SQS, Queue: o.InterruptionQueue, Clock: clk,
-			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Unavailable: unavailable}); err != nil {
+			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance}); err != nil {
 			return nil, err
 		}
+	}
+	// EC2's status checks are read with or without a queue.
+	if err := mgr.Add(&interruption.Health{Client: mgr.GetClient(), EC2: clients.EC2, Clock: clk,
+		Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m}); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

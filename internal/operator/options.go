@@ -57,11 +57,13 @@ type Options struct {
 	SimStateFile    string
 	Kubeconfig      string
 	// AWS settings (Karpenter's names).
-	AWSRegion               string
-	AWSEndpointURL          string
-	ClusterEndpoint         string
-	ClusterCABundle         string
-	InterruptionQueue       string
+	AWSRegion         string
+	AWSEndpointURL    string
+	ClusterEndpoint   string
+	ClusterCABundle   string
+	InterruptionQueue string
+	// ReplaceOnRebalance replaces a Spot machine on its rebalance recommendation.
+	ReplaceOnRebalance      bool
 	VMMemoryOverheadPercent float64
 	// AMIRefreshInterval, SubnetRefreshInterval and SecurityGroupRefreshInterval bound how stale
 	// an EC2NodeClass's resolved AMIs, subnets and security groups may get (Karpenter's settings):
@@ -241,6 +243,8 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
 	str(&o.ClusterCABundle, "cluster-ca-bundle", "CLUSTER_CA_BUNDLE", "", "base64 PEM CA bundle new nodes trust for the API server (default: Capstan's own)")
 	str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
+	envs["replace-on-rebalance-recommendation"] = "REPLACE_ON_REBALANCE_RECOMMENDATION"
+	fs.BoolVar(&o.ReplaceOnRebalance, "replace-on-rebalance-recommendation", false, "replace a Spot machine when the interruption queue brings its rebalance recommendation, before any interruption warning (AWS; default: an event only, as Karpenter)")
 	envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
 	fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
 	dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
@@ -343,6 +347,9 @@ func (o Options) Validate() error {
 	}
 	if o.InterruptionQueue != "" && o.CloudProvider != CloudProviderAWS {
 		bad("interruption-queue", "INTERRUPTION_QUEUE", o.InterruptionQueue, "needs --cloud-provider aws")
+	}
+	if o.ReplaceOnRebalance && o.InterruptionQueue == "" {
+		bad("replace-on-rebalance-recommendation", "REPLACE_ON_REBALANCE_RECOMMENDATION", o.ReplaceOnRebalance, "needs --interruption-queue (rebalance recommendations arrive there)")
 	}
 	if o.BatchIdleDuration <= 0 {
 		bad("batch-idle-duration", "BATCH_IDLE_DURATION", o.BatchIdleDuration, "must be positive")

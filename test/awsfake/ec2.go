@@ -41,6 +41,8 @@ func (s *Server) ec2(w http.ResponseWriter, action string, f form) {
 		res, err = s.createFleet(f)
 	case "DescribeInstances":
 		res, err = s.describeInstances(f)
+	case "DescribeInstanceStatus":
+		res, err = s.describeInstanceStatus(f)
 	case "TerminateInstances":
 		res, err = s.terminateInstances(f)
 	case "CreateTags":
@@ -645,6 +647,65 @@ func (s *Server) describeInstances(f form) (*el, *apiError) {
 		res = append(res, E("", T("reservationId", "r-"+inst.ID[2:]), T("ownerId", s.account), Set("instancesSet", []*el{inst.xml()})))
 	}
 	return E("", Set("reservationSet", res), Opt("nextToken", next)), nil
+}
+
+// describeInstanceStatus reports running instances' status checks and scheduled events, as
+// EC2 does by default (IncludeAllInstances false), filtered by instance-status.status,
+// system-status.status and event.code.
+func (s *Server) describeInstanceStatus(f form) (*el, *apiError) {
+	fs := f.filters()
+	var sel []*Instance
+	for _, id := range sortedKeys(s.instances) {
+		inst := s.instances[id]
+		if inst.State != "running" {
+			continue
+		}
+		if !matchFilters(fs, func(name string) []string {
+			switch name {
+			case "instance-status.status":
+				return []string{statusOf(inst.Health.InstanceImpairedSince)}
+			case "system-status.status":
+				return []string{statusOf(inst.Health.SystemImpairedSince)}
+			case "event.code":
+				return inst.Health.Events
+			case "instance-id":
+				return []string{inst.ID}
+			}
+			return nil
+		}) {
+			continue
+		}
+		sel = append(sel, inst)
+	}
+	sel, next := page(f, sel)
+	var items []*el
+	for _, inst := range sel {
+		check := func(name string, since time.Time) *el {
+			detail := E("", T("name", "reachability"), T("status", "passed"))
+			if !since.IsZero() {
+				detail = E("", T("name", "reachability"), T("status", "failed"), T("impairedSince", since.UTC().Format(time.RFC3339)))
+			}
+			return E(name, T("status", statusOf(since)), Set("details", []*el{detail}))
+		}
+		var events []*el
+		for _, code := range inst.Health.Events {
+			events = append(events, E("", T("code", code), T("description", "scheduled "+code),
+				T("notBefore", s.clock.Now().Add(24*time.Hour).UTC().Format(time.RFC3339))))
+		}
+		items = append(items, E("", T("instanceId", inst.ID), T("availabilityZone", inst.Zone),
+			E("instanceState", T("code", "16"), T("name", "running")),
+			check("instanceStatus", inst.Health.InstanceImpairedSince), check("systemStatus", inst.Health.SystemImpairedSince),
+			Set("eventsSet", events)))
+	}
+	return E("", Set("instanceStatusSet", items), Opt("nextToken", next)), nil
+}
+
+// statusOf is a status check's summary: impaired since a time, else ok.
+func statusOf(impairedSince time.Time) string {
+	if impairedSince.IsZero() {
+		return "ok"
+	}
+	return "impaired"
 }
 
 func (s *Server) terminateInstances(f form) (*el, *apiError) {

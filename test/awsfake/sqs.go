@@ -304,6 +304,13 @@ func (s *Server) RebalanceRecommendation(instanceID string) string {
 	return s.event("aws.ec2", "EC2 Instance Rebalance Recommendation", instanceID, map[string]any{"instance-id": instanceID})
 }
 
+// CapacityReservationInterruption is the EventBridge message of an interruptible capacity
+// reservation reclaiming an instance.
+func (s *Server) CapacityReservationInterruption(instanceID string) string {
+	return s.event("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning", instanceID,
+		map[string]any{"instance-id": instanceID, "instance-action": "terminate"})
+}
+
 // StateChange is the EventBridge message of an instance state change.
 func (s *Server) StateChange(instanceID, state string) string {
 	return s.event("aws.ec2", "EC2 Instance State-change Notification", instanceID, map[string]any{"instance-id": instanceID, "state": state})

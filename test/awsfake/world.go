@@ -71,6 +71,26 @@ type Instance struct {
 	FleetToken string
 	// ReclaimAt is when a Spot interruption terminates it (zero: never).
 	ReclaimAt time.Time
+	// Health is what DescribeInstanceStatus reports of it.
+	Health InstanceHealth
+}
+
+// InstanceHealth is an instance's EC2 status checks and scheduled events.
+type InstanceHealth struct {
+	// InstanceImpairedSince and SystemImpairedSince, when set, fail the instance's and the
+	// system's reachability check since then.
+	InstanceImpairedSince, SystemImpairedSince time.Time
+	// Events are scheduled event codes (system-maintenance, instance-retirement, …).
+	Events []string
+}
+
+// SetInstanceHealth sets what DescribeInstanceStatus reports of an instance.
+func (s *Server) SetInstanceHealth(id string, h InstanceHealth) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inst := s.instances[id]; inst != nil {
+		inst.Health = h
+	}
 }
 
 // ProviderID is the instance's Kubernetes provider ID.

@@ -46,6 +46,9 @@ type Controller struct {
 	Recorder    events.EventRecorder
 	Metrics     *metrics.Metrics
 	Unavailable *cloudprovider.UnavailableOfferings
+	// ReplaceOnRebalance replaces a machine on its Spot rebalance recommendation, before the
+	// interruption warning (default: an event only, as Karpenter).
+	ReplaceOnRebalance bool
 	// WaitTime is the long-poll wait (default 20 s, SQS's maximum).
 	WaitTime time.Duration
 	// Backoff is the pause after a failed receive (default 10 s), doubling with each failure in a
@@ -159,7 +162,7 @@ func (c *Controller) delete(ctx context.Context, msg sqstypes.Message) error {
 }
 
 // Handle acts on a message: for each of Capstan's machines it names, an event, and — except for
-// a rebalance recommendation — the NodeClaim's deletion. Handling a message twice (a redelivery
+// a rebalance recommendation, unless ReplaceOnRebalance — the NodeClaim's deletion. Handling a message twice (a redelivery
 // after a crash) deletes nothing twice and launches nothing twice: a claim already being deleted
 // is left alone, and replacements come from the pods, not from the message.
 func (c *Controller) Handle(ctx context.Context, m awsevents.Message) error {
@@ -191,6 +194,11 @@ var eventOf = map[string]struct{ reason, note string }{
 	awsevents.InstanceStopped:         {"InstanceStopped", "the instance stopped"},
 	awsevents.InstanceTerminating:     {"InstanceTerminating", "the instance is terminating"},
 	awsevents.InstanceTerminated:      {"InstanceTerminated", "the instance terminated"},
+	awsevents.CapacityReservationInterrupted: {"CapacityReservationInterrupted",
+		"capacity reservation interruption warning: the reservation reclaims the instance"},
+	awsevents.InstanceStatusFailed: {"InstanceUnhealthy", "EC2's instance status check has failed for two minutes"},
+	awsevents.SystemStatusFailed:   {"InstanceUnhealthy", "EC2's system status check has failed for two minutes"},
+	awsevents.ScheduledEvent:       {"InstanceScheduledEvent", "EC2 scheduled a reboot, maintenance, retirement or stop for the instance"},
 }
 
 func (c *Controller) handleClaim(ctx context.Context, m awsevents.Message, nc *karpv1.NodeClaim) error {
@@ -203,7 +211,7 @@ func (c *Controller) handleClaim(ctx context.Context, m awsevents.Message, nc *k
 	if c.Recorder != nil {
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, reason, "Interrupt", "%s", note)
 	}
-	if m.Type == awsevents.RebalanceRecommendation {
+	if m.Type == awsevents.RebalanceRecommendation && !c.ReplaceOnRebalance {
 		return nil
 	}
 	if m.Type == awsevents.SpotInterrupted && c.Unavailable != nil && nc.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeSpot {

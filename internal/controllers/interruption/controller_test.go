@@ -210,12 +210,13 @@ func TestMessagesThatKeepFailingEndInTheDeadLetterQueue(t *testing.T) {
 func TestParse(t *testing.T) {
 	f := awstest.New(t, env.Client)
 	for body, want := range map[string]awsevents.Message{
-		f.AWS.SpotInterruptionWarning("i-01"):      {Type: awsevents.SpotInterrupted, Instances: []string{"i-01"}},
-		f.AWS.StateChange("i-02", "shutting-down"): {Type: awsevents.InstanceTerminating, Instances: []string{"i-02"}},
-		f.AWS.StateChange("i-03", "terminated"):    {Type: awsevents.InstanceTerminated, Instances: []string{"i-03"}},
-		f.AWS.StateChange("i-04", "stopping"):      {Type: awsevents.InstanceStopping, Instances: []string{"i-04"}},
-		f.AWS.ScheduledChange("i-05", "i-06"):      {Type: awsevents.ScheduledChange, Instances: []string{"i-05", "i-06"}},
-		f.AWS.RebalanceRecommendation("i-07"):      {Type: awsevents.RebalanceRecommendation, Instances: []string{"i-07"}},
+		f.AWS.SpotInterruptionWarning("i-01"):         {Type: awsevents.SpotInterrupted, Instances: []string{"i-01"}},
+		f.AWS.StateChange("i-02", "shutting-down"):    {Type: awsevents.InstanceTerminating, Instances: []string{"i-02"}},
+		f.AWS.StateChange("i-03", "terminated"):       {Type: awsevents.InstanceTerminated, Instances: []string{"i-03"}},
+		f.AWS.StateChange("i-04", "stopping"):         {Type: awsevents.InstanceStopping, Instances: []string{"i-04"}},
+		f.AWS.ScheduledChange("i-05", "i-06"):         {Type: awsevents.ScheduledChange, Instances: []string{"i-05", "i-06"}},
+		f.AWS.RebalanceRecommendation("i-07"):         {Type: awsevents.RebalanceRecommendation, Instances: []string{"i-07"}},
+		f.AWS.CapacityReservationInterruption("i-08"): {Type: awsevents.CapacityReservationInterrupted, Instances: []string{"i-08"}},
 	} {
 		got, err := awsevents.Parse(body)
 		if err != nil {
@@ -321,5 +322,38 @@ func TestFailedReceivesBackOff(t *testing.T) {
 	}
 	if waited := f.Clock.Since(start); waited != 150*time.Second {
 		t.Errorf("paused %s in all after four failed receives, want 10+20+40+80 s", waited)
+	}
+}
+
+// TestRebalanceAndReservationMessages: a capacity reservation's interruption warning replaces
+// the machine; a rebalance recommendation is an event only, unless ReplaceOnRebalance.
+func TestRebalanceAndReservationMessages(t *testing.T) {
+	ctx := context.Background()
+	f, c, _ := fixture(t, env.Client)
+	reserved := spotClaim(t, "reservation-reclaim", "i-0ccccccccccccccc1")
+	rebalanced := spotClaim(t, "rebalance-recommended", "i-0ccccccccccccccc2")
+	for _, body := range []string{f.AWS.CapacityReservationInterruption("i-0ccccccccccccccc1"), f.AWS.RebalanceRecommendation("i-0ccccccccccccccc2")} {
+		if err := f.AWS.SendMessage(queue, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, reserved).DeletionTimestamp.IsZero() {
+		t.Error("the reservation's reclaimed machine is not being replaced")
+	}
+	if !get(t, rebalanced).DeletionTimestamp.IsZero() {
+		t.Error("a rebalance recommendation replaced the machine by default")
+	}
+	c.ReplaceOnRebalance = true
+	if err := f.AWS.SendMessage(queue, f.AWS.RebalanceRecommendation("i-0ccccccccccccccc2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, rebalanced).DeletionTimestamp.IsZero() {
+		t.Error("with ReplaceOnRebalance the recommended machine is not being replaced")
 	}
 }
