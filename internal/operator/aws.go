@@ -1,10 +1,12 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/discovery"
@@ -31,7 +33,17 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
 	}
-	endpoint, ca := o.ClusterEndpoint, o.ClusterCABundle
+	endpoint, ca, cidr := o.ClusterEndpoint, o.ClusterCABundle, ""
+	if o.EKSControlPlane {
+		// Karpenter's eksControlPlane: what nodes need to join, from EKS, where not set.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cl, err := aws.DescribeCluster(ctx, clients.EKS, o.ClusterName)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("--eks-control-plane (EKS_CONTROL_PLANE): %w", err)
+		}
+		endpoint, ca, cidr = cmp.Or(endpoint, cl.Endpoint), cmp.Or(ca, cl.CABundle), cl.ServiceCIDR
+	}
 	if endpoint == "" {
 		endpoint = cfg.Host
 	}
@@ -39,8 +51,8 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 		ca = base64.StdEncoding.EncodeToString(cfg.CAData)
 	}
 	p := aws.NewProvider(mgr.GetClient(), clients, clk, unavailable, aws.Options{
-		ClusterName: o.ClusterName, ClusterEndpoint: endpoint, ClusterCABundle: ca,
-		VMMemoryOverheadPercent: o.VMMemoryOverheadPercent, Log: log.WithName("aws"),
+		ClusterName: o.ClusterName, ClusterEndpoint: endpoint, ClusterCABundle: ca, ClusterCIDR: cidr,
+		VMMemoryOverheadPercent: o.VMMemoryOverheadPercent, IsolatedVPC: o.IsolatedVPC, ReservedENIs: o.ReservedENIs, Log: log.WithName("aws"),
 		KubernetesVersion: func(context.Context) (string, error) { return kubeMinorVersion(dc) },
 	})
 	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),

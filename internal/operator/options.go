@@ -65,6 +65,10 @@ type Options struct {
 	// ReplaceOnRebalance replaces a Spot machine on its rebalance recommendation.
 	ReplaceOnRebalance      bool
 	VMMemoryOverheadPercent float64
+	// IsolatedVPC, ReservedENIs and EKSControlPlane are Karpenter's AWS settings of those names.
+	IsolatedVPC     bool
+	ReservedENIs    int
+	EKSControlPlane bool
 	// AMIRefreshInterval, SubnetRefreshInterval and SecurityGroupRefreshInterval bound how stale
 	// an EC2NodeClass's resolved AMIs, subnets and security groups may get (Karpenter's settings):
 	// Capstan resolves all three together, at the shortest of them.
@@ -152,6 +156,33 @@ func parseFeatureGates(s string) (FeatureGates, error) {
 	return out, nil
 }
 
+// AWSFeatureGates are Karpenter v1.15's AWS-specific gates (AWS_FEATURE_GATES); Capstan
+// implements none of them.
+var AWSFeatureGates = []string{"NodeClassCEL", "DRANVIDIAGPU", "DRAEFA", "RebootForRepair"}
+
+// checkAWSFeatureGates reads "Name=true,Other=false": any gate may be named false (a values file
+// written for Karpenter lists them); one named true is refused, since nothing would act on it.
+func checkAWSFeatureGates(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("%q: want Name=true or Name=false", part)
+		}
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("feature gate %s=%q: not a boolean", name, val)
+		}
+		if b {
+			return fmt.Errorf("%s=true: Capstan implements no AWS feature gate (docs/features.md); set it false or leave it out", name)
+		}
+	}
+	return nil
+}
+
 // implementedGates are the gates off by default whose features Capstan has.
 var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true, "NodeOverlay": true, "StaticCapacity": true, "NodeRepair": true, "CapacityBuffer": true}
 
@@ -170,8 +201,8 @@ func (g FeatureGates) EnabledWithoutEffect() []string {
 
 // raw holds the settings Parse reads as text and converts afterwards.
 type raw struct {
-	outPaths, errPaths, gates, schedulerConfig string
-	ignoreDRA                                  bool
+	outPaths, errPaths, gates, awsGates, schedulerConfig string
+	ignoreDRA                                            bool
 }
 
 // define registers every flag on a new set; envs maps a flag to its environment variable.
@@ -247,6 +278,10 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	fs.BoolVar(&o.ReplaceOnRebalance, "replace-on-rebalance-recommendation", false, "replace a Spot machine when the interruption queue brings its rebalance recommendation, before any interruption warning (AWS; default: an event only, as Karpenter)")
 	envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
 	fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
+	boolean(&o.IsolatedVPC, "isolated-vpc", "ISOLATED_VPC", false, "the VPC reaches no AWS endpoint without a VPC endpoint: never call the Pricing API, price on-demand offerings from the embedded catalog (AWS)")
+	integer(&o.ReservedENIs, "reserved-enis", "RESERVED_ENIS", 0, "network interfaces per machine kept from the VPC CNI; pods per type are (ENIs - reserved) x (IPv4 per ENI - 1) + 2 (AWS)")
+	boolean(&o.EKSControlPlane, "eks-control-plane", "EKS_CONTROL_PLANE", false, "the cluster is EKS: read its endpoint, CA bundle and service CIDR with EKS DescribeCluster where --cluster-endpoint and --cluster-ca-bundle are not set (AWS)")
+	str(&r.awsGates, "aws-feature-gates", "AWS_FEATURE_GATES", "NodeClassCEL=false", "Karpenter's AWS feature gates, Name=true|false, comma-separated; Capstan implements none, so none may be true")
 	dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
 	dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
 	dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
@@ -295,6 +330,9 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %w", err)
 	}
+	if err := checkAWSFeatureGates(r.awsGates); err != nil {
+		return o, fmt.Errorf("--aws-feature-gates (AWS_FEATURE_GATES): %w", err)
+	}
 	if off := fg.EnabledWithoutEffect(); len(off) > 0 {
 		// A gate that would be accepted and then do nothing is refused (the chart refuses it too).
 		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %s=true: Capstan does not implement it yet (docs/features.md); set it false or leave it out", strings.Join(off, "=true, "))
@@ -332,6 +370,18 @@ func (o Options) Validate() error {
 	}
 	if o.UnderutilizedConsolidationK < 0 {
 		bad("underutilized-consolidation-k", "UNDERUTILIZED_CONSOLIDATION_K", o.UnderutilizedConsolidationK, "must not be negative")
+	}
+	if o.ReservedENIs < 0 {
+		bad("reserved-enis", "RESERVED_ENIS", o.ReservedENIs, "must not be negative")
+	}
+	for _, s := range []struct {
+		flag, env string
+		on        bool
+	}{{"isolated-vpc", "ISOLATED_VPC", o.IsolatedVPC}, {"eks-control-plane", "EKS_CONTROL_PLANE", o.EKSControlPlane},
+		{"reserved-enis", "RESERVED_ENIS", o.ReservedENIs != 0}} {
+		if s.on && o.CloudProvider != CloudProviderAWS {
+			bad(s.flag, s.env, "set", "needs --cloud-provider aws")
+		}
 	}
 	if o.VMMemoryOverheadPercent < 0 || o.VMMemoryOverheadPercent >= 1 {
 		bad("vm-memory-overhead-percent", "VM_MEMORY_OVERHEAD_PERCENT", o.VMMemoryOverheadPercent, "must be a fraction in [0, 1)")

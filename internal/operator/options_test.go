@@ -71,10 +71,26 @@ func TestAWSSettings(t *testing.T) {
 		{[]string{"--cloud-provider=aws", "--vm-memory-overhead-percent=1.5"}, `--vm-memory-overhead-percent (VM_MEMORY_OVERHEAD_PERCENT) "1.5": must be a fraction in [0, 1)`},
 		{[]string{"--interruption-queue=q"}, `--interruption-queue (INTERRUPTION_QUEUE) "q": needs --cloud-provider aws`},
 		{[]string{"--cloud-provider=aws", "--subnet-refresh-interval=30s"}, `--subnet-refresh-interval (SUBNET_REFRESH_INTERVAL) "30s": must be at least 1m`},
+		{[]string{"--cloud-provider=aws", "--reserved-enis=-1"}, `--reserved-enis (RESERVED_ENIS) "-1": must not be negative`},
+		{[]string{"--isolated-vpc"}, `--isolated-vpc (ISOLATED_VPC) "set": needs --cloud-provider aws`},
+		{[]string{"--cloud-provider=aws", "--aws-feature-gates=NodeClassCEL=false,RebootForRepair=true"}, `--aws-feature-gates (AWS_FEATURE_GATES): RebootForRepair=true: Capstan implements no AWS feature gate`},
+		{[]string{"--cloud-provider=aws", "--replace-on-rebalance-recommendation"}, `needs --interruption-queue`},
 	} {
 		if _, err := Parse(tc.args, env(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// Karpenter's AWS settings, by their variables.
+func TestKarpenterAWSSettings(t *testing.T) {
+	o, err := Parse([]string{"--cloud", "aws"}, env(map[string]string{"ISOLATED_VPC": "true", "RESERVED_ENIS": "1", "EKS_CONTROL_PLANE": "true",
+		"AWS_FEATURE_GATES": "NodeClassCEL=false,DRA=false"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.IsolatedVPC || o.ReservedENIs != 1 || !o.EKSControlPlane {
+		t.Fatalf("options %+v", o)
 	}
 }
 

@@ -51,6 +51,8 @@ type Server struct {
 	clock           clock.Clock
 	// cluster is the cluster the instances' user data must name to join.
 	cluster string
+	// eksCluster is what the EKS endpoint describes of it.
+	eksCluster EKSCluster
 
 	mu         sync.Mutex
 	zones      []Zone
@@ -111,6 +113,8 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{
 		region: o.Region, account: "123456789012", clock: o.Clock, cluster: o.ClusterName,
+		eksCluster: EKSCluster{Endpoint: "https://" + strings.ToUpper(o.ClusterName) + ".gr7.us-east-1.eks.amazonaws.com", CABundle: "Q0E=",
+			ServiceCIDR: "10.100.0.0/16", Version: "1.37"},
 		subnets: map[string]*Subnet{}, groups: map[string]*SecurityGroup{}, images: map[string]*Image{},
 		params: map[string]string{}, templates: map[string]*LaunchTemplate{}, instances: map[string]*Instance{},
 		fleets: map[string][]string{}, profiles: map[string]*InstanceProfile{}, roles: map[string]bool{},
@@ -232,6 +236,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		action = values.Get("Action")
+	case "eks":
+		// REST-JSON: the action is in the method and path.
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/clusters/") {
+			action = "DescribeCluster"
+		}
 	default:
 		_, action, _ = strings.Cut(r.Header.Get("X-Amz-Target"), ".")
 	}
@@ -275,6 +284,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.pricing(w, action, body)
 	case "sqs":
 		s.sqs(w, r, action, body)
+	case "eks":
+		s.eks(w, action, strings.TrimPrefix(r.URL.Path, "/clusters/"))
 	default:
 		s.writeError(w, service, Fault{Code: "UnknownService", Message: "service " + service + " is not served here"})
 	}
@@ -315,6 +326,10 @@ func (s *Server) writeError(w http.ResponseWriter, service string, f Fault) {
 		if service == "sqs" {
 			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 			w.Header().Set("X-Amzn-Query-Error", f.Code+";Sender")
+		}
+		if service == "eks" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Amzn-Errortype", f.Code)
 		}
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]string{"__type": f.Code, "message": f.Message})

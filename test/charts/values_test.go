@@ -269,6 +269,9 @@ settings:
   preferencePolicy: Ignore
   minValuesPolicy: BestEffort
   disableDryRun: true
+  isolatedVPC: true
+  eksControlPlane: true
+  reservedENIs: "1"
 `
 	out, err := render(t, []string{values})
 	if err != nil {
@@ -294,7 +297,8 @@ settings:
 		t.Errorf("sidecar %+v: want the extra and the sidecar volume mounts", side)
 	}
 	e := env(c)
-	if e["LOG_OUTPUT_PATHS"] != "stdout,/tmp/capstan.log" || e["PREFERENCE_POLICY"] != "Ignore" || e["MIN_VALUES_POLICY"] != "BestEffort" {
+	if e["LOG_OUTPUT_PATHS"] != "stdout,/tmp/capstan.log" || e["PREFERENCE_POLICY"] != "Ignore" || e["MIN_VALUES_POLICY"] != "BestEffort" ||
+		e["ISOLATED_VPC"] != "true" || e["EKS_CONTROL_PLANE"] != "true" || e["RESERVED_ENIS"] != "1" {
 		t.Errorf("env %v", e)
 	}
 	for _, m := range c.Env {
@@ -317,10 +321,7 @@ settings:
 // Settings Capstan cannot honour are refused when set, naming the key and the reason.
 func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 	for set, reason := range map[string]string{
-		"settings.isolatedVPC=true":                       "Pricing",
-		"settings.eksControlPlane=true":                   "EKS API",
 		"settings.enableZonalShift=true":                  "zonal shifts",
-		"settings.reservedENIs=1":                         "max-pods",
 		"settings.enableDRA=true":                         "DRA devices",
 		"settings.ignoreDRARequests=false":                "does not simulate DRA devices",
 		"settings.legacyNodeRepair=true":                  "legacy node.health controller",

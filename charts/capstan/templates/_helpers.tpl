@@ -55,10 +55,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "capstan.refusals" -}}
 {{- if contains "karpenter" .Values.controller.image.repository }}{{ fail (printf "controller.image.repository=%s is refused: it names Karpenter's image; leave controller.image out to run Capstan's" .Values.controller.image.repository) }}{{ end -}}
 {{- $s := .Values.settings -}}
-{{- if $s.isolatedVPC }}{{ fail "settings.isolatedVPC=true is refused: Capstan reads prices from the AWS Pricing and EC2 spot-price APIs and cannot run without those endpoints yet" }}{{ end -}}
-{{- if $s.eksControlPlane }}{{ fail "settings.eksControlPlane=true is refused: Capstan does not call the EKS API; set settings.clusterEndpoint (and settings.clusterCABundle) instead" }}{{ end -}}
 {{- if $s.enableZonalShift }}{{ fail "settings.enableZonalShift=true is refused: Capstan does not read EKS zonal shifts yet" }}{{ end -}}
-{{- if ne (toString $s.reservedENIs) "0" }}{{ fail (printf "settings.reservedENIs=%v is refused: Capstan computes max-pods and kube-reserved from all of a type's ENIs; with reserved ENIs its nodes' max-pods would differ from what it plans for" $s.reservedENIs) }}{{ end -}}
 {{- if $s.enableDRA }}{{ fail "settings.enableDRA=true is refused: Capstan does not model DRA devices" }}{{ end -}}
 {{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan does not simulate DRA devices and plans nothing for pods with DRA requirements (IGNORE_DRA_REQUESTS=true)" }}{{ end -}}
 {{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan's node repair is the disruption method the nodeRepair feature gate turns on; the legacy node.health controller is not implemented" }}{{ end -}}

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/pricing"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -30,6 +31,12 @@ type EC2API interface {
 	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 	TerminateInstances(context.Context, *ec2.TerminateInstancesInput, ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 	DescribeInstanceStatus(context.Context, *ec2.DescribeInstanceStatusInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceStatusOutput, error)
+}
+
+// EKSAPI lists the EKS calls Capstan makes (the cluster's endpoint, CA and service CIDR, with
+// --eks-control-plane).
+type EKSAPI interface {
+	DescribeCluster(context.Context, *eks.DescribeClusterInput, ...func(*eks.Options)) (*eks.DescribeClusterOutput, error)
 }
 
 // SSMAPI lists the SSM calls Capstan makes (public AMI parameters).
@@ -65,6 +72,7 @@ type Clients struct {
 	Pricing PricingAPI
 	IAM     IAMAPI
 	SQS     SQSAPI
+	EKS     EKSAPI
 	// Region is the region the clients call.
 	Region string
 }
@@ -119,6 +127,7 @@ func NewClients(ctx context.Context, o ClientOptions) (*Clients, error) {
 		Pricing: pricing.NewFromConfig(pricingCfg, func(x *pricing.Options) { x.BaseEndpoint = endpoint }),
 		IAM:     iam.NewFromConfig(cfg, func(x *iam.Options) { x.BaseEndpoint = endpoint }),
 		SQS:     sqs.NewFromConfig(cfg, func(x *sqs.Options) { x.BaseEndpoint = endpoint }),
+		EKS:     eks.NewFromConfig(cfg, func(x *eks.Options) { x.BaseEndpoint = endpoint }),
 		Region:  cfg.Region,
 	}, nil
 }
@@ -136,4 +145,33 @@ func PricingRegion(region string) string {
 	default:
 		return "us-east-1"
 	}
+}
+
+// Cluster is what nodes need to know of an EKS cluster to join it.
+type Cluster struct {
+	Endpoint, CABundle, ServiceCIDR string
+}
+
+// DescribeCluster reads an EKS cluster's endpoint, CA bundle (base64 PEM) and service CIDR, as
+// Karpenter's eksControlPlane setting does.
+func DescribeCluster(ctx context.Context, c EKSAPI, name string) (Cluster, error) {
+	out, err := c.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String(name)})
+	if err != nil {
+		return Cluster{}, fmt.Errorf("describing EKS cluster %s: %w", name, err)
+	}
+	cl := out.Cluster
+	if cl == nil || aws.ToString(cl.Endpoint) == "" {
+		return Cluster{}, fmt.Errorf("EKS cluster %s has no endpoint yet", name)
+	}
+	r := Cluster{Endpoint: aws.ToString(cl.Endpoint)}
+	if cl.CertificateAuthority != nil {
+		r.CABundle = aws.ToString(cl.CertificateAuthority.Data)
+	}
+	if n := cl.KubernetesNetworkConfig; n != nil {
+		r.ServiceCIDR = aws.ToString(n.ServiceIpv4Cidr)
+		if r.ServiceCIDR == "" {
+			r.ServiceCIDR = aws.ToString(n.ServiceIpv6Cidr)
+		}
+	}
+	return r, nil
 }

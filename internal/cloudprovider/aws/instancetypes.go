@@ -105,6 +105,8 @@ func (p *Provider) refresh(ctx context.Context) (*market, error) {
 		c := *m
 		od, err := p.onDemandPrices(ctx)
 		switch {
+		case p.opts.IsolatedVPC:
+			c.onDemand = p.fallbackPrices()
 		case err == nil:
 			c.onDemand = od
 			p.warnOnce("on-demand", nil)
@@ -221,8 +223,11 @@ func (p *Provider) warnOnce(source string, err error) {
 	}
 }
 
-// onDemandPrices reads on-demand prices from the Pricing API.
+// onDemandPrices reads on-demand prices from the Pricing API (never in an isolated VPC).
 func (p *Provider) onDemandPrices(ctx context.Context) (map[string]float64, error) {
+	if p.opts.IsolatedVPC {
+		return nil, nil
+	}
 	od := map[string]float64{}
 	pg := pricing.NewGetProductsPaginator(p.clients.Pricing, &pricing.GetProductsInput{ServiceCode: aws.String("AmazonEC2"),
 		Filters: p.pricingFilters(), FormatVersion: aws.String("aws_v1")})
@@ -364,14 +369,15 @@ func typeLabels(info ec2types.InstanceTypeInfo) map[string]string {
 // generation digits.
 var familyRE = regexp.MustCompile(`^([a-z]+)(?:-[0-9]+tb)?([0-9]+)`)
 
-// ENILimitedPods is the pod capacity the VPC CNI gives a type without prefix delegation:
-// ENIs × (IPv4 addresses per ENI − 1) + 2.
-func ENILimitedPods(info ec2types.InstanceTypeInfo) int64 {
+// ENILimitedPods is the pod capacity the VPC CNI gives a type without prefix delegation, with
+// reservedENIs interfaces kept from it: (ENIs − reserved) × (IPv4 addresses per ENI − 1) + 2.
+func ENILimitedPods(info ec2types.InstanceTypeInfo, reservedENIs int) int64 {
 	ni := info.NetworkInfo
 	if ni == nil {
 		return 110
 	}
-	return int64(aws.ToInt32(ni.MaximumNetworkInterfaces))*(int64(aws.ToInt32(ni.Ipv4AddressesPerInterface))-1) + 2
+	enis := max(int64(aws.ToInt32(ni.MaximumNetworkInterfaces))-int64(reservedENIs), 0)
+	return enis*(int64(aws.ToInt32(ni.Ipv4AddressesPerInterface))-1) + 2
 }
 
 // rootVolume is the size of the volume holding the node's ephemeral storage: the class's
@@ -429,9 +435,9 @@ func kubeReservedCPU(vcpus int64) int64 {
 }
 
 // reserved computes a type's Reserved under the class's kubelet settings.
-func reserved(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeClass) Reserved {
+func (p *Provider) reserved(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeClass) Reserved {
 	vcpus := int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus))
-	pods := ENILimitedPods(info)
+	pods := ENILimitedPods(info, p.opts.ReservedENIs)
 	k := nc.Spec.Kubelet
 	if k != nil && k.MaxPods != nil {
 		pods = int64(*k.MaxPods)
@@ -603,7 +609,7 @@ func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovide
 		if len(offerings) == 0 {
 			continue
 		}
-		r := reserved(info, nc)
+		r := p.reserved(info, nc)
 		capacity := p.Capacity(info, nc, r)
 		out = append(out, cloudprovider.NewInstanceType(name, labels, capacity, Overhead(capacity, r), offerings))
 	}

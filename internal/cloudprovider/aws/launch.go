@@ -19,6 +19,7 @@ import (
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 )
 
@@ -45,6 +46,13 @@ func kubeletLabel(key string) bool {
 // karpenter.sh/unregistered, the class's kubelet settings, and the class's own user data merged
 // as the family takes it.
 func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (string, error) {
+	return p.userData(nc, claim, nil)
+}
+
+// userData is UserData for one instance type: with reserved ENIs and no maxPods of the class's
+// own, the type's pod count (it) is written as maxPods, since the image's bootstrap would count
+// every ENI.
+func (p *Provider) userData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, it *cloudprovider.InstanceType) (string, error) {
 	labels := map[string]string{}
 	for k, v := range claim.Labels {
 		if kubeletLabel(k) {
@@ -56,6 +64,15 @@ func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (st
 	taints = append(taints, claim.Spec.StartupTaints...)
 	b := amifamily.Bootstrap{ClusterName: p.opts.ClusterName, Endpoint: p.opts.ClusterEndpoint, CABundle: p.opts.ClusterCABundle,
 		CIDR: p.opts.ClusterCIDR, Labels: labels, Taints: taints, Kubelet: nc.Spec.Kubelet}
+	if it != nil && p.opts.ReservedENIs > 0 && (nc.Spec.Kubelet == nil || nc.Spec.Kubelet.MaxPods == nil) {
+		k := &awsv1.KubeletConfiguration{}
+		if nc.Spec.Kubelet != nil {
+			k = nc.Spec.Kubelet.DeepCopy()
+		}
+		pods := it.Capacity.Pods().Value()
+		k.MaxPods = &[]int32{int32(pods)}[0]
+		b.Kubelet = k
+	}
 	if nc.Spec.UserData != nil {
 		b.Custom = *nc.Spec.UserData
 	}
@@ -71,8 +88,8 @@ type launchTemplate struct {
 }
 
 // templateFor builds the launch template for a class, claim and image.
-func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, image string) (*launchTemplate, error) {
-	ud, err := p.UserData(nc, claim)
+func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, image string, it *cloudprovider.InstanceType) (*launchTemplate, error) {
+	ud, err := p.userData(nc, claim, it)
 	if err != nil {
 		return nil, err
 	}

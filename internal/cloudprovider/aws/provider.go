@@ -52,6 +52,14 @@ type Options struct {
 	// InstanceTypesTTL and PricingTTL are how long instance types and prices are reused
 	// (defaults 1 h and 10 min).
 	InstanceTypesTTL, PricingTTL time.Duration
+	// IsolatedVPC: the Pricing API is never called (it has no VPC endpoint); on-demand prices
+	// are the embedded catalog's (Karpenter's isolatedVPC setting).
+	IsolatedVPC bool
+	// ReservedENIs are network interfaces per machine kept from the VPC CNI (Karpenter's
+	// reservedENIs): a type's pods are (ENIs − ReservedENIs) × (IPv4 per ENI − 1) + 2, and
+	// Capstan writes that maxPods into each machine's user data, since the image's own bootstrap
+	// would count every ENI.
+	ReservedENIs int
 	// KubernetesVersion returns the cluster's minor version ("1.37") for AMI aliases.
 	KubernetesVersion func(context.Context) (string, error)
 	// Log receives what the provider notices (pricing failures).
@@ -357,7 +365,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if image == "" {
 			continue
 		}
-		lt, err := p.templateFor(nc, claim, image)
+		lt, err := p.templateFor(nc, claim, image, c.it)
 		if err != nil {
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
 		}

@@ -85,11 +85,16 @@ func (f *Fixture) NewClients(t testing.TB, o aws.ClientOptions) *aws.Clients {
 	return c
 }
 
-// NewProvider builds a provider (a restarted Capstan has new, empty caches).
-func (f *Fixture) NewProvider(t testing.TB, c *aws.Clients) *aws.Provider {
-	return aws.NewProvider(f.Kube, c, f.Clock, f.Unavailable, aws.Options{ClusterName: Cluster,
+// NewProvider builds a provider (a restarted Capstan has new, empty caches); change adjusts its
+// options (isolated VPC, reserved ENIs …).
+func (f *Fixture) NewProvider(t testing.TB, c *aws.Clients, change ...func(*aws.Options)) *aws.Provider {
+	o := aws.Options{ClusterName: Cluster,
 		ClusterEndpoint: "https://kube.example:6443", ClusterCABundle: "Q0E=", Log: testr.NewWithInterface(t, testr.Options{}),
-		KubernetesVersion: func(context.Context) (string, error) { return f.KubeVersion, nil }})
+		KubernetesVersion: func(context.Context) (string, error) { return f.KubeVersion, nil }}
+	for _, ch := range change {
+		ch(&o)
+	}
+	return aws.NewProvider(f.Kube, c, f.Clock, f.Unavailable, o)
 }
 
 // Orders reads the runbook's examples/aws/orders.yaml with its placeholders filled: the
