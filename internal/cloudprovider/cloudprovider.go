@@ -72,6 +72,45 @@ type NodeClaimNotFoundError struct{ Err error }
 func (e *NodeClaimNotFoundError) Error() string { return fmt.Sprintf("nodeclaim not found: %v", e.Err) }
 func (e *NodeClaimNotFoundError) Unwrap() error { return e.Err }
 
+// NotOwnedError means the NodeClaim's machine is not one this cluster launched for it (another
+// cluster's, another NodePool's or another NodeClaim's, by the machine's own tags): a forged
+// NodeClaim or an edited provider ID. Capstan neither drains nor terminates such a machine.
+type NotOwnedError struct{ Err error }
+
+func (e *NotOwnedError) Error() string {
+	return fmt.Sprintf("machine not owned by the NodeClaim: %v", e.Err)
+}
+func (e *NotOwnedError) Unwrap() error { return e.Err }
+
+// IsNotOwned reports whether err is or wraps a NotOwnedError.
+func IsNotOwned(err error) bool {
+	var e *NotOwnedError
+	return errors.As(err, &e)
+}
+
+// OwnershipChecker is a provider that can say whether a NodeClaim's machine is its own before
+// anything is done to it (drained, terminated).
+type OwnershipChecker interface {
+	// CheckOwnership returns a *NotOwnedError when the claim's machine carries another
+	// cluster's, NodePool's or NodeClaim's tags; nil when it is the claim's, or there is none.
+	CheckOwnership(ctx context.Context, nc *karpv1.NodeClaim) error
+}
+
+// CheckOwnership asks the provider (under its deadlines) whether the claim's machine is the
+// claim's own; providers that cannot tell answer nil.
+func CheckOwnership(ctx context.Context, cp CloudProvider, nc *karpv1.NodeClaim) error {
+	if d, ok := cp.(*deadlined); ok {
+		_, err := call(ctx, "CheckOwnership", d.d.Delete, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, CheckOwnership(ctx, d.cp, nc)
+		})
+		return err
+	}
+	if oc, ok := cp.(OwnershipChecker); ok {
+		return oc.CheckOwnership(ctx, nc)
+	}
+	return nil
+}
+
 // InsufficientCapacityError means none of the offerings a NodeClaim allows could be launched.
 type InsufficientCapacityError struct {
 	// Offerings are the instance type/zone/capacity type triples that failed.

@@ -80,7 +80,8 @@ func call[T any](ctx context.Context, name string, after time.Duration, f func(c
 		// Errors of the provider's own kinds (not found, no capacity) stay what they are.
 		var nf *NodeClaimNotFoundError
 		var ice *InsufficientCapacityError
-		if !errors.As(err, &nf) && !errors.As(err, &ice) {
+		var no *NotOwnedError
+		if !errors.As(err, &nf) && !errors.As(err, &ice) && !errors.As(err, &no) {
 			return v, &TimeoutError{Call: name, After: after, Err: err}
 		}
 	}

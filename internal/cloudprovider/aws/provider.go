@@ -669,6 +669,9 @@ func (p *Provider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
 	if err != nil {
 		return fmt.Errorf("describing instance %s: %w", id, err)
 	}
+	if err := p.owned(claim, insts[0]); err != nil {
+		return err
+	}
 	if insts[0].State.Name == ec2types.InstanceStateNameShuttingDown {
 		return nil
 	}
@@ -679,6 +682,42 @@ func (p *Provider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
 		return fmt.Errorf("terminating instance %s: %w", id, err)
 	}
 	return nil
+}
+
+// owned checks an instance's own tags against the claim that would have it terminated: this
+// cluster's tag (kubernetes.io/cluster/<name>=owned), the claim's name (karpenter.sh/nodeclaim)
+// and, when the claim names one, its NodePool (karpenter.sh/nodepool). A forged NodeClaim, or a
+// provider ID edited to point at another machine, gets a *NotOwnedError instead.
+func (p *Provider) owned(claim *karpv1.NodeClaim, inst ec2types.Instance) error {
+	id := aws.ToString(inst.InstanceId)
+	tag := func(k string) string { return tagValue(inst.Tags, k) }
+	switch {
+	case tag("kubernetes.io/cluster/"+p.opts.ClusterName) != "owned":
+		return &cloudprovider.NotOwnedError{Err: fmt.Errorf("instance %s is not tagged kubernetes.io/cluster/%s=owned: it is not this cluster's", id, p.opts.ClusterName)}
+	case claim.Name != "" && tag(NodeClaimTag) != claim.Name:
+		return &cloudprovider.NotOwnedError{Err: fmt.Errorf("instance %s was launched for NodeClaim %q, not %q", id, tag(NodeClaimTag), claim.Name)}
+	case claim.Labels[karpv1.NodePoolLabelKey] != "" && tag(karpv1.NodePoolLabelKey) != claim.Labels[karpv1.NodePoolLabelKey]:
+		return &cloudprovider.NotOwnedError{Err: fmt.Errorf("instance %s belongs to NodePool %q, not %q", id, tag(karpv1.NodePoolLabelKey), claim.Labels[karpv1.NodePoolLabelKey])}
+	}
+	return nil
+}
+
+// CheckOwnership implements cloudprovider.OwnershipChecker: the claim's machine (by its
+// provider ID) must carry this cluster's, the claim's and its NodePool's tags. A machine that no
+// longer exists, or a claim without a provider ID, has nothing to protect.
+func (p *Provider) CheckOwnership(ctx context.Context, claim *karpv1.NodeClaim) error {
+	id, err := instanceID(claim.Status.ProviderID)
+	if err != nil {
+		return nil
+	}
+	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && len(insts) == 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("describing instance %s: %w", id, err)
+	}
+	return p.owned(claim, insts[0])
 }
 
 // Drift reasons.

@@ -442,12 +442,31 @@ func (p *Provider) Delete(_ context.Context, nc *karpv1.NodeClaim) error {
 			return &cloudprovider.NodeClaimNotFoundError{Err: errors.New("no instance launched for the NodeClaim")}
 		}
 	}
+	if inst, ok := p.cloud.Get(id); ok && inst.NodeClaim != "" && nc.Name != "" && inst.NodeClaim != nc.Name {
+		return &cloudprovider.NotOwnedError{Err: fmt.Errorf("machine %s was launched for NodeClaim %q, not %q", id, inst.NodeClaim, nc.Name)}
+	}
 	existed, err := p.cloud.Terminate(id)
 	if err != nil {
 		return err
 	}
 	if !existed {
 		return &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+	}
+	return nil
+}
+
+// CheckOwnership implements cloudprovider.OwnershipChecker: the claim's machine must have been
+// launched for it (a forged NodeClaim, or one whose provider ID was edited, names another's).
+func (p *Provider) CheckOwnership(_ context.Context, nc *karpv1.NodeClaim) error {
+	if err := p.cloud.Load(); err != nil {
+		return err
+	}
+	id, err := instanceID(nc.Status.ProviderID)
+	if err != nil {
+		return nil
+	}
+	if inst, ok := p.cloud.Get(id); ok && inst.NodeClaim != "" && inst.NodeClaim != nc.Name {
+		return &cloudprovider.NotOwnedError{Err: fmt.Errorf("machine %s was launched for NodeClaim %q, not %q", id, inst.NodeClaim, nc.Name)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package termination
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
+	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 func deleteClaim(t *testing.T, name string) {
@@ -234,5 +239,55 @@ func TestStaleReadKeepsAnotherWritersNodeFinalizer(t *testing.T) {
 	}
 	if !slices.Equal(got.Finalizers, []string{other}) || got.DeletionTimestamp.IsZero() {
 		t.Fatalf("node finalizers %v (deleting: %v), want only %s, and the node deleting", got.Finalizers, !got.DeletionTimestamp.IsZero(), other)
+	}
+}
+
+// A NodeClaim forged with another claim's machine as its provider ID is refused before anything
+// is done: the machine's node is not tainted or drained, the machine is not terminated, and the
+// forged claim stays with an event and a condition saying why.
+func TestForgedClaimDoesNotDrainOrTerminateAnothersMachine(t *testing.T) {
+	const victim, forger = "victim", "forger"
+	f := readyClaim(t, victim, time.Hour)
+	boundPod(t, "victim-pod", victim, nil)
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim-pod", Namespace: "default"}}, client.GracePeriodSeconds(0))
+	})
+	real := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: victim}, real); err != nil {
+		t.Fatal(err)
+	}
+	forged := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: forger, Finalizers: []string{karpv1.TerminationFinalizer}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: real.Spec.NodeClassRef, Requirements: real.Spec.Requirements}}
+	if err := env.Client.Create(t.Context(), forged); err != nil {
+		t.Fatal(err)
+	}
+	simtest.CleanupClaim(t, env.Client, forger)
+	forged.Status.ProviderID = real.Status.ProviderID
+	if err := env.Client.Status().Update(t.Context(), forged); err != nil {
+		t.Fatal(err)
+	}
+	deleteClaim(t, forger)
+	if _, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: forger}}); !cloudprovider.IsNotOwned(err) {
+		t.Fatalf("reconcile: %v, want NotOwned", err)
+	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: victim}, node); err != nil {
+		t.Fatal(err)
+	}
+	if nodeclaims.Disrupted(node) || len(f.cloud.Instances()) != 1 {
+		t.Fatalf("node taints %v, %d machines: the victim's node was tainted or its machine terminated", node.Spec.Taints, len(f.cloud.Instances()))
+	}
+	if left := kubelet(t, victim); len(left) != 1 {
+		t.Errorf("pods left on the victim's node %v: one was evicted", left)
+	}
+	if c := condition(t, forger, karpv1.ConditionTypeInstanceTerminating); c != metav1.ConditionFalse {
+		t.Errorf("InstanceTerminating %q, want False (InstanceNotOwned)", c)
+	}
+	found := false
+	for len(f.rec.Events) > 0 {
+		found = found || strings.Contains(<-f.rec.Events, "InstanceNotOwned")
+	}
+	if !found {
+		t.Error("no InstanceNotOwned event")
 	}
 }
