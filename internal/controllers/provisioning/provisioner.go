@@ -26,6 +26,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
@@ -413,6 +414,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}()
 	}
 	wg.Wait()
+	crashpoint.Hit(crashpoint.ClaimsCreated)
 	p.nominatedMu.Lock()
 	p.nominated.nominate(plan, made)
 	p.nominatedMu.Unlock()

@@ -28,6 +28,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
@@ -251,6 +252,7 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		wait := nc.CreationTimestamp.Add(LaunchTTL).Sub(c.Clock.Now())
 		return false, reconcile.Result{RequeueAfter: max(min(wait, launchRetry), time.Second)}, nil
 	}
+	crashpoint.Hit(crashpoint.LaunchCreated)
 	nc.Labels = launchedLabels(nc, created)
 	nc.Status.ProviderID = created.Status.ProviderID
 	nc.Status.ImageID = created.Status.ImageID

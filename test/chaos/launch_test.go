@@ -1,0 +1,139 @@
+package chaos
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/crashpoint"
+)
+
+// TestCrashDuringLaunches: a burst of pods that each need their own machine, while Capstan is
+// killed again and again — at seeded random moments, at the crash point between the cloud's
+// answer to a launch and the NodeClaim's status write, and at the one between a pass's NodeClaim
+// creations and its nominations. After the last restart: every NodeClaim
+// bought exactly one machine, no machine is left without a NodeClaim once garbage collection's
+// window has passed, and every pod runs.
+func TestCrashDuringLaunches(t *testing.T) {
+	seed := setting("SEED", 1, 1)
+	kills := setting("KILLS", 20, 30)
+	replicas := setting("CLAIMS", 30, 500)
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	const name = "crash-launch"
+	pool(t, name, func(snc *simv1alpha1.SimNodeClass) {
+		// Slow launches keep many in flight when the kills come.
+		snc.Spec.LaunchDelay = &metav1.Duration{Duration: 2 * time.Second}
+		snc.Spec.InstanceTypes = []string{"m5.large", "c5.large"}
+	})
+	began := time.Now()
+	// The burst grows before each kill, so every kill comes while launches are in flight.
+	spreadDeployment(t, name, name, int32(max(1, replicas/kills)))
+	atPoint := map[string]int{}
+	for i := range kills {
+		scaleTo(t, name, int32(max(1, (i+1)*replicas/kills)))
+		h.Stop(syscall.SIGKILL)
+		if r := rng.IntN(3); r < 2 {
+			// Die at the k-th launch whose result is not written yet, or at the k-th pass that
+			// created NodeClaims and has not nominated its pods.
+			point := []string{crashpoint.LaunchCreated, crashpoint.ClaimsCreated}[r]
+			if died := crashAt(t, point, 1+rng.IntN(3), 8*time.Second); died {
+				atPoint[point]++
+			}
+			if err := start(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
+	}
+	eventually(t, "every pod Running after the kills", 15*time.Minute, h.Running(t, name, replicas))
+	running := time.Since(began)
+	// Garbage collection collects a machine without a claim after 30 s (swept every 10 s).
+	var orphans int
+	eventually(t, "no machine without a NodeClaim", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		instances, _, err := sim.ReadFileStore(statePath)
+		if err != nil {
+			return false, err
+		}
+		claims := map[string]bool{}
+		for _, c := range h.Claims(t, name) {
+			claims[c.Name] = true
+		}
+		orphans = 0
+		for _, inst := range instances {
+			if !claims[inst.NodeClaim] {
+				orphans++
+			}
+		}
+		return orphans == 0, nil
+	})
+	_, creates, err := sim.ReadFileStore(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for claim, n := range creates {
+		if n > 1 {
+			t.Errorf("NodeClaim %s launched %d machines", claim, n)
+		}
+		most = max(most, n)
+	}
+	claims := h.Claims(t, name)
+	for _, c := range claims {
+		if c.Labels[karpv1.NodePoolLabelKey] == name && c.Status.ProviderID == "" {
+			t.Errorf("NodeClaim %s never recorded its machine", c.Name)
+		}
+	}
+	figures("crash-during-launches seed=%d kills=%d (%d at %s, %d at %s) claims=%d machines-per-claim(max)=%d orphans-after-gc=%d pods-running=%d/%d all-running-after=%s",
+		seed, kills, atPoint[crashpoint.LaunchCreated], crashpoint.LaunchCreated, atPoint[crashpoint.ClaimsCreated], crashpoint.ClaimsCreated,
+		len(claims), most, orphans, replicas, replicas, running.Round(time.Second))
+}
+
+// scaleTo sets the Deployment's replicas.
+func scaleTo(t *testing.T, name string, replicas int32) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, d); err != nil {
+		t.Fatal(err)
+	}
+	orig := d.DeepCopy()
+	d.Spec.Replicas = &replicas
+	if err := h.Client.Patch(t.Context(), d, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashAt starts capstan set to die at the n-th hit of point and waits up to timeout for it to
+// die there (true), else kills it (false: the point was not reached n times).
+func crashAt(t *testing.T, point string, n int, timeout time.Duration) bool {
+	t.Helper()
+	if err := start(crashpoint.EnvVar + "=" + point + ":" + strconv.Itoa(n)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	cmd := h.Cmd
+	go func() { _ = cmd.Wait(); close(done) }()
+	died := true
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		died = false
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	h.Cmd = nil
+	return died && cmd.ProcessState != nil && cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
+}
