@@ -481,6 +481,20 @@ func TestLabelsAndAllocatableMatchTheCatalog(t *testing.T) {
 	t.Logf("memory differs from the catalog for %d of %d types: %v", len(memOff), len(its), first(memOff, 10))
 }
 
+// catalogOnDemand is the embedded catalog's on-demand price of each type.
+func catalogOnDemand(t *testing.T) map[string]float64 {
+	t.Helper()
+	entries, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := map[string]float64{}
+	for _, e := range entries {
+		price[e.Name] = e.OnDemandPriceUSD[catalog.Region]
+	}
+	return price
+}
+
 func first(s []string, n int) []string {
 	if len(s) > n {
 		return s[:n]
@@ -500,14 +514,7 @@ func TestPricesFallBackWhenPricingIsUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := catalog.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	price := map[string]float64{}
-	for _, e := range entries {
-		price[e.Name] = e.OnDemandPriceUSD[catalog.Region]
-	}
+	price := catalogOnDemand(t)
 	if len(its) < 100 {
 		t.Fatalf("%d types without the Pricing API", len(its))
 	}

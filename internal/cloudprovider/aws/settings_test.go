@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/test/awsfake"
@@ -29,14 +28,7 @@ func TestIsolatedVPCNeverCallsPricing(t *testing.T) {
 	if n := len(f.AWS.Requests("GetProducts")); n != 0 {
 		t.Errorf("%d Pricing API calls in an isolated VPC", n)
 	}
-	entries, err := catalog.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	price := map[string]float64{}
-	for _, e := range entries {
-		price[e.Name] = e.OnDemandPriceUSD[catalog.Region]
-	}
+	price := catalogOnDemand(t)
 	if len(its) < 100 {
 		t.Fatalf("%d types", len(its))
 	}

@@ -73,6 +73,22 @@ func burst(b *testing.B, name string, n int32, limit string) {
 	b.ReportMetric(float64(mismatched), "nodes-not-their-machine")
 	b.ReportMetric((capstanCPU(b) - cpuBefore).Seconds(), "capstan-cpu-s")
 	b.ReportMetric(float64(capstanPeakRSS(b))/(1<<20), "capstan-peak-rss-MiB")
+	// The figures stand only if the run was right: every Node is its claim's machine, every
+	// claim bought one machine, and a limited pool launched no more than its limit.
+	if mismatched != 0 {
+		b.Errorf("%d registered NodeClaims have no Node with their allocatable", mismatched)
+	}
+	_, creates := cloudState(b)
+	launched := resource.Quantity{}
+	for _, nc := range ncs {
+		if creates[nc.Name] != 1 {
+			b.Errorf("NodeClaim %s launched %d machines", nc.Name, creates[nc.Name])
+		}
+		launched.Add(nc.Status.Capacity[corev1.ResourceCPU])
+	}
+	if limit != "none" && launched.Cmp(resource.MustParse(limit)) > 0 {
+		b.Errorf("launched %s CPU against a limit of %s", launched.String(), limit)
+	}
 	scale(b, d, 0)
 }
 

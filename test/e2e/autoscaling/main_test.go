@@ -92,13 +92,33 @@ func pool(t testing.TB, name string, mutateClass func(*simv1alpha1.SimNodeClass)
 		}
 	}
 	t.Cleanup(func() {
+		// A test that leaves claims or machines behind fails: the pool's deletion must take them.
 		ctx := context.Background()
 		_ = s.Client.Delete(ctx, np)
-		_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var left []string
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			left = nil
 			ncs := &karpv1.NodeClaimList{}
-			err := s.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: name})
-			return err == nil && len(ncs.Items) == 0, nil
+			if err := s.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: name}); err != nil {
+				return false, nil
+			}
+			for _, nc := range ncs.Items {
+				left = append(left, "NodeClaim "+nc.Name)
+			}
+			instances, _, err := sim.ReadFileStore(s.statePath)
+			if err != nil {
+				return false, nil
+			}
+			for _, inst := range instances {
+				if inst.NodeClass == snc.Name {
+					left = append(left, "machine "+inst.ID)
+				}
+			}
+			return len(left) == 0, nil
 		})
+		if err != nil {
+			t.Errorf("deleting NodePool %s left %v", name, left)
+		}
 		_ = s.Client.Delete(ctx, snc)
 	})
 	return np

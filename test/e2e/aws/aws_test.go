@@ -67,6 +67,9 @@ func eventuallyGone(t testing.TB, name string) {
 	for len(claims(t, name)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 	}
+	if n := len(claims(t, name)); n != 0 {
+		t.Errorf("pool %s left %d NodeClaims", name, n)
+	}
 	if n := len(s.aws.LiveInstances(karpv1.NodePoolLabelKey, name)); n != 0 && ctx.Err() == nil {
 		t.Errorf("pool %s left %d live instances", name, n)
 	}

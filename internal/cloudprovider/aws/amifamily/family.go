@@ -6,13 +6,13 @@ package amifamily
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
+	"capstan.dev/capstan/internal/requirements"
 )
 
 // Family is an image family; its values are EC2NodeClass spec.amiFamily's.
@@ -192,28 +192,14 @@ func minor(v string) int {
 }
 
 // Serves reports whether an image with these requirements serves an instance type with these
-// labels (every requirement holds).
+// labels (every requirement holds, as a node selector would judge it).
 func Serves(reqs []awsv1.AMIRequirement, labels map[string]string) bool {
 	for _, r := range reqs {
-		v, has := labels[r.Key]
-		switch corev1.NodeSelectorOperator(r.Operator) {
-		case corev1.NodeSelectorOpIn:
-			if !has || !slices.Contains(r.Values, v) {
-				return false
-			}
-		case corev1.NodeSelectorOpNotIn:
-			if has && slices.Contains(r.Values, v) {
-				return false
-			}
-		case corev1.NodeSelectorOpExists:
-			if !has {
-				return false
-			}
-		case corev1.NodeSelectorOpDoesNotExist:
-			if has {
-				return false
-			}
-		default:
+		req, err := requirements.New(r.Key, requirements.Operator(r.Operator), r.Values...)
+		if err != nil {
+			return false
+		}
+		if v, has := labels[r.Key]; has && !req.Allows(v) || !has && !req.AllowsAbsent() {
 			return false
 		}
 	}
