@@ -98,22 +98,12 @@ func TestEveryFamilyBootsItsNode(t *testing.T) {
 // TestAL2PastItsLastVersionSaysSo: Amazon publishes no AL2 images after Kubernetes 1.32; the
 // class's AMIsReady condition says so and what to use instead.
 func TestAL2PastItsLastVersionSaysSo(t *testing.T) {
-	ctx := context.Background()
 	f := awstest.New(t, env.Client)
 	nc, _ := f.Orders(t)
 	nc.Spec.AMISelectorTerms = []awsv1.AMISelectorTerm{{Alias: "al2@latest"}}
 	nc.Spec.AMIFamily = nil
 	nc.Name = "al2-on-137"
-	if err := env.Client.Create(ctx, nc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, nc) })
-	c := &ec2nodeclass.Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
-	_, _ = c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)})
-	got := &awsv1.EC2NodeClass{}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(nc), got); err != nil {
-		t.Fatal(err)
-	}
+	got, _ := reconciled(t, f, nc)
 	cond := meta.FindStatusCondition(got.Status.Conditions, awsv1.ConditionTypeAMIsReady)
 	if cond == nil || cond.Status != "False" || !strings.Contains(cond.Message, "1.32") || !strings.Contains(cond.Message, "al2023") {
 		t.Errorf("AMIsReady %+v: want False, naming the last AL2 version and al2023", cond)
@@ -222,15 +212,7 @@ func TestKubeletFieldsPassThroughTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad.Name = "kubelet-typo"
-	if err := env.Client.Create(ctx, bad); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, bad) })
-	c := &ec2nodeclass.Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
-	_, _ = c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bad)})
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
-		t.Fatal(err)
-	}
+	bad, _ = reconciled(t, f, bad)
 	cond := meta.FindStatusCondition(bad.Status.Conditions, awsv1.ConditionTypeValidationSucceeded)
 	if cond == nil || cond.Status != "False" || cond.Reason != "KubeletConfigurationInvalid" || !strings.Contains(cond.Message, "spec.kubelet.podPidLimit") ||
 		meta.IsStatusConditionTrue(bad.Status.Conditions, awsv1.ConditionTypeReady) {

@@ -35,11 +35,25 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-// resolved stores the class under a name unique to the test and resolves it.
+// resolved stores the class under a name unique to the test and resolves it; it must turn Ready.
 func resolved(t *testing.T, f *awstest.Fixture, nc *awsv1.EC2NodeClass) *awsv1.EC2NodeClass {
 	t.Helper()
-	ctx := context.Background()
 	nc.Name = strings.ToLower(strings.NewReplacer("_", "-", "/", "-").Replace(t.Name()))
+	got, err := reconciled(t, f, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, awsv1.ConditionTypeReady) {
+		t.Fatalf("class not ready: %+v", got.Status.Conditions)
+	}
+	return got
+}
+
+// reconciled stores the class under its name, lets the EC2NodeClass controller resolve it once
+// and reads it back, with the reconcile's error (a resolution failure is also in its conditions).
+func reconciled(t *testing.T, f *awstest.Fixture, nc *awsv1.EC2NodeClass) (*awsv1.EC2NodeClass, error) {
+	t.Helper()
+	ctx := context.Background()
 	if err := env.Client.Create(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
@@ -52,17 +66,12 @@ func resolved(t *testing.T, f *awstest.Fixture, nc *awsv1.EC2NodeClass) *awsv1.E
 		}
 	})
 	c := &ec2nodeclass.Controller{Client: env.Client, Provider: f.Provider, Clock: f.Clock}
-	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}); err != nil {
-		t.Fatal(err)
-	}
+	_, rerr := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)})
 	got := &awsv1.EC2NodeClass{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(nc), got); err != nil {
 		t.Fatal(err)
 	}
-	if !meta.IsStatusConditionTrue(got.Status.Conditions, awsv1.ConditionTypeReady) {
-		t.Fatalf("class not ready: %+v", got.Status.Conditions)
-	}
-	return got
+	return got, rerr
 }
 
 // claimFor is a NodeClaim of the pool asking for requests.

@@ -138,14 +138,18 @@ func deadline(nc *karpv1.NodeClaim) *time.Time {
 func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
 	// A machine that is not the claim's (a forged NodeClaim, an edited provider ID) is neither
 	// drained nor terminated: the claim stays, with an event saying why, until a person looks.
-	if err := cloudprovider.CheckOwnership(ctx, c.Cloud, nc); cloudprovider.IsNotOwned(err) {
-		if c.Recorder != nil {
-			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "InstanceNotOwned", "Terminate", "not draining or terminating the machine: %v", err)
+	// Asked once, before the drain starts (the node is not tainted yet): the requeues of a drain
+	// do not call the cloud again, and Delete checks again before terminating.
+	if node != nil && !nodeclaims.Disrupted(node) {
+		if err := cloudprovider.CheckOwnership(ctx, c.Cloud, nc); cloudprovider.IsNotOwned(err) {
+			if c.Recorder != nil {
+				c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "InstanceNotOwned", "Terminate", "not draining or terminating the machine: %v", err)
+			}
+			c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionFalse, "InstanceNotOwned", err.Error())
+			return reconcile.Result{}, false, err
+		} else if err != nil {
+			return reconcile.Result{}, false, fmt.Errorf("checking the machine's ownership: %w", err)
 		}
-		c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionFalse, "InstanceNotOwned", err.Error())
-		return reconcile.Result{}, false, err
-	} else if err != nil {
-		return reconcile.Result{}, false, fmt.Errorf("checking the machine's ownership: %w", err)
 	}
 	if node != nil {
 		if result, done, err := c.drainNode(ctx, nc, node); err != nil || !done {
