@@ -118,8 +118,9 @@ type InsufficientCapacityError struct {
 	Err       error
 }
 
-// OfferingKey names one offering.
-type OfferingKey struct{ InstanceType, Zone, CapacityType string }
+// OfferingKey names one offering; ReservationID is set for a reserved one (one reservation
+// running out leaves another of the same type and zone offered).
+type OfferingKey struct{ InstanceType, Zone, CapacityType, ReservationID string }
 
 func (e *InsufficientCapacityError) Error() string {
 	return fmt.Sprintf("insufficient capacity: %v", e.Err)

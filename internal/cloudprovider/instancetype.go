@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -18,7 +19,30 @@ type Offering struct {
 	Price float64
 	// Available is false when the cloud lacks capacity for the offering right now.
 	Available bool
+	// ReservationID is set on offerings of capacity type reserved: the capacity reservation a
+	// machine bought this way launches into. A reserved offering is launched only by a NodeClaim
+	// whose requirements name its reservation (ReservationIDLabelKey).
+	ReservationID string
+	// ReservationType is the reservation's kind (default, capacity-block).
+	ReservationType string
+	// ReservationCapacity is how many more machines the reservation holds for this cluster's
+	// NodeClaims: the provider's count, less the NodeClaims already pinned to it once the
+	// planner has subtracted them (LessPinned).
+	ReservationCapacity int
 }
+
+// ReservationIDLabelKey is the label (and NodeClaim requirement) naming the capacity reservation
+// a machine launches into, and ReservationTypeLabelKey its kind: Karpenter's AWS labels, used by
+// the simulated cloud too (its catalog is EC2's).
+const (
+	ReservationIDLabelKey   = awsv1.LabelCapacityReservationID
+	ReservationTypeLabelKey = awsv1.LabelCapacityReservationType
+)
+
+// ReservedPrice is what a reserved offering costs per hour when plans are compared: the machine
+// is paid for whether it runs or not, so using it costs almost nothing — but the reservations
+// still rank among themselves by their on-demand price.
+func ReservedPrice(onDemand float64) float64 { return onDemand / 1e7 }
 
 // InstanceType is a machine shape a NodeClass offers.
 type InstanceType struct {
@@ -87,12 +111,19 @@ func Fits(requests, allocatable corev1.ResourceList) bool {
 func NewInstanceType(name string, labels map[string]string, capacity, overhead corev1.ResourceList, offerings []Offering) *InstanceType {
 	reqs := requirements.FromLabels(labels)
 	reqs.Add(requirements.Single(karpv1.InstanceTypeLabelKey, name))
-	var zones, cts []string
+	var zones, cts, reservations []string
 	for _, o := range offerings {
 		zones = append(zones, o.Zone)
 		cts = append(cts, o.CapacityType)
+		if o.ReservationID != "" {
+			reservations = append(reservations, o.ReservationID)
+		}
 	}
 	reqs.Add(requirements.MustNew(karpv1.ZoneLabelKey, requirements.In, zones...))
 	reqs.Add(requirements.MustNew(karpv1.CapacityTypeLabelKey, requirements.In, cts...))
+	if len(reservations) > 0 {
+		// A pod may ask for a reservation by id; only types with one can be it.
+		reqs.Add(requirements.MustNew(ReservationIDLabelKey, requirements.In, reservations...))
+	}
 	return &InstanceType{Name: name, Requirements: reqs, Capacity: capacity, Overhead: overhead, Offerings: offerings}
 }

@@ -55,7 +55,7 @@ func (u *UnavailableOfferings) Apply(its []*InstanceType) []*InstanceType {
 		c.Offerings = slices.Clone(it.Offerings)
 		for j := range c.Offerings {
 			o := &c.Offerings[j]
-			if u != nil && u.IsUnavailable(OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType}) {
+			if u != nil && u.IsUnavailable(OfferingKey{InstanceType: c.Name, Zone: o.Zone, CapacityType: o.CapacityType, ReservationID: o.ReservationID}) {
 				o.Available = false
 			}
 		}

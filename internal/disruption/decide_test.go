@@ -14,6 +14,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/capacitybuffer"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 )
 
@@ -573,5 +574,59 @@ func TestConsolidationKeepsCapacityBufferRoom(t *testing.T) {
 	c.snap.Buffer = nil
 	if d := c.decide(disruption.Options{}); d.Command == nil {
 		t.Fatal("without the buffer the two nodes should become one")
+	}
+}
+
+// Consolidation moves an on-demand node's pods onto a capacity reservation's machine (already
+// paid for) while the reservation has one left, pinning the replacement to it; with none left it
+// does not, and it never replaces a reserved machine to save money.
+func TestConsolidationMovesOntoAReservation(t *testing.T) {
+	for _, slots := range []int{1, 0} {
+		c := newCluster(t)
+		for i, it := range c.its {
+			if it.Name == "m" {
+				c.its[i] = cloudprovider.WithOfferings(it, cloudprovider.Offering{Zone: "z1", CapacityType: karpv1.CapacityTypeReserved,
+					Price: cloudprovider.ReservedPrice(0.10), Available: slots > 0, ReservationID: "cr-1", ReservationCapacity: slots})
+			}
+		}
+		c.pool("default", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+				Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}}}
+		})
+		c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"), pod("b", "web", "1"))
+		d := c.decide(disruption.Options{})
+		cmd := d.Command
+		if slots == 0 {
+			if cmd != nil {
+				for _, r := range cmd.Replacements {
+					if _, ok := r.Requirements.Get(cloudprovider.ReservationIDLabelKey); ok {
+						t.Fatalf("a replacement is pinned to a reservation with no machine left: %v", r.Requirements)
+					}
+				}
+			}
+			continue
+		}
+		if cmd == nil || len(cmd.Replacements) != 1 {
+			t.Fatalf("with a reserved machine left: command %+v, want one replacement", cmd)
+		}
+		r := cmd.Replacements[0]
+		if id, ok := r.Requirements.Get(cloudprovider.ReservationIDLabelKey); !ok || !id.Allows("cr-1") || cmd.PriceAfter > 0.001 {
+			t.Fatalf("replacement %v at %v $/h, want pinned to cr-1 at almost nothing", r.Requirements, cmd.PriceAfter)
+		}
+	}
+
+	// A reserved machine is not replaced by anything cheaper: it costs nothing more to keep.
+	c := newCluster(t)
+	c.pool("default", nil)
+	c.node("default", "held", "l", karpv1.CapacityTypeReserved, pod("a", "web", "500m"))
+	for i, it := range c.its {
+		if it.Name == "l" {
+			c.its[i] = cloudprovider.WithOfferings(it, cloudprovider.Offering{Zone: "z1", CapacityType: karpv1.CapacityTypeReserved,
+				Price: cloudprovider.ReservedPrice(0.20), Available: false, ReservationID: "cr-2"})
+		}
+	}
+	c.snap.NodePools[0].Solver.InstanceTypes = c.its
+	if d := c.decide(disruption.Options{}); d.Command != nil {
+		t.Fatalf("a reserved machine was replaced: %v", names(d.Command))
 	}
 }

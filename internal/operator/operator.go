@@ -38,6 +38,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/nodeclaim/garbagecollection"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/podevents"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/reservation"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/controllers/nodeoverlay"
 	"capstan.dev/capstan/internal/controllers/nodepool/static"
@@ -206,6 +207,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		if overlays != nil {
 			p.SetOverlays(overlays.ForLaunches())
 		}
+		if !o.FeatureGates["ReservedCapacity"] {
+			p.DisableReservedCapacity()
+		}
 		op.Cloud, op.SimCloud, nodeClass = p, cloud, &simv1alpha1.SimNodeClass{}
 		if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {
 			return nil, err
@@ -222,6 +226,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			p.SetOverlays(overlays.ForLaunches())
 		}
 		op.Cloud, nodeClass = p, &awsv1.EC2NodeClass{}
+	}
+	if !o.FeatureGates["ReservedCapacity"] {
+		log.Info("capacity reservations ignored: the ReservedCapacity feature gate is off")
 	}
 	// Every call the controllers make to the cloud is bounded (docs/reliability.md).
 	op.Cloud = cloudprovider.WithDeadlines(op.Cloud, cloudprovider.Deadlines{})
@@ -318,6 +325,11 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	if err := mgr.Add(&deletioncost.Controller{Client: c, Clock: clk, Snapshot: dis.Snapshot, Decision: dis.Options.Decision,
 		Enabled: o.FeatureGates["PodDeletionCostManagement"], Informers: mgr.GetCache()}); err != nil {
 		return nil, err
+	}
+	if o.FeatureGates["ReservedCapacity"] {
+		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter")}); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m}); err != nil {
 		return nil, err

@@ -124,6 +124,8 @@ func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost fl
 	if err != nil {
 		return nil, "no instance types", err
 	}
+	// Capacity reservations: what the claims already hold is not there for new ones.
+	types = cloudprovider.LessPinned(types, claims)
 	reqs, err := nodepools.Requirements(np)
 	if err != nil {
 		return nil, "invalid requirements", err

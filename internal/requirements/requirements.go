@@ -67,6 +67,14 @@ func (rs *Requirements) Add(r Requirement) {
 	rs.m[r.Key] = r
 }
 
+// Set puts r in the set in place of any requirement of its key.
+func (rs *Requirements) Set(r Requirement) {
+	if rs.m == nil {
+		rs.m = map[string]Requirement{}
+	}
+	rs.m[r.Key] = r
+}
+
 // AddAll intersects every requirement of o into the set.
 func (rs *Requirements) AddAll(o Requirements) {
 	for _, r := range o.m {

@@ -80,9 +80,16 @@ func (s *solver) dropEmptyClaims() {
 
 // finish turns planned claims into the result.
 func (s *solver) finish() {
+	s.slots = reservationSlots(&s.in)
 	for _, t := range s.targets {
 		if !t.isClaim() {
 			continue
+		}
+		if s.slots != nil {
+			if err := s.reserve(t); err != nil {
+				s.unreserved(t, err)
+				continue
+			}
 		}
 		s.result.NodeClaims = append(s.result.NodeClaims, s.plannedClaim(t))
 	}

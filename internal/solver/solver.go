@@ -68,6 +68,9 @@ type solver struct {
 	// wellKnown are the provider's label keys (Input.WellKnownLabels).
 	wellKnown map[string]bool
 
+	// slots are the capacity reservations' machines left for finish's claims (reservations.go).
+	slots map[string]int
+
 	result Result
 }
 
@@ -92,6 +95,15 @@ const secondPackingClaims = 64
 // workloads — and returns the plan that leaves fewer pods unplaced, then costs less, then buys
 // fewer machines, then the first.
 func Solve(in Input, opts Options) *Result {
+	res := solveOnce(in, opts)
+	if res.fellBack {
+		res = replanReserved(in, opts, res)
+	}
+	return res
+}
+
+// solveOnce is one Solve, without the re-plan that capacity reservations may need.
+func solveOnce(in Input, opts Options) *Result {
 	if opts.MaxInstanceTypes <= 0 {
 		opts.MaxInstanceTypes = DefaultMaxInstanceTypes
 	}
@@ -122,6 +134,7 @@ func Solve(in Input, opts Options) *Result {
 	// Only the winner's claims are priced, sorted and bounded.
 	best.finish()
 	res := &best.result
+	res.slotsLeft = best.slots
 	best.release()
 	if second != nil {
 		second.release()

@@ -117,6 +117,11 @@ type Result struct {
 	Bindings []Binding
 	// Unschedulable are the pods that fit nowhere, with why.
 	Unschedulable []PodError
+
+	// slotsLeft are the capacity reservations' machines the plan left; fellBack is set when a
+	// claim planned at a reservation's price got none of its machines (reservations.go).
+	slotsLeft map[string]int
+	fellBack  bool
 }
 
 // PlannedNodeClaim is one machine to buy.

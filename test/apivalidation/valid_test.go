@@ -73,7 +73,11 @@ var validCases = []struct {
   failures:
     insufficientCapacity: [{instanceType: m5.large, zone: us-sim-1a}]
     launchErrors: [{zone: us-sim-1b, capacityType: spot}]
-    neverRegister: [{instanceType: c5.xlarge}]`},
+    neverRegister: [{instanceType: c5.xlarge}]
+  capacityReservations:
+  - {id: cr-0a1, instanceType: m5.large, zone: us-sim-1a, count: 3}
+  - {id: cr-0b2, instanceType: p5.48xlarge, zone: us-sim-1b, count: 1, reservationType: capacity-block, endTime: "2026-12-24T00:00:00Z"}`},
+	{"nodepool pinned to a capacity reservation", baseNodePool, requirement(`{key: karpenter.k8s.aws/capacity-reservation-id, operator: In, values: [cr-0a1]}`)},
 	{"capacitybuffer over a template", baseCapacityBuffer, ""},
 	{"capacitybuffer template with limits only", baseCapacityBuffer, "spec: {replicas: null, limits: {cpu: 4, memory: 8Gi}}"},
 	{"capacitybuffer over a workload", baseCapacityBuffer, "spec: {podTemplateRef: null, replicas: null, scalableRef: {apiGroup: apps, kind: Deployment, name: web}, percentage: 20}"},

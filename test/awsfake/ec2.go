@@ -47,6 +47,8 @@ func (s *Server) ec2(w http.ResponseWriter, action string, f form) {
 		res, err = s.terminateInstances(f)
 	case "CreateTags":
 		res, err = s.createTags(f)
+	case "DescribeCapacityReservations":
+		res, err = s.describeCapacityReservations(f)
 	default:
 		err = errorf("InvalidAction", "The action %s is not valid for this web service.", action)
 	}
@@ -477,8 +479,8 @@ func (s *Server) createFleet(f form) (*el, *apiError) {
 	}
 	token := f.Str("ClientToken")
 	lifecycle := f.Str("TargetCapacitySpecification.DefaultTargetCapacityType")
-	if lifecycle != "spot" && lifecycle != "on-demand" {
-		return nil, errorf("InvalidParameterValue", "TargetCapacitySpecification.DefaultTargetCapacityType %q must be spot or on-demand", lifecycle)
+	if lifecycle != "spot" && lifecycle != "on-demand" && lifecycle != "capacity-block" {
+		return nil, errorf("InvalidParameterValue", "TargetCapacitySpecification.DefaultTargetCapacityType %q must be spot, on-demand or capacity-block", lifecycle)
 	}
 	if n := f.Str("TargetCapacitySpecification.TotalTargetCapacity"); n != "1" {
 		return nil, errorf("InvalidParameterValue", "only a TotalTargetCapacity of 1 is served here, not %q", n)
@@ -541,6 +543,19 @@ func (s *Server) createFleet(f form) (*el, *apiError) {
 	})
 	var errs []*el
 	for _, o := range overrides {
+		reservation := s.templates[o.template].Data["CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"]
+		if block := lifecycle == "capacity-block"; block != (reservation != "" && s.reservations[reservation] != nil && s.reservations[reservation].Type == "capacity-block") {
+			return nil, errorf("InvalidParameterCombination", "a capacity-block fleet must launch into a capacity block, and a capacity block only from one")
+		}
+		if reservation != "" {
+			if code, msg := s.reservationRefusal(reservation, o.instanceType, o.sn.Zone); code != "" {
+				errs = append(errs, E("", E("launchTemplateAndOverrides",
+					E("launchTemplateSpecification", T("launchTemplateName", o.template), T("version", "$Latest")),
+					E("overrides", T("instanceType", o.instanceType), T("subnetId", o.subnet), T("availabilityZone", o.sn.Zone))),
+					T("lifecycle", lifecycle), T("errorCode", code), T("errorMessage", msg)))
+				continue
+			}
+		}
 		if s.noCapacity[capacityKey(o.instanceType, o.sn.Zone, lifecycle)] {
 			errs = append(errs, E("", E("launchTemplateAndOverrides",
 				E("launchTemplateSpecification", T("launchTemplateName", o.template), T("version", "$Latest")),
@@ -553,7 +568,7 @@ func (s *Server) createFleet(f form) (*el, *apiError) {
 		inst := &Instance{ID: newID("i-"), Type: o.instanceType, Zone: o.sn.Zone, ZoneID: o.sn.ZoneID, SubnetID: o.subnet,
 			ImageID: s.templates[o.template].Data["ImageId"], Lifecycle: lifecycle, State: "pending", LaunchTime: s.clock.Now(),
 			PrivateIP: fmt.Sprintf("10.0.%d.%d", s.seq/250, s.seq%250+1), Tags: f.tagsFor("instance"), LaunchTemplate: o.template,
-			Template: maps.Clone(s.templates[o.template].Data), FleetToken: token}
+			Template: maps.Clone(s.templates[o.template].Data), FleetToken: token, CapacityReservationID: reservation}
 		inst.PrivateDNS = "ip-" + strings.ReplaceAll(inst.PrivateIP, ".", "-") + ".ec2.internal"
 		s.instances[inst.ID] = inst
 		if token != "" {
@@ -591,6 +606,9 @@ func (inst *Instance) xml() *el {
 	e.kids = append(e.kids, Set("groupSet", groups))
 	if inst.Lifecycle == "spot" {
 		e.kids = append(e.kids, T("instanceLifecycle", "spot"), T("spotInstanceRequestId", "sir-"+inst.ID[2:10]))
+	}
+	if inst.CapacityReservationID != "" {
+		e.kids = append(e.kids, T("capacityReservationId", inst.CapacityReservationID))
 	}
 	if inst.Template["MetadataOptions.HttpTokens"] != "" {
 		e.kids = append(e.kids, E("metadataOptions", T("httpTokens", inst.Template["MetadataOptions.HttpTokens"]),
@@ -634,6 +652,8 @@ func (s *Server) describeInstances(f form) (*el, *apiError) {
 				return []string{inst.Zone}
 			case "client-token":
 				return []string{inst.FleetToken}
+			case "capacity-reservation-id":
+				return []string{inst.CapacityReservationID}
 			}
 			return nil
 		}) {

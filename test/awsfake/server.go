@@ -68,11 +68,13 @@ type Server struct {
 	roles      map[string]bool
 	queues     map[string]*queue
 	noCapacity map[string]bool
-	faults     map[string][]Fault
-	expired    map[string]bool
-	calls      map[string]int
-	requests   []Request
-	seq        int
+	// reservations are the capacity reservations, by id.
+	reservations map[string]*CapacityReservation
+	faults       map[string][]Fault
+	expired      map[string]bool
+	calls        map[string]int
+	requests     []Request
+	seq          int
 
 	listener net.Listener
 	http     *http.Server
@@ -118,7 +120,7 @@ func New(o Options) (*Server, error) {
 		subnets: map[string]*Subnet{}, groups: map[string]*SecurityGroup{}, images: map[string]*Image{},
 		params: map[string]string{}, templates: map[string]*LaunchTemplate{}, instances: map[string]*Instance{},
 		fleets: map[string][]string{}, profiles: map[string]*InstanceProfile{}, roles: map[string]bool{},
-		queues: map[string]*queue{}, noCapacity: map[string]bool{}, faults: map[string][]Fault{},
+		queues: map[string]*queue{}, noCapacity: map[string]bool{}, reservations: map[string]*CapacityReservation{}, faults: map[string][]Fault{},
 		expired: map[string]bool{}, calls: map[string]int{},
 	}
 	entries, err := catalog.Load()

@@ -73,6 +73,8 @@ type Instance struct {
 	ReclaimAt time.Time
 	// Health is what DescribeInstanceStatus reports of it.
 	Health InstanceHealth
+	// CapacityReservationID is the capacity reservation it was launched into, if any.
+	CapacityReservationID string
 }
 
 // InstanceHealth is an instance's EC2 status checks and scheduled events.

@@ -451,8 +451,11 @@ const (
 	ConditionTypeSecurityGroupsReady  = "SecurityGroupsReady"
 	ConditionTypeAMIsReady            = "AMIsReady"
 	ConditionTypeInstanceProfileReady = "InstanceProfileReady"
-	ConditionTypeValidationSucceeded  = "ValidationSucceeded"
-	ConditionTypeReady                = "Ready"
+	// ConditionTypeCapacityReservationsReady is true when capacityReservationSelectorTerms
+	// resolved (to any number of active reservations).
+	ConditionTypeCapacityReservationsReady = "CapacityReservationsReady"
+	ConditionTypeValidationSucceeded       = "ValidationSucceeded"
+	ConditionTypeReady                     = "Ready"
 )
 
 // EC2NodeClass is how a NodePool's machines are launched on AWS.

@@ -25,6 +25,22 @@ const (
 	LabelInstanceAcceleratorCount             = Group + "/instance-accelerator-count"
 )
 
+// Labels of a machine launched into a capacity reservation (capacity type reserved).
+const (
+	// LabelCapacityReservationID is the reservation's id (cr-…).
+	LabelCapacityReservationID = Group + "/capacity-reservation-id"
+	// LabelCapacityReservationType is default (an on-demand capacity reservation) or
+	// capacity-block.
+	LabelCapacityReservationType = Group + "/capacity-reservation-type"
+	// LabelCapacityReservationInterruptible is "true" on a machine of an interruptible
+	// reservation (its owner may reclaim it; the interruption queue says when), "false" on the
+	// other reserved machines.
+	LabelCapacityReservationInterruptible = Group + "/capacity-reservation-interruptible"
+	// CapacityReservationTypeDefault and CapacityReservationTypeCapacityBlock are its values.
+	CapacityReservationTypeDefault       = "default"
+	CapacityReservationTypeCapacityBlock = "capacity-block"
+)
+
 // WellKnownLabels are the instance-type labels the AWS provider (and the simulated cloud, whose
 // catalog is EC2's) resolves on its machines. A type without one of them does not carry that
 // label: GPU labels, for instance, exist only on GPU types.
@@ -34,7 +50,8 @@ var WellKnownLabels = []string{
 	LabelInstanceNetworkBandwidth, LabelInstanceHypervisor, LabelInstanceEncryptionInTransitSupported,
 	LabelInstanceCapabilityFlex, LabelInstanceLocalNVME, LabelInstanceGPUName, LabelInstanceGPUManufacturer,
 	LabelInstanceGPUCount, LabelInstanceGPUMemory, LabelInstanceAcceleratorName, LabelInstanceAcceleratorManufacturer,
-	LabelInstanceAcceleratorCount,
+	LabelInstanceAcceleratorCount, LabelCapacityReservationID, LabelCapacityReservationType,
+	LabelCapacityReservationInterruptible,
 }
 
 // Annotations and tags Capstan sets on AWS resources.

@@ -35,7 +35,7 @@ type NodeSelectorRequirementWithMinValues struct {
 	// +kubebuilder:validation:XValidation:rule="self in ['beta.kubernetes.io/instance-type', 'failure-domain.beta.kubernetes.io/region', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch', 'failure-domain.beta.kubernetes.io/zone', 'topology.kubernetes.io/zone', 'topology.kubernetes.io/region', 'node.kubernetes.io/instance-type', 'kubernetes.io/arch', 'kubernetes.io/os', 'node.kubernetes.io/windows-build'] || self.find('^([^/]+)').endsWith('node.kubernetes.io') || self.find('^([^/]+)').endsWith('node-restriction.kubernetes.io') || !self.find('^([^/]+)').endsWith('kubernetes.io')",message="label domain \"kubernetes.io\" is restricted"
 	// +kubebuilder:validation:XValidation:rule="self.find('^([^/]+)').endsWith('kops.k8s.io') || !self.find('^([^/]+)').endsWith('k8s.io')",message="label domain \"k8s.io\" is restricted"
 	// +kubebuilder:validation:XValidation:rule="self in ['karpenter.sh/capacity-type', 'karpenter.sh/nodepool'] || !self.find('^([^/]+)').endsWith('karpenter.sh')",message="label domain \"karpenter.sh\" is restricted"
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('karpenter.k8s.aws/instance-') || !self.find('^([^/]+)').endsWith('karpenter.k8s.aws')",message="label domain \"karpenter.k8s.aws\" is restricted"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('karpenter.k8s.aws/instance-') || self.startsWith('karpenter.k8s.aws/capacity-reservation-') || !self.find('^([^/]+)').endsWith('karpenter.k8s.aws')",message="label domain \"karpenter.k8s.aws\" is restricted"
 	Key string `json:"key"`
 	// Operator is how the key relates to the values.
 	Operator NodeSelectorOperator `json:"operator"`

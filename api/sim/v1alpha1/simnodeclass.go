@@ -75,6 +75,50 @@ type SimNodeClassSpec struct {
 	// Failures injects faults into launches.
 	// +optional
 	Failures Failures `json:"failures,omitzero"`
+	// CapacityReservations are capacity reservations the simulated account holds: machines of
+	// one instance type in one zone, paid for whether they run or not. Each is offered as
+	// capacity type reserved at a near-zero price (an EC2NodeClass's resolved reservations are
+	// offered the same way), and the simulated cloud launches no more machines into one than
+	// its count. After its endTime a default reservation takes no launches and its machines run
+	// on as on-demand; a capacity block takes none from 40 minutes before its end, when its
+	// machines are drained.
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:XValidation:rule="self.all(r, self.exists_one(o, o.id == r.id))",message="capacity reservation ids must be unique"
+	// +optional
+	CapacityReservations []SimCapacityReservation `json:"capacityReservations,omitempty"`
+}
+
+// SimCapacityReservation is a capacity reservation of the simulated account.
+type SimCapacityReservation struct {
+	// ID is the reservation's id, as EC2 writes them (cr-…).
+	// +kubebuilder:validation:Pattern=`^cr-[0-9a-z]+$`
+	// +kubebuilder:validation:MaxLength=64
+	// +required
+	ID string `json:"id"`
+	// InstanceType is the reserved instance type; a type the class does not offer reserves
+	// nothing.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +required
+	InstanceType string `json:"instanceType"`
+	// Zone is the reservation's zone; a zone the class does not offer reserves nothing.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Zone string `json:"zone"`
+	// Count is how many machines the reservation holds.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +required
+	Count int32 `json:"count"`
+	// ReservationType is default (an on-demand capacity reservation) or capacity-block.
+	// +kubebuilder:validation:Enum=default;capacity-block
+	// +kubebuilder:default=default
+	// +optional
+	ReservationType string `json:"reservationType,omitempty"`
+	// EndTime is when the reservation ends, if it does.
+	// +optional
+	EndTime *metav1.Time `json:"endTime,omitempty"`
 }
 
 // InstanceTypesSource is where a SimNodeClass reads its instance types.
@@ -129,8 +173,8 @@ type OfferingSelector struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Zone string `json:"zone,omitempty"`
-	// CapacityType is on-demand or spot.
-	// +kubebuilder:validation:Enum=on-demand;spot
+	// CapacityType is on-demand, spot or reserved.
+	// +kubebuilder:validation:Enum=on-demand;spot;reserved
 	// +optional
 	CapacityType string `json:"capacityType,omitempty"`
 }

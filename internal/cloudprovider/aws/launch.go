@@ -88,7 +88,9 @@ type launchTemplate struct {
 }
 
 // templateFor builds the launch template for a class, claim and image.
-func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, image string, it *cloudprovider.InstanceType) (*launchTemplate, error) {
+// A launch into a capacity reservation (reservation set) targets it, and a capacity block's
+// launch is of its market type.
+func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, image string, it *cloudprovider.InstanceType, reservation string) (*launchTemplate, error) {
 	ud, err := p.userData(nc, claim, it)
 	if err != nil {
 		return nil, err
@@ -128,9 +130,16 @@ func (p *Provider) templateFor(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, 
 			DeviceIndex: aws.Int32(0), AssociatePublicIpAddress: nc.Spec.AssociatePublicIPAddress, Groups: sgs}}
 		data.SecurityGroupIds = nil
 	}
+	if reservation != "" {
+		data.CapacityReservationSpecification = &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{
+			CapacityReservationTarget: &ec2types.CapacityReservationTarget{CapacityReservationId: aws.String(reservation)}}
+		if r, ok := reservationOf(nc, reservation); ok && r.ReservationType == awsv1.CapacityReservationTypeCapacityBlock {
+			data.InstanceMarketOptions = &ec2types.LaunchTemplateInstanceMarketOptionsRequest{MarketType: ec2types.MarketTypeCapacityBlock}
+		}
+	}
 	h := fnv.New64a()
-	_, _ = fmt.Fprintf(h, "%s|%s|%v|%s|%s|%s|%d|%v|%v|%v", image, ud, sgs, nc.Status.InstanceProfile, endpoint, tokens, hops,
-		aws.ToBool(nc.Spec.DetailedMonitoring), describeBlockDevices(data.BlockDeviceMappings), nc.Spec.AssociatePublicIPAddress)
+	_, _ = fmt.Fprintf(h, "%s|%s|%v|%s|%s|%s|%d|%v|%v|%v|%s", image, ud, sgs, nc.Status.InstanceProfile, endpoint, tokens, hops,
+		aws.ToBool(nc.Spec.DetailedMonitoring), describeBlockDevices(data.BlockDeviceMappings), nc.Spec.AssociatePublicIPAddress, reservation)
 	tags := p.resourceTags(nc, claim)
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		_, _ = fmt.Fprintf(h, "|%s=%s", k, tags[k])
@@ -295,7 +304,7 @@ func isCode(err error, code string) bool {
 }
 
 // capacityErrors are CreateFleet error codes that mean "no capacity for this offering now".
-var capacityErrors = []string{"InsufficientInstanceCapacity", "InsufficientCapacity", "MaxSpotInstanceCountExceeded",
+var capacityErrors = []string{"InsufficientInstanceCapacity", "InsufficientCapacity", "MaxSpotInstanceCountExceeded", "ReservationCapacityExceeded",
 	"UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "SpotMaxPriceTooLow"}
 
 // ValidateUserData checks that the class's user data can be merged for its image family (a

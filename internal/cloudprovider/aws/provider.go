@@ -60,6 +60,8 @@ type Options struct {
 	// Capstan writes that maxPods into each machine's user data, since the image's own bootstrap
 	// would count every ENI.
 	ReservedENIs int
+	// DisableReservedCapacity (the ReservedCapacity gate off) ignores capacity reservations.
+	DisableReservedCapacity bool
 	// KubernetesVersion returns the cluster's minor version ("1.37") for AMI aliases.
 	KubernetesVersion func(context.Context) (string, error)
 	// Log receives what the provider notices (pricing failures).
@@ -90,6 +92,11 @@ type Provider struct {
 
 	builtMu sync.Mutex
 	built   map[types.UID]builtTypes
+
+	// reservationRoom is, per capacity reservation, how many machines it holds for this
+	// cluster (ResolveCapacityReservations).
+	reservationsMu  sync.Mutex
+	reservationRoom map[string]int
 
 	templatesMu sync.Mutex
 	templates   map[string]bool
@@ -191,7 +198,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, nc *awsv1.EC2NodeClass) ([
 			p.builtMu.Unlock()
 		}
 	}
-	return p.unavailable.Apply(b.its), nil
+	return p.withReservations(nc, p.unavailable.Apply(b.its)), nil
 }
 
 // GetInstanceTypes implements CloudProvider.
@@ -246,11 +253,19 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 		if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
 			return false
 		}
-		c, ok := reqs.Get(karpv1.CapacityTypeLabelKey)
-		return !ok || c.Allows(o.CapacityType)
+		if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
+			return false
+		}
+		if o.ReservationID != "" {
+			// Only a claim pinned to the reservation launches into it: the planner counts its
+			// machines by the claims pinned.
+			r, ok := reqs.Get(cloudprovider.ReservationIDLabelKey)
+			return ok && r.Allows(o.ReservationID)
+		}
+		return true
 	}
 	var cands []candidate
-	spot := false
+	spot, reserved := false, false
 	for _, it := range its {
 		if it.Requirements.Intersects(reqs) != nil || !it.Holds(claim.Spec.Resources.Requests) {
 			continue
@@ -260,6 +275,7 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 			if allowed(o) {
 				c.offerings = append(c.offerings, o)
 				spot = spot || o.CapacityType == karpv1.CapacityTypeSpot
+				reserved = reserved || o.CapacityType == karpv1.CapacityTypeReserved
 			}
 		}
 		if len(c.offerings) > 0 {
@@ -271,7 +287,10 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	}
 	// Spot when the claim allows it and a spot offering is available, as Karpenter does.
 	capacityType := karpv1.CapacityTypeOnDemand
-	if spot {
+	switch {
+	case reserved:
+		capacityType = karpv1.CapacityTypeReserved
+	case spot:
 		capacityType = karpv1.CapacityTypeSpot
 	}
 	var keep []candidate
@@ -365,7 +384,12 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if image == "" {
 			continue
 		}
-		lt, err := p.templateFor(nc, claim, image, c.it)
+		reservation := ""
+		if capacityType == karpv1.CapacityTypeReserved {
+			// A pinned claim's one offering: its reservation's type and zone.
+			reservation = c.offerings[0].ReservationID
+		}
+		lt, err := p.templateFor(nc, claim, image, c.it, reservation)
 		if err != nil {
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
 		}
@@ -407,12 +431,22 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no image or subnet of EC2NodeClass %s serves the types NodeClaim %s allows", nc.Name, claim.Name)}
 	}
 	instanceTags := withTag(tags, NodeClaimTag, claim.Name)
+	// A reservation's machine is an on-demand one launched into it (a capacity block's, of its
+	// own market).
+	fleetType, reservation := ec2types.DefaultTargetCapacityType(capacityType), ""
+	if capacityType == karpv1.CapacityTypeReserved {
+		reservation = cands[0].offerings[0].ReservationID
+		fleetType = ec2types.DefaultTargetCapacityTypeOnDemand
+		if r, ok := reservationOf(nc, reservation); ok && r.ReservationType == awsv1.CapacityReservationTypeCapacityBlock {
+			fleetType = ec2types.DefaultTargetCapacityTypeCapacityBlock
+		}
+	}
 	in := &ec2.CreateFleetInput{
 		Type:                  ec2types.FleetTypeInstant,
 		ClientToken:           aws.String(clientToken(claim)),
 		LaunchTemplateConfigs: configs,
 		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{TotalTargetCapacity: aws.Int32(1),
-			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType)},
+			DefaultTargetCapacityType: fleetType},
 		TagSpecifications: []ec2types.TagSpecification{
 			{ResourceType: ec2types.ResourceTypeInstance, Tags: ec2Tags(instanceTags)},
 			{ResourceType: ec2types.ResourceTypeVolume, Tags: ec2Tags(instanceTags)},
@@ -443,7 +477,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		code := aws.ToString(e.ErrorCode)
 		if slices.Contains(capacityErrors, code) && e.LaunchTemplateAndOverrides != nil && e.LaunchTemplateAndOverrides.Overrides != nil {
 			o := e.LaunchTemplateAndOverrides.Overrides
-			key := cloudprovider.OfferingKey{InstanceType: string(o.InstanceType), Zone: aws.ToString(o.AvailabilityZone), CapacityType: capacityType}
+			key := cloudprovider.OfferingKey{InstanceType: string(o.InstanceType), Zone: aws.ToString(o.AvailabilityZone), CapacityType: capacityType, ReservationID: reservation}
 			ice = append(ice, key)
 			if p.unavailable != nil {
 				p.unavailable.MarkUnavailable(key)
@@ -465,7 +499,9 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if it != nil {
 			image = imageFor(nc, it)
 		}
-		return p.claimFor(fi.InstanceIds[0], it, string(fi.InstanceType), zone, capacityType, image, p.clock.Now()), nil
+		c := p.claimFor(fi.InstanceIds[0], it, string(fi.InstanceType), zone, capacityType, image, p.clock.Now())
+		reservationLabels(c.Labels, nc, reservation)
+		return c, nil
 	}
 	if len(other) > 0 {
 		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %s", claim.Name, strings.Join(other, "; "))
@@ -542,6 +578,12 @@ func (p *Provider) instanceClaim(ctx context.Context, inst ec2types.Instance, nc
 		zone = aws.ToString(inst.Placement.AvailabilityZone)
 	}
 	c := p.claimFor(aws.ToString(inst.InstanceId), it, typeName, zone, ct, aws.ToString(inst.ImageId), aws.ToTime(inst.LaunchTime))
+	if nc != nil {
+		reservationLabels(c.Labels, nc, aws.ToString(inst.CapacityReservationId))
+	} else if id := aws.ToString(inst.CapacityReservationId); id != "" {
+		c.Labels[karpv1.CapacityTypeLabelKey] = karpv1.CapacityTypeReserved
+		c.Labels[cloudprovider.ReservationIDLabelKey] = id
+	}
 	c.Name = tagValue(inst.Tags, NodeClaimTag)
 	if np := tagValue(inst.Tags, karpv1.NodePoolLabelKey); np != "" {
 		c.Labels[karpv1.NodePoolLabelKey] = np

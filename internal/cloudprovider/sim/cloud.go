@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -25,6 +26,8 @@ type Instance struct {
 	Capacity     corev1.ResourceList `json:"capacity"`
 	Allocatable  corev1.ResourceList `json:"allocatable"`
 	LaunchedAt   time.Time           `json:"launchedAt"`
+	// ReservationID is the capacity reservation the machine was launched into, if any.
+	ReservationID string `json:"reservationID,omitempty"`
 	// RegisterAt is when the machine creates its Node; zero when it never will.
 	RegisterAt time.Time `json:"registerAt"`
 	Registered bool      `json:"registered"`
@@ -111,9 +114,15 @@ func (c *Cloud) put(inst *Instance) error {
 	return c.store.Put(inst)
 }
 
+// errReservationFull is launch's answer when the capacity reservation holds as many machines as
+// it may (EC2's ReservationCapacityExceeded).
+var errReservationFull = errors.New("the capacity reservation has no machine left")
+
 // launch records a new instance for a NodeClaim unless one exists; it returns the instance. The
-// instance is persisted before it is known in memory, so a failed write launches nothing.
-func (c *Cloud) launch(claim string, mk func(id string) *Instance) (*Instance, error) {
+// instance is persisted before it is known in memory, so a failed write launches nothing. A
+// launch into a capacity reservation (reservation set) that already holds limit machines fails
+// with errReservationFull: the count and the launch are one step under the cloud's lock.
+func (c *Cloud) launch(claim, reservation string, limit int, mk func(id string) *Instance) (*Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.loadLocked(); err != nil {
@@ -122,6 +131,17 @@ func (c *Cloud) launch(claim string, mk func(id string) *Instance) (*Instance, e
 	if id, ok := c.state.ByClaim[claim]; ok {
 		if inst, ok := c.state.Instances[id]; ok {
 			return inst, nil
+		}
+	}
+	if reservation != "" {
+		n := 0
+		for _, inst := range c.state.Instances {
+			if inst.ReservationID == reservation {
+				n++
+			}
+		}
+		if n >= limit {
+			return nil, errReservationFull
 		}
 	}
 	inst := mk(fmt.Sprintf("i-%017x", c.state.NextID+1))
@@ -189,6 +209,19 @@ func (c *Cloud) Instances() []*Instance {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// InReservation is how many machines run in a capacity reservation.
+func (c *Cloud) InReservation(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, inst := range c.state.Instances {
+		if inst.ReservationID == id {
+			n++
+		}
+	}
+	return n
 }
 
 // CreateCount is how many machines were launched for a NodeClaim.

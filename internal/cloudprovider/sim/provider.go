@@ -46,6 +46,8 @@ type Provider struct {
 	unavailable *cloudprovider.UnavailableOfferings
 	// overlays adjust the types a launch chooses from (NodeOverlay); nil when the gate is off.
 	overlays cloudprovider.Overlays
+	// noReservations ignores the classes' capacity reservations (the ReservedCapacity gate off).
+	noReservations bool
 
 	// built holds each SimNodeClass's instance types as of a generation (building them from
 	// the catalog on every call was a tenth of Capstan's CPU during a burst).
@@ -74,6 +76,10 @@ func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavail
 // SetOverlays makes launches choose by the NodeOverlays' prices and capacity (the gate on), as
 // the decision that planned the claim did. Call it before the provider is used.
 func (p *Provider) SetOverlays(o cloudprovider.Overlays) { p.overlays = o }
+
+// DisableReservedCapacity makes the provider ignore SimNodeClasses' capacity reservations (the
+// ReservedCapacity gate off). Call it before the provider is used.
+func (p *Provider) DisableReservedCapacity() { p.noReservations = true }
 
 // Name implements CloudProvider.
 func (p *Provider) Name() string { return Name }
@@ -149,7 +155,20 @@ func (p *Provider) InstanceTypes(ctx context.Context, snc *simv1alpha1.SimNodeCl
 		}
 	}
 	// Each caller gets its own types and offerings: availability changes from call to call.
-	return p.unavailable.Apply(b.its), nil
+	its := p.unavailable.Apply(b.its)
+	if len(snc.Spec.CapacityReservations) > 0 {
+		// A reservation past its end takes no launches.
+		now := p.clock.Now()
+		for _, it := range its {
+			for j := range it.Offerings {
+				o := &it.Offerings[j]
+				if r, ok := reservation(snc.Spec, o.ReservationID); ok && ended(r, now) {
+					o.Available = false
+				}
+			}
+		}
+	}
+	return its, nil
 }
 
 // build computes a SimNodeClass's instance types from the catalog (or the ConfigMap source),
@@ -162,7 +181,10 @@ func (p *Provider) build(snc *simv1alpha1.SimNodeClass, source *corev1.ConfigMap
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: err}
 		}
 		overridePrices(spec, its)
-		return its, nil
+		if p.noReservations {
+			return its, nil
+		}
+		return withReservations(spec, its), nil
 	}
 	zones := spec.Zones
 	if len(zones) == 0 {
@@ -192,7 +214,116 @@ func (p *Provider) build(snc *simv1alpha1.SimNodeClass, source *corev1.ConfigMap
 		return nil, err
 	}
 	overridePrices(spec, its)
-	return its, nil
+	if p.noReservations {
+		return its, nil
+	}
+	return withReservations(spec, its), nil
+}
+
+// withReservations adds each capacity reservation of the spec to its type as a reserved
+// offering in its zone, at cloudprovider.ReservedPrice of the type's on-demand price there; a
+// reservation of a type or zone the class does not offer adds nothing.
+func withReservations(spec simv1alpha1.SimNodeClassSpec, its []*cloudprovider.InstanceType) []*cloudprovider.InstanceType {
+	for i, it := range its {
+		var more []cloudprovider.Offering
+		for _, r := range spec.CapacityReservations {
+			if r.InstanceType != it.Name {
+				continue
+			}
+			for _, o := range it.Offerings {
+				if o.Zone == r.Zone && o.CapacityType == karpv1.CapacityTypeOnDemand {
+					more = append(more, cloudprovider.Offering{Zone: r.Zone, CapacityType: karpv1.CapacityTypeReserved,
+						Price: cloudprovider.ReservedPrice(o.Price), Available: true, ReservationID: r.ID,
+						ReservationType: reservationType(r), ReservationCapacity: int(r.Count)})
+					break
+				}
+			}
+		}
+		if len(more) > 0 {
+			its[i] = cloudprovider.WithOfferings(it, more...)
+		}
+	}
+	return its
+}
+
+func reservationType(r simv1alpha1.SimCapacityReservation) string {
+	if r.ReservationType == "" {
+		return awsv1.CapacityReservationTypeDefault
+	}
+	return r.ReservationType
+}
+
+// ended reports whether a reservation takes no more launches: past its end, or for a capacity
+// block from cloudprovider.CapacityBlockDrainLead before it.
+func ended(r simv1alpha1.SimCapacityReservation, now time.Time) bool {
+	if r.EndTime == nil {
+		return false
+	}
+	end := r.EndTime.Time
+	if reservationType(r) == awsv1.CapacityReservationTypeCapacityBlock {
+		end = end.Add(-cloudprovider.CapacityBlockDrainLead)
+	}
+	return !now.Before(end)
+}
+
+// Reservations implements cloudprovider.ReservationReporter: the SimNodeClasses' capacity
+// reservations.
+func (p *Provider) Reservations(ctx context.Context) (map[string]cloudprovider.Reservation, error) {
+	if p.noReservations {
+		return nil, nil
+	}
+	list := &simv1alpha1.SimNodeClassList{}
+	if err := p.kube.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing SimNodeClasses: %w", err)
+	}
+	out := map[string]cloudprovider.Reservation{}
+	for _, snc := range list.Items {
+		for _, r := range snc.Spec.CapacityReservations {
+			res := cloudprovider.Reservation{Type: reservationType(r)}
+			if r.EndTime != nil {
+				res.End = r.EndTime.Time
+			}
+			out[r.ID] = res
+		}
+	}
+	return out, nil
+}
+
+// asTheCloudSees labels a machine as the cloud would describe it now: one launched into a
+// default reservation that has ended (or that its class no longer lists) runs on as on-demand,
+// as EC2 moves such an instance.
+func (p *Provider) asTheCloudSees(ctx context.Context, inst *Instance, nc *karpv1.NodeClaim, classes map[string]*simv1alpha1.SimNodeClass) {
+	if inst.ReservationID == "" {
+		return
+	}
+	snc, ok := classes[inst.NodeClass]
+	if !ok {
+		snc = &simv1alpha1.SimNodeClass{}
+		if err := p.kube.Get(ctx, client.ObjectKey{Name: inst.NodeClass}, snc); err != nil {
+			snc = nil // a class that cannot be read changes nothing
+		}
+		classes[inst.NodeClass] = snc
+	}
+	if snc == nil {
+		return
+	}
+	r, ok := reservation(snc.Spec, inst.ReservationID)
+	if ok && (reservationType(r) != awsv1.CapacityReservationTypeDefault || r.EndTime == nil || p.clock.Now().Before(r.EndTime.Time)) {
+		return
+	}
+	nc.Labels[karpv1.CapacityTypeLabelKey] = karpv1.CapacityTypeOnDemand
+	delete(nc.Labels, cloudprovider.ReservationIDLabelKey)
+	delete(nc.Labels, cloudprovider.ReservationTypeLabelKey)
+}
+
+// reservation is the spec's capacity reservation with this id.
+func reservation(spec simv1alpha1.SimNodeClassSpec, id string) (simv1alpha1.SimCapacityReservation, bool) {
+	for _, r := range spec.CapacityReservations {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return simv1alpha1.SimCapacityReservation{}, false
 }
 
 // fromConfigMap reads the instance types of an instanceTypesFrom ConfigMap, narrowed by
@@ -284,7 +415,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	if p.overlays != nil {
 		for _, it := range its {
 			for _, o := range it.Offerings {
-				bills[cloudprovider.OfferingKey{InstanceType: it.Name, Zone: o.Zone, CapacityType: o.CapacityType}] = o.Price
+				bills[cloudprovider.OfferingKey{InstanceType: it.Name, Zone: o.Zone, CapacityType: o.CapacityType, ReservationID: o.ReservationID}] = o.Price
 			}
 		}
 		if its, err = p.overlays.Apply(nc.Labels[karpv1.NodePoolLabelKey], its); err != nil {
@@ -310,6 +441,13 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 			if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
 				continue
 			}
+			if o.ReservationID != "" {
+				// Only a claim pinned to the reservation launches into it: the planner counts
+				// its slots by the claims pinned.
+				if r, ok := reqs.Get(cloudprovider.ReservationIDLabelKey); !ok || !r.Allows(o.ReservationID) {
+					continue
+				}
+			}
 			cands = append(cands, candidate{it, o})
 		}
 	}
@@ -321,7 +459,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	})
 	var ice []cloudprovider.OfferingKey
 	for _, c := range cands {
-		key := cloudprovider.OfferingKey{InstanceType: c.it.Name, Zone: c.o.Zone, CapacityType: c.o.CapacityType}
+		key := cloudprovider.OfferingKey{InstanceType: c.it.Name, Zone: c.o.Zone, CapacityType: c.o.CapacityType, ReservationID: c.o.ReservationID}
 		if anyMatch(snc.Spec.Failures.InsufficientCapacity, key.InstanceType, key.Zone, key.CapacityType) {
 			ice = append(ice, key)
 			if p.unavailable != nil {
@@ -336,9 +474,16 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		if bill, ok := bills[key]; ok {
 			c.o.Price = bill
 		}
-		inst, err := p.cloud.launch(nc.Name, func(id string) *Instance {
+		inst, err := p.cloud.launch(nc.Name, c.o.ReservationID, c.o.ReservationCapacity, func(id string) *Instance {
 			return p.newInstance(id, nc, snc, c, never)
 		})
+		if errors.Is(err, errReservationFull) {
+			ice = append(ice, key)
+			if p.unavailable != nil {
+				p.unavailable.MarkUnavailable(key)
+			}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -363,9 +508,14 @@ func (p *Provider) newInstance(id string, nc *karpv1.NodeClaim, snc *simv1alpha1
 	labels[karpv1.ZoneLabelKey] = c.o.Zone
 	labels[karpv1.CapacityTypeLabelKey] = c.o.CapacityType
 	labels[karpv1.RegionLabelKey] = "sim-region-1"
+	delete(labels, cloudprovider.ReservationIDLabelKey)
+	if c.o.ReservationID != "" {
+		labels[cloudprovider.ReservationIDLabelKey] = c.o.ReservationID
+		labels[cloudprovider.ReservationTypeLabelKey] = c.o.ReservationType
+	}
 	inst := &Instance{
 		ID: id, NodeClaim: nc.Name, NodeClass: snc.Name, InstanceType: c.it.Name, Zone: c.o.Zone,
-		CapacityType: c.o.CapacityType, Price: c.o.Price, ImageID: ImageID, Labels: labels,
+		CapacityType: c.o.CapacityType, Price: c.o.Price, ImageID: ImageID, Labels: labels, ReservationID: c.o.ReservationID,
 		Capacity: c.it.Capacity.DeepCopy(), Allocatable: c.it.Allocatable(), LaunchedAt: now,
 	}
 	if !never {
@@ -402,7 +552,7 @@ func instanceID(providerID string) (string, error) {
 }
 
 // Get implements CloudProvider.
-func (p *Provider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim, error) {
+func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
 	id, err := instanceID(providerID)
 	if err != nil {
 		return nil, err
@@ -414,17 +564,22 @@ func (p *Provider) Get(_ context.Context, providerID string) (*karpv1.NodeClaim,
 	if !ok {
 		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
 	}
-	return p.toNodeClaim(inst), nil
+	nc := p.toNodeClaim(inst)
+	p.asTheCloudSees(ctx, inst, nc, map[string]*simv1alpha1.SimNodeClass{})
+	return nc, nil
 }
 
 // List implements CloudProvider.
-func (p *Provider) List(context.Context) ([]*karpv1.NodeClaim, error) {
+func (p *Provider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
 	if err := p.cloud.Load(); err != nil {
 		return nil, err
 	}
 	var out []*karpv1.NodeClaim
+	classes := map[string]*simv1alpha1.SimNodeClass{}
 	for _, inst := range p.cloud.Instances() {
-		out = append(out, p.toNodeClaim(inst))
+		nc := p.toNodeClaim(inst)
+		p.asTheCloudSees(ctx, inst, nc, classes)
+		out = append(out, nc)
 	}
 	return out, nil
 }

@@ -456,7 +456,7 @@ func TestJoinerRegistersTheRestWhenOneFails(t *testing.T) {
 	// comes first in Sync's order.
 	var bad string
 	for _, claim := range []string{"Bad_Name", "joiner-good"} {
-		inst, err := cloud.launch(claim, func(id string) *Instance {
+		inst, err := cloud.launch(claim, "", 0, func(id string) *Instance {
 			return &Instance{ID: id, NodeClaim: claim, Zone: "zone-a", Labels: map[string]string{},
 				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 				LaunchedAt: clk.Now(), RegisterAt: clk.Now()}
@@ -526,5 +526,93 @@ func TestDriftFollowsTheMenuOfInstanceTypesFrom(t *testing.T) {
 	nc.Labels[karpv1.InstanceTypeLabelKey] = "c-99x"
 	if reason, _ := p.IsDrifted(ctx, nc); reason != "InstanceTypeNotOffered" {
 		t.Errorf("type not in the menu: %q", reason)
+	}
+}
+
+// pinned is a claim pinned to a capacity reservation, as the planner writes it.
+func pinned(name, class, reservation string) *karpv1.NodeClaim {
+	in := func(k, v string) karpv1.NodeSelectorRequirementWithMinValues {
+		return karpv1.NodeSelectorRequirementWithMinValues{Key: k, Operator: karpv1.NodeSelectorOpIn, Values: []string{v}}
+	}
+	return claim(name, class, in(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved), in(cloudprovider.ReservationIDLabelKey, reservation),
+		in(karpv1.InstanceTypeLabelKey, "m5.large"), in(karpv1.ZoneLabelKey, "zone-a"))
+}
+
+// A capacity reservation is offered as reserved capacity while it lasts, is launched into only
+// by claims pinned to it, and never holds more machines than its count — also when the claims
+// come at once.
+func TestCapacityReservationsHoldTheirCountAndNoMore(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	ended := metav1.NewTime(clk.Now().Add(-time.Hour))
+	nodeClass(t, "reserved", func(snc *simv1alpha1.SimNodeClass) {
+		snc.Spec.CapacityReservations = []simv1alpha1.SimCapacityReservation{
+			{ID: "cr-a1", InstanceType: "m5.large", Zone: "zone-a", Count: 2},
+			{ID: "cr-old", InstanceType: "m5.large", Zone: "zone-a", Count: 5, ReservationType: "capacity-block", EndTime: &ended},
+		}
+	})
+	p := newProvider(t, clk, "")
+	its, err := p.GetInstanceTypes(t.Context(), &karpv1.NodePool{Spec: karpv1.NodePoolSpec{Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+		NodeClassRef: &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "reserved"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offered := map[string]cloudprovider.Offering{}
+	for _, it := range its {
+		for _, o := range it.Offerings {
+			if o.ReservationID != "" {
+				if it.Name != "m5.large" || o.Zone != "zone-a" || o.CapacityType != karpv1.CapacityTypeReserved {
+					t.Fatalf("reservation %s offered as %s %s %s", o.ReservationID, it.Name, o.Zone, o.CapacityType)
+				}
+				offered[o.ReservationID] = o
+			}
+		}
+	}
+	if o := offered["cr-a1"]; !o.Available || o.ReservationCapacity != 2 || o.Price > 0.001 {
+		t.Fatalf("cr-a1 offered as %+v, want available, 2 machines, near-zero price", o)
+	}
+	if o, ok := offered["cr-old"]; !ok || o.Available {
+		t.Fatalf("the ended cr-old offered as %+v (present: %v), want unavailable", o, ok)
+	}
+
+	// A claim not pinned to a reservation does not take its room, however cheap.
+	free, err := p.Create(t.Context(), claim("free", "reserved", karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := free.Labels[karpv1.CapacityTypeLabelKey]; ct == karpv1.CapacityTypeReserved || free.Labels[cloudprovider.ReservationIDLabelKey] != "" {
+		t.Fatalf("an unpinned claim launched as %s into %q", ct, free.Labels[cloudprovider.ReservationIDLabelKey])
+	}
+
+	// Three claims pinned to a reservation of two, at once: two machines, one refusal.
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			nc, err := p.Create(t.Context(), pinned(fmt.Sprintf("held-%d", i), "reserved", "cr-a1"))
+			if err == nil && (nc.Labels[karpv1.CapacityTypeLabelKey] != karpv1.CapacityTypeReserved ||
+				nc.Labels[cloudprovider.ReservationIDLabelKey] != "cr-a1" || nc.Labels[cloudprovider.ReservationTypeLabelKey] != "default") {
+				err = fmt.Errorf("launched with labels %v", nc.Labels)
+			}
+			errs <- err
+		}()
+	}
+	refused := 0
+	for range 3 {
+		err := <-errs
+		var ice *cloudprovider.InsufficientCapacityError
+		switch {
+		case errors.As(err, &ice):
+			refused++
+			if len(ice.Offerings) != 1 || ice.Offerings[0].ReservationID != "cr-a1" {
+				t.Fatalf("refusal names %v, want the reservation cr-a1", ice.Offerings)
+			}
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if refused != 1 || p.Cloud().InReservation("cr-a1") != 2 {
+		t.Fatalf("%d refused, %d machines in cr-a1; want 1 and 2", refused, p.Cloud().InReservation("cr-a1"))
+	}
+	if _, err := p.Create(t.Context(), pinned("late", "reserved", "cr-old")); err == nil {
+		t.Fatal("a claim pinned to an ended reservation launched")
 	}
 }

@@ -168,6 +168,18 @@ func (c *Controller) resolve(ctx context.Context, nc *awsv1.EC2NodeClass) []erro
 		errs = append(errs, err)
 	}
 	set(awsv1.ConditionTypeInstanceProfileReady, err, "InstanceProfileResolved")
+	reservations, err := c.Provider.ResolveCapacityReservations(ctx, nc)
+	if err == nil {
+		nc.Status.CapacityReservations = reservations
+	} else {
+		nc.Status.CapacityReservations = nil
+		errs = append(errs, err)
+	}
+	set(awsv1.ConditionTypeCapacityReservationsReady, err, "CapacityReservationsResolved")
+	if c.Provider.ReservedCapacityDisabled() && len(nc.Spec.CapacityReservationSelectorTerms) > 0 {
+		cond := meta.FindStatusCondition(nc.Status.Conditions, awsv1.ConditionTypeCapacityReservationsReady)
+		cond.Reason, cond.Message = "FeatureGateDisabled", "the ReservedCapacity feature gate is off: capacityReservationSelectorTerms are ignored"
+	}
 	dropped, err := aws.ValidateUserData(nc)
 	if err != nil {
 		err = &aws.ResolveError{Condition: awsv1.ConditionTypeValidationSucceeded, Reason: "UserDataInvalid", Empty: true, Err: err}

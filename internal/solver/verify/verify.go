@@ -40,8 +40,52 @@ func Plan(in solver.Input, r *solver.Result) []error {
 	v.claims()
 	v.bindings()
 	v.limits()
+	v.reservations()
 	v.topology()
 	return v.errs
+}
+
+// reservations: no capacity reservation gets more claims than it has machines left, and a
+// claim pinned to one can launch only there.
+func (v *verifier) reservations() {
+	slots := map[string]int{}
+	for i := range v.in.NodePools {
+		for _, it := range v.in.NodePools[i].InstanceTypes {
+			for _, o := range it.Offerings {
+				if o.ReservationID == "" {
+					continue
+				}
+				n := o.ReservationCapacity
+				if !o.Available {
+					n = 0
+				}
+				if cur, ok := slots[o.ReservationID]; !ok || n < cur {
+					slots[o.ReservationID] = n
+				}
+			}
+		}
+	}
+	held := map[string]int{}
+	for i, nc := range v.r.NodeClaims {
+		r, ok := nc.Requirements.Get(cloudprovider.ReservationIDLabelKey)
+		if !ok {
+			continue
+		}
+		if !r.IsFinite() || len(r.Values()) != 1 {
+			v.fail("claim %d: pinned to reservations %s, not to one", i, r.String())
+			continue
+		}
+		id := r.Values()[0]
+		held[id]++
+		if ct, ok := nc.Requirements.Get(karpv1.CapacityTypeLabelKey); !ok || ct.Len() != 1 || !ct.Allows(karpv1.CapacityTypeReserved) {
+			v.fail("claim %d: pinned to %s but may launch other capacity types", i, id)
+		}
+	}
+	for id, n := range held {
+		if n > slots[id] {
+			v.fail("reservation %s: %d claims pinned, %d machines left", id, n, slots[id])
+		}
+	}
 }
 
 type verifier struct {

@@ -1,0 +1,124 @@
+package cloudprovider
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
+)
+
+// PinnedReservation is the capacity reservation a NodeClaim holds: the one its machine launched
+// into (its label), or, before the launch, the one its requirements pin it to (a single value
+// of ReservationIDLabelKey). "" when it holds none.
+func PinnedReservation(nc *karpv1.NodeClaim) string {
+	if id := nc.Labels[ReservationIDLabelKey]; id != "" {
+		return id
+	}
+	for _, r := range nc.Spec.Requirements {
+		if r.Key == ReservationIDLabelKey && r.Operator == karpv1.NodeSelectorOpIn && len(r.Values) == 1 {
+			return r.Values[0]
+		}
+	}
+	return ""
+}
+
+// WithOfferings returns a copy of it with more offerings (reserved ones, say), its zone,
+// capacity-type and reservation-id requirements widened to them.
+func WithOfferings(it *InstanceType, more ...Offering) *InstanceType {
+	c := *it
+	c.Offerings = append(slices.Clip(it.Offerings), more...)
+	c.Requirements = it.Requirements.Clone()
+	var zones, cts, reservations []string
+	for _, o := range c.Offerings {
+		zones = append(zones, o.Zone)
+		cts = append(cts, o.CapacityType)
+		if o.ReservationID != "" {
+			reservations = append(reservations, o.ReservationID)
+		}
+	}
+	c.Requirements.Set(requirements.MustNew(karpv1.ZoneLabelKey, requirements.In, zones...))
+	c.Requirements.Set(requirements.MustNew(karpv1.CapacityTypeLabelKey, requirements.In, cts...))
+	if len(reservations) > 0 {
+		c.Requirements.Set(requirements.MustNew(ReservationIDLabelKey, requirements.In, reservations...))
+	}
+	return &c
+}
+
+// LessPinned returns its with each reserved offering's ReservationCapacity less the NodeClaims
+// that hold its reservation — launched or not, being deleted or not (a machine holds its slot
+// until it is gone). The ledger is the NodeClaims themselves, so it survives restarts and is the
+// same for every planner reading them.
+func LessPinned(its []*InstanceType, claims []karpv1.NodeClaim) []*InstanceType {
+	held := map[string]int{}
+	for i := range claims {
+		if id := PinnedReservation(&claims[i]); id != "" {
+			held[id]++
+		}
+	}
+	return WithReservationCapacity(its, func(id string, n int) int { return n - held[id] })
+}
+
+// WithReservationCapacity returns its with each reserved offering's ReservationCapacity set to
+// left(its reservation, its capacity), unavailable when nothing is left. Types without reserved
+// offerings are returned as they are; the others are copies (its may be a provider's cache).
+func WithReservationCapacity(its []*InstanceType, left func(id string, n int) int) []*InstanceType {
+	out := its
+	copied := false
+	for i, it := range its {
+		if !slices.ContainsFunc(it.Offerings, func(o Offering) bool { return o.ReservationID != "" }) {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(its), true
+		}
+		c := *it
+		c.Offerings = slices.Clone(it.Offerings)
+		for j := range c.Offerings {
+			o := &c.Offerings[j]
+			if o.ReservationID == "" {
+				continue
+			}
+			o.ReservationCapacity = max(0, left(o.ReservationID, o.ReservationCapacity))
+			if o.ReservationCapacity == 0 {
+				o.Available = false
+			}
+		}
+		out[i] = &c
+	}
+	return out
+}
+
+// CapacityBlockDrainLead is how long before a capacity block ends its machines are drained and
+// it takes no more launches: EC2 starts terminating a block's instances 30 minutes before its
+// end and warns 10 minutes before that, so Capstan moves the pods off first, as Karpenter does.
+const CapacityBlockDrainLead = 40 * time.Minute
+
+// Reservation is what a provider knows of a capacity reservation its classes hold.
+type Reservation struct {
+	// Type is default or capacity-block.
+	Type string
+	// End is when it ends (zero: never).
+	End time.Time
+}
+
+// ReservationReporter is a provider whose classes hold capacity reservations.
+type ReservationReporter interface {
+	// Reservations are the capacity reservations the provider's classes resolve, by id.
+	Reservations(ctx context.Context) (map[string]Reservation, error)
+}
+
+// Reservations asks the provider (under its deadlines) for the capacity reservations its
+// classes hold; providers without any answer nil.
+func Reservations(ctx context.Context, cp CloudProvider) (map[string]Reservation, error) {
+	if d, ok := cp.(*deadlined); ok {
+		return call(ctx, "Reservations", d.d.Get, func(ctx context.Context) (map[string]Reservation, error) {
+			return Reservations(ctx, d.cp)
+		})
+	}
+	if rr, ok := cp.(ReservationReporter); ok {
+		return rr.Reservations(ctx)
+	}
+	return nil, nil
+}
