@@ -90,6 +90,25 @@ func WithReservationCapacity(its []*InstanceType, left func(id string, n int) in
 	return out
 }
 
+// CreditReservation returns its with one more machine in the reservation id, offered again
+// if it had none left: what the reservation will have once a machine that holds it is gone.
+func CreditReservation(its []*InstanceType, id string) []*InstanceType {
+	out := WithReservationCapacity(its, func(r string, n int) int {
+		if r == id {
+			return n + 1
+		}
+		return n
+	})
+	for _, it := range out {
+		for j := range it.Offerings {
+			if o := &it.Offerings[j]; o.ReservationID == id {
+				o.Available = true
+			}
+		}
+	}
+	return out
+}
+
 // CapacityBlockDrainLead is how long before a capacity block ends its machines are drained and
 // it takes no more launches: EC2 starts terminating a block's instances 30 minutes before its
 // end and warns 10 minutes before that, so Capstan moves the pods off first, as Karpenter does.

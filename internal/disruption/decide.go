@@ -60,6 +60,16 @@ type Command struct {
 	// Unhealthy is, for a repair, the node condition it repairs and since when
 	// ("KernelReady=False since 10:04:05 UTC").
 	Unhealthy string
+	// TerminateFirst is set on a drift or repair whose candidate goes before any replacement:
+	// its pods' only room is the capacity reservation's machine it holds (terminateFirst).
+	TerminateFirst string
+}
+
+func (c *Command) terminateFirstNote() string {
+	if c.TerminateFirst == "" {
+		return ""
+	}
+	return "; terminating first (" + c.TerminateFirst + ")"
 }
 
 // Savings is what the command saves per hour.
@@ -73,9 +83,9 @@ func (c *Command) Rule() string {
 		return "Emptiness: no pods to move"
 	case MethodRepair:
 		if c.Unhealthy != "" {
-			return "Repair: " + c.Unhealthy
+			return "Repair: " + c.Unhealthy + c.terminateFirstNote()
 		}
-		return "Repair: the node is unhealthy"
+		return "Repair: the node is unhealthy" + c.terminateFirstNote()
 	case MethodDrift:
 		reason := "drifted"
 		if len(c.Candidates) > 0 {
@@ -83,7 +93,7 @@ func (c *Command) Rule() string {
 				reason = cond.Reason
 			}
 		}
-		return "Drift: " + reason
+		return "Drift: " + reason + c.terminateFirstNote()
 	}
 	share := 0.0
 	if c.PriceBefore > 0 {
@@ -256,6 +266,11 @@ func Validate(snap *Snapshot, opts Options, cmd *Command) (*Command, string) {
 		}
 		res := d.sim.run(set)
 		if res.failed != "" {
+			if len(set) == 1 {
+				if tf := d.terminateFirst(set[0], cmd.Method, cmd.Reason, d.opts.TerminateFirstDrift); tf != nil {
+					return tf, ""
+				}
+			}
 			return nil, res.failed
 		}
 		return newCommand(cmd.Method, cmd.Reason, set, res), ""
@@ -510,6 +525,9 @@ func (d *decider) drift() *Command {
 		}
 		res := d.sim.run([]*Candidate{c})
 		if res.failed != "" {
+			if cmd := d.terminateFirst(c, MethodDrift, karpv1.DisruptionReasonDrifted, d.opts.TerminateFirstDrift); cmd != nil {
+				return cmd
+			}
 			d.explain(c, EventDisruptionBlocked, Blocker{KindScheduling, "drifted, but " + res.failed})
 			continue
 		}

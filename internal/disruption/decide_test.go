@@ -630,3 +630,48 @@ func TestConsolidationMovesOntoAReservation(t *testing.T) {
 		t.Fatalf("a reserved machine was replaced: %v", names(d.Command))
 	}
 }
+
+// A drifted node in a capacity reservation whose pods have room only on the reservation's
+// machine it holds (a reserved-only pool, the reservation full) is deleted first with
+// TerminateFirstDrift, and left alone, explained, without it; a node not in a reservation is
+// never deleted first.
+func TestTerminateFirstDriftFreesTheReservationsMachine(t *testing.T) {
+	setup := func(ct string) *cluster {
+		c := newCluster(t)
+		for i, it := range c.its {
+			if it.Name == "m" {
+				// The reservation's one machine is held by the drifted node: none left.
+				c.its[i] = cloudprovider.WithOfferings(it, cloudprovider.Offering{Zone: "z1", CapacityType: karpv1.CapacityTypeReserved,
+					Price: cloudprovider.ReservedPrice(0.10), Available: false, ReservationID: "cr-9", ReservationCapacity: 0})
+			}
+		}
+		c.pool("default", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+				Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeReserved}}}
+		})
+		n := c.node("default", "held", "m", ct, pod("a", "web", "3"))
+		n.NodeClaim.Labels[cloudprovider.ReservationIDLabelKey] = "cr-9"
+		meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+		n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "AMIDrift"})
+		return c
+	}
+	c := setup(karpv1.CapacityTypeReserved)
+	d := c.decide(disruption.Options{})
+	if ev, msg := explanation(d, "held"); d.Command != nil || ev != disruption.EventDisruptionBlocked || !strings.Contains(msg, "drifted, but") {
+		t.Fatalf("gate off: command %v, explanation %s %q", names(d.Command), ev, msg)
+	}
+	d = c.decide(disruption.Options{TerminateFirstDrift: true})
+	cmd := d.Command
+	if cmd == nil || cmd.Method != disruption.MethodDrift || len(cmd.Replacements) != 0 || len(cmd.Candidates) != 1 || cmd.TerminateFirst == "" ||
+		!strings.Contains(cmd.Rule(), "terminating first") {
+		t.Fatalf("gate on: command %+v, want the node deleted first, without a replacement", cmd)
+	}
+	if again, why := disruption.Validate(c.snap, disruption.Options{TerminateFirstDrift: true}, cmd); again == nil || again.TerminateFirst == "" || len(again.Replacements) != 0 {
+		t.Fatalf("the command does not validate again: %v (%s)", again, why)
+	}
+	// On-demand nodes hold no reservation: nothing to free, so nothing is deleted first.
+	c = setup(karpv1.CapacityTypeOnDemand)
+	if d := c.decide(disruption.Options{TerminateFirstDrift: true}); d.Command != nil {
+		t.Fatalf("an on-demand node was deleted first: %v", names(d.Command))
+	}
+}

@@ -160,6 +160,10 @@ func (d *decider) repair() *Command {
 		}
 		res := d.sim.run([]*Candidate{c})
 		if res.failed != "" {
+			if cmd := d.terminateFirst(c, MethodRepair, karpv1.DisruptionReasonUnhealthy, d.opts.TerminateFirstRepair); cmd != nil {
+				cmd.Unhealthy = cond
+				return cmd
+			}
 			d.explain(c, EventDisruptionBlocked, Blocker{KindScheduling, what + ", but " + res.failed})
 			continue
 		}

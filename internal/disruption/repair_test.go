@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 )
 
@@ -145,5 +146,35 @@ func TestNodeMonitoringAgentConditionsAreRepairedWithTheirPolicies(t *testing.T)
 	cond(nodes[2], "AcceleratedHardwareReady", 10*time.Minute)
 	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "AcceleratedHardwareReady=False") {
 		t.Fatalf("a GPU fault for 10 minutes: %+v", d.Command)
+	}
+}
+
+// An unhealthy node in a full capacity reservation whose pod fits nowhere else (a reserved-only
+// pool of one node) is deleted first with TerminateFirstRepair, and held back without it.
+func TestTerminateFirstRepairFreesTheReservationsMachine(t *testing.T) {
+	c := newCluster(t)
+	for i, it := range c.its {
+		if it.Name == "m" {
+			c.its[i] = cloudprovider.WithOfferings(it, cloudprovider.Offering{Zone: "z1", CapacityType: karpv1.CapacityTypeReserved,
+				Price: cloudprovider.ReservedPrice(0.10), Available: false, ReservationID: "cr-7"})
+		}
+	}
+	c.pool("p", func(np *karpv1.NodePool) {
+		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration()
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeReserved}}}
+	})
+	n := c.node("p", "sick", "m", karpv1.CapacityTypeReserved, pods("sick", 1, "3")...)
+	n.NodeClaim.Labels[cloudprovider.ReservationIDLabelKey] = "cr-7"
+	unready(n, corev1.ConditionFalse, time.Hour)
+	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+		t.Fatalf("gate off: %v", names(d.Command))
+	}
+	d := c.decide(disruption.Options{NodeRepair: true, TerminateFirstRepair: true})
+	if d.Command == nil || d.Command.Method != disruption.MethodRepair || len(d.Command.Replacements) != 0 || d.Command.TerminateFirst == "" {
+		t.Fatalf("gate on: command %+v, want the node deleted first", d.Command)
+	}
+	if cmd, why := disruption.Validate(c.snap, disruption.Options{NodeRepair: true, TerminateFirstRepair: true}, d.Command); cmd == nil || cmd.TerminateFirst == "" {
+		t.Fatalf("validation: %v (%s)", cmd, why)
 	}
 }

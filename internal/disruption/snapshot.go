@@ -100,6 +100,11 @@ type Options struct {
 	// DefaultRepairPolicies).
 	NodeRepair     bool
 	RepairPolicies []RepairPolicy
+	// TerminateFirstDrift and TerminateFirstRepair (Karpenter's gates of those names, default
+	// off): a drifted or unhealthy node in a capacity reservation whose pods have nowhere to go
+	// but the machine it holds there is deleted before its replacement is launched
+	// (terminateFirst).
+	TerminateFirstDrift, TerminateFirstRepair bool
 	// MultiNodeTimeout bounds the time of the search for a multi-node consolidation (default 1
 	// minute), as Elapsed measures it; MultiNodeSolves bounds its simulations (default 200).
 	MultiNodeTimeout time.Duration

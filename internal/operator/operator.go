@@ -307,8 +307,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
 				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
-				NodeRepair:      o.FeatureGates["NodeRepair"],
-				RepairPolicies:  RepairPolicies(o.CloudProvider),
+				NodeRepair:          o.FeatureGates["NodeRepair"],
+				RepairPolicies:      RepairPolicies(o.CloudProvider),
+				TerminateFirstDrift: o.FeatureGates["TerminateFirstDrift"], TerminateFirstRepair: o.FeatureGates["TerminateFirstRepair"],
 				EvictionMemory:  churnMemory(o.ConsolidationChurnMemory),
 				DisablePlanning: !o.ConsolidationPlanning,
 				UnderutilizedK:  underutilizedK(o.UnderutilizedConsolidationK),

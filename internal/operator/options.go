@@ -184,7 +184,8 @@ func checkAWSFeatureGates(s string) error {
 }
 
 // implementedGates are the gates off by default whose features Capstan has.
-var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true, "NodeOverlay": true, "StaticCapacity": true, "NodeRepair": true, "CapacityBuffer": true}
+var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true, "NodeOverlay": true, "StaticCapacity": true,
+	"NodeRepair": true, "CapacityBuffer": true, "TerminateFirstDrift": true, "TerminateFirstRepair": true}
 
 // EnabledWithoutEffect lists, in name order, the feature gates turned on beyond the defaults
 // whose features Capstan does not have yet: Parse refuses them.

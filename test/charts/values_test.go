@@ -321,15 +321,13 @@ settings:
 // Settings Capstan cannot honour are refused when set, naming the key and the reason.
 func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 	for set, reason := range map[string]string{
-		"settings.enableZonalShift=true":                  "zonal shifts",
-		"settings.enableDRA=true":                         "DRA devices",
-		"settings.ignoreDRARequests=false":                "does not simulate DRA devices",
-		"settings.legacyNodeRepair=true":                  "legacy node.health controller",
-		"settings.disableClusterStateObservability=true":  "cannot be turned off",
-		"settings.featureGates.terminateFirstDrift=true":  "does not implement it yet",
-		"settings.featureGates.terminateFirstRepair=true": "does not implement it yet",
-		"settings.awsFeatureGates.nodeClassCEL=true":      "does not implement it",
-		"settings.awsFeatureGates.draEFA=true":            "does not implement it",
+		"settings.enableZonalShift=true":                 "zonal shifts",
+		"settings.enableDRA=true":                        "DRA devices",
+		"settings.ignoreDRARequests=false":               "does not simulate DRA devices",
+		"settings.legacyNodeRepair=true":                 "legacy node.health controller",
+		"settings.disableClusterStateObservability=true": "cannot be turned off",
+		"settings.awsFeatureGates.nodeClassCEL=true":     "does not implement it",
+		"settings.awsFeatureGates.draEFA=true":           "does not implement it",
 	} {
 		key, _, _ := strings.Cut(set, "=")
 		_, err := render(t, nil, "settings.clusterName=orders", set)
@@ -340,7 +338,8 @@ func TestUnsupportedSettingsAreRefusedWithTheReason(t *testing.T) {
 	// At their defaults the same keys install.
 	if _, err := render(t, []string{karpenterDefaults}, "settings.disableDryRun=true", "settings.featureGates.spotToSpotConsolidation=true",
 		"settings.featureGates.nodeOverlay=true", "settings.featureGates.staticCapacity=true",
-		"settings.featureGates.nodeRepair=true"); err != nil {
+		"settings.featureGates.nodeRepair=true", "settings.featureGates.terminateFirstDrift=true",
+		"settings.featureGates.terminateFirstRepair=true"); err != nil {
 		t.Errorf("accepted settings refused: %v", err)
 	}
 }

@@ -60,9 +60,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan does not simulate DRA devices and plans nothing for pods with DRA requirements (IGNORE_DRA_REQUESTS=true)" }}{{ end -}}
 {{- if $s.legacyNodeRepair }}{{ fail "settings.legacyNodeRepair=true is refused: Capstan's node repair is the disruption method the nodeRepair feature gate turns on; the legacy node.health controller is not implemented" }}{{ end -}}
 {{- if $s.disableClusterStateObservability }}{{ fail "settings.disableClusterStateObservability=true is refused: Capstan's cluster-state metrics and events cannot be turned off" }}{{ end -}}
-{{- range $k, $v := $s.featureGates }}
-{{- if and $v (has $k (list "terminateFirstDrift" "terminateFirstRepair")) }}{{ fail (printf "settings.featureGates.%s=true is refused: Capstan does not implement it yet" $k) }}{{ end -}}
-{{- end -}}
 {{- range $k, $v := $s.awsFeatureGates }}
 {{- if $v }}{{ fail (printf "settings.awsFeatureGates.%s=true is refused: Capstan does not implement it" $k) }}{{ end -}}
 {{- end -}}
