@@ -54,8 +54,8 @@ test: verify ## Run all tests (unit, API validation on a real API server, local 
 	$(MAKE) --no-print-directory image-smoke
 
 .PHONY: chaos
-chaos: ## Run the chaos suite's full scenarios (test/chaos; SCENARIO=regexp picks some) and print their figures; make test runs the short ones.
-	CAPSTAN_CHAOS=full go test -count=1 -timeout 60m -v -run '$(or $(SCENARIO),.)' ./test/chaos/ | tee /dev/stderr | grep '^chaos: '
+chaos: ## Run the chaos suite's full scenarios (test/chaos, test/chaos/aws; SCENARIO=regexp picks some) and print their figures; make test runs the short ones.
+	CAPSTAN_CHAOS=full go test -p 1 -count=1 -timeout 60m -v -run '$(or $(SCENARIO),.)' ./test/chaos/... | tee /dev/stderr | grep '^chaos: '
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 30s
 

@@ -2,10 +2,7 @@ package chaos
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -40,29 +37,15 @@ func start(env ...string) error {
 		"--batch-idle-duration=1s", "--batch-max-duration=5s"}, env...)
 }
 
-// full reports whether the full versions run (make chaos), not the short ones (make test).
-func full() bool { return os.Getenv("CAPSTAN_CHAOS") == "full" }
-
-// setting is an integer setting of the scenarios: CAPSTAN_CHAOS_<name>, else short or long.
-func setting(name string, short, long int) int {
-	if v, err := strconv.Atoi(os.Getenv("CAPSTAN_CHAOS_" + name)); err == nil && v > 0 {
-		return v
-	}
-	if full() {
-		return long
-	}
-	return short
-}
-
-// figures prints a scenario's line of figures (on stdout, which `go test -v` and make chaos show).
-func figures(format string, args ...any) {
-	fmt.Printf("chaos: "+format+"\n", args...)
-}
+var (
+	setting = e2e.ChaosSetting
+	figures = e2e.ChaosFigures
+)
 
 const poolLabel = "chaos.capstan.dev/pool"
 
-// pool creates a SimNodeClass and NodePool named name.
-func pool(t testing.TB, name string, mutateClass func(*simv1alpha1.SimNodeClass)) {
+// pool creates a SimNodeClass and NodePool named name (mutatePool, if any, edits the NodePool).
+func pool(t testing.TB, name string, mutateClass func(*simv1alpha1.SimNodeClass), mutatePool ...func(*karpv1.NodePool)) {
 	t.Helper()
 	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a", "zone-b", "zone-c"}}}
@@ -72,6 +55,9 @@ func pool(t testing.TB, name string, mutateClass func(*simv1alpha1.SimNodeClass)
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	np.Spec.Template.ObjectMeta.Labels = map[string]string{poolLabel: name}
 	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: name}
+	for _, m := range mutatePool {
+		m(np)
+	}
 	for _, o := range []client.Object{snc, np} {
 		if err := h.Client.Create(t.Context(), o); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+)
+
+// ChaosFull reports whether the chaos suite's full scenarios run (make chaos), not the short
+// ones (make test).
+func ChaosFull() bool { return os.Getenv("CAPSTAN_CHAOS") == "full" }
+
+// ChaosSetting is an integer setting of the chaos scenarios: CAPSTAN_CHAOS_<name>, else short
+// or long (ChaosFull).
+func ChaosSetting(name string, short, long int) int {
+	if v, err := strconv.Atoi(os.Getenv("CAPSTAN_CHAOS_" + name)); err == nil && v > 0 {
+		return v
+	}
+	if ChaosFull() {
+		return long
+	}
+	return short
+}
+
+// ChaosFigures prints a scenario's line of figures (on stdout, which `go test -v` and make chaos
+// show).
+func ChaosFigures(format string, args ...any) { fmt.Printf("chaos: "+format+"\n", args...) }
+
+// ClaimRecord is what a watch saw of one NodeClaim.
+type ClaimRecord struct {
+	// CPU and Memory are the capacity it launched with; Launched says it did.
+	CPU, Memory resource.Quantity
+	Launched    bool
+	// Gone says it was deleted (removed from the API).
+	Gone bool
+}
+
+// ClaimLog is every NodeClaim of a NodePool a watch saw, in the order the API server wrote them.
+type ClaimLog struct {
+	mu      sync.Mutex
+	seen    map[string]ClaimRecord
+	maxLive int
+}
+
+// WatchClaims records the pool's NodeClaims from now until ctx ends — every one, not a sample:
+// the watch resumes from the last version it saw when the API server ends it.
+func (h *Harness) WatchClaims(t testing.TB, ctx context.Context, pool string) *ClaimLog {
+	t.Helper()
+	wc, err := client.NewWithWatch(h.Cluster.Config, client.Options{Scheme: h.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := client.MatchingLabels{karpv1.NodePoolLabelKey: pool}
+	list := &karpv1.NodeClaimList{}
+	if err := wc.List(ctx, list, sel); err != nil {
+		t.Fatal(err)
+	}
+	l := &ClaimLog{seen: map[string]ClaimRecord{}}
+	for i := range list.Items {
+		l.record(watch.Added, &list.Items[i])
+	}
+	rv := list.ResourceVersion
+	go func() {
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &karpv1.NodeClaimList{}, sel, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if nc, ok := ev.Object.(*karpv1.NodeClaim); ok {
+					rv = nc.ResourceVersion
+					if ev.Type != watch.Bookmark {
+						l.record(ev.Type, nc)
+					}
+				}
+			}
+		}
+	}()
+	return l
+}
+
+func (l *ClaimLog) record(ev watch.EventType, nc *karpv1.NodeClaim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.seen[nc.Name]
+	if c, ok := nc.Status.Capacity[corev1.ResourceCPU]; ok {
+		r.CPU, r.Memory, r.Launched = c, nc.Status.Capacity[corev1.ResourceMemory], true
+	}
+	r.Gone = ev == watch.Deleted
+	l.seen[nc.Name] = r
+	live := 0
+	for _, s := range l.seen {
+		if !s.Gone {
+			live++
+		}
+	}
+	l.maxLive = max(l.maxLive, live)
+}
+
+// Seen is every NodeClaim recorded, by name.
+func (l *ClaimLog) Seen() map[string]ClaimRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]ClaimRecord, len(l.seen))
+	for k, v := range l.seen {
+		out[k] = v
+	}
+	return out
+}
+
+// MaxLive is the most NodeClaims that existed at once.
+func (l *ClaimLog) MaxLive() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.maxLive
+}
