@@ -457,7 +457,11 @@ func (s *solver) reqsFit(v *variant, p *pool) *poolFit {
 			}
 		}
 	}
-	if len(f.types) == 0 {
+	switch {
+	case len(f.types) > 0:
+	case v.reqs.Len() == 0:
+		f.reason, f.stage = "none of its instance types has an offering available now (its requirements allow)", MissRequirements
+	default:
 		f.reason, f.stage = "no instance type satisfies "+v.reqs.String(), MissRequirements
 	}
 	return f

@@ -100,6 +100,13 @@ func TestReservedOnlyPodsWaitForASlot(t *testing.T) {
 		t.Fatalf("unschedulable pod says %q", why)
 	}
 
+	// With no machine left at all, the pool has nothing to offer, and the pods say so.
+	pool.InstanceTypes = reservedMenu(0)
+	r = solve(t, solver.Input{Pods: pods(1, "late", "1", "1Gi", nil), NodePools: []solver.NodePool{pool}}, solver.Options{})
+	if len(r.Unschedulable) != 1 || !strings.Contains(r.Unschedulable[0].Reason, "none of its instance types has an offering available now") {
+		t.Fatalf("a reserved-only pool with no machine left: %+v", r.Unschedulable)
+	}
+
 	byID := func(p *corev1.Pod) {
 		p.Spec.NodeSelector = map[string]string{cloudprovider.ReservationIDLabelKey: "cr-1"}
 	}
