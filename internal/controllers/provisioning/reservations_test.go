@@ -1,6 +1,8 @@
 package provisioning
 
 import (
+	"context"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +11,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 )
 
@@ -89,5 +92,95 @@ func TestReservationSlotsAreCountedByTheClaimsAcrossPasses(t *testing.T) {
 	provision(restarted)
 	if held, total := pinnedClaims(t, "prov-reserved"); held["cr-p1"] != 3 || total != 9 {
 		t.Fatalf("after a pinned claim went: %v pinned of %d claims, want 3 of 9", held, total)
+	}
+}
+
+// Issue 25's case: a reservation of 3 m7i.large in one zone and 5 pods that each need a whole
+// machine. Passes never run at once in one Capstan (one provisioner loop, on the leader only);
+// what races them is the informer cache, which may not list a pass's NodeClaims when the next
+// pass starts — here it never does. Two passes back to back, every NodeClaim launched at once
+// (any the cloud refuses given up, as the lifecycle controller does on insufficient capacity),
+// then a restarted provisioner: three machines in the reservation — never four — and two
+// on-demand, five in all.
+func TestAReservationOfThreeTakesThreeOfFiveMachines(t *testing.T) {
+	np := pool("prov-m7i", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}}}
+	})
+	p, _ := setup(t, np)
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: np.Spec.Template.Spec.NodeClassRef.Name}, snc); err != nil {
+		t.Fatal(err)
+	}
+	snc.Spec.InstanceTypes = append(snc.Spec.InstanceTypes, "m7i.large")
+	snc.Spec.CapacityReservations = []simv1alpha1.SimCapacityReservation{{ID: "cr-m7i", InstanceType: "m7i.large", Zone: "zone-a", Count: 3}}
+	if err := env.Client.Update(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	cloud := p.Cloud.(*sim.Provider)
+	ns := namespace(t)
+	pendingPods(t, ns, "whole", 5, "1", func(p *corev1.Pod) {
+		p.Labels["app"] = "whole"
+		oneHostPerPod("whole")(p)
+	})
+	p.Client = laggingClient{env.Client}
+	for range 2 {
+		if _, err := p.Provision(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held, total := pinnedClaims(t, "prov-m7i"); held["cr-m7i"] != 3 || total != 5 {
+		t.Fatalf("two passes over a cache that lists no claim: %v pinned of %d claims, want 3 of 5", held, total)
+	}
+	// Every claim launched at once; those the reservation refuses are given up.
+	launchAll := func() {
+		t.Helper()
+		var wg sync.WaitGroup
+		for _, nc := range claimsOf(t, "prov-m7i") {
+			if nc.Status.ProviderID != "" {
+				continue
+			}
+			wg.Go(func() {
+				got, err := cloud.Create(context.Background(), &nc)
+				switch {
+				case cloudprovider.IsInsufficientCapacity(err):
+					nc.Finalizers = nil
+					_ = env.Client.Update(context.Background(), &nc)
+					if err := env.Client.Delete(context.Background(), &nc); err != nil {
+						t.Error(err)
+					}
+				case err != nil:
+					t.Error(err)
+				default:
+					nc.Status.ProviderID = got.Status.ProviderID
+					if err := env.Client.Status().Update(context.Background(), &nc); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	launchAll()
+	if n := cloud.Cloud().InReservation("cr-m7i"); n > 3 {
+		t.Fatalf("%d machines in a reservation of 3", n)
+	}
+	// A restarted provisioner plans the given-up claims' pods; their machines launch.
+	restarted := &Provisioner{Client: env.Client, Cloud: simtest.New(t, env.Client).Provider, Clock: p.Clock, Recorder: p.Recorder}
+	if _, err := restarted.Provision(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	launchAll()
+	reserved, onDemand := 0, 0
+	for _, inst := range cloud.Cloud().Instances() {
+		switch {
+		case inst.ReservationID == "cr-m7i":
+			reserved++
+		case inst.CapacityType == karpv1.CapacityTypeOnDemand:
+			onDemand++
+		}
+	}
+	if reserved != 3 || onDemand != 2 || len(claimsOf(t, "prov-m7i")) != 5 {
+		t.Fatalf("%d reserved and %d on-demand machines for %d NodeClaims, want 3, 2 and 5", reserved, onDemand, len(claimsOf(t, "prov-m7i")))
 	}
 }
