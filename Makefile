@@ -49,6 +49,7 @@ verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout
 
 .PHONY: test
 test: verify ## Run all tests (unit, API validation on a real API server, local cluster, every fuzz target for 3s, the image under podman).
+	hack/ensure-awscli.sh
 	go test $(GO_TEST_FLAGS) ./...
 	hack/fuzz.sh 3s
 	$(MAKE) --no-print-directory image-smoke
