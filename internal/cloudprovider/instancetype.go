@@ -111,6 +111,14 @@ func Fits(requests, allocatable corev1.ResourceList) bool {
 func NewInstanceType(name string, labels map[string]string, capacity, overhead corev1.ResourceList, offerings []Offering) *InstanceType {
 	reqs := requirements.FromLabels(labels)
 	reqs.Add(requirements.Single(karpv1.InstanceTypeLabelKey, name))
+	setOfferingRequirements(&reqs, offerings)
+	return &InstanceType{Name: name, Requirements: reqs, Capacity: capacity, Overhead: overhead, Offerings: offerings}
+}
+
+// setOfferingRequirements makes the zone and capacity-type requirements those of the offerings,
+// and, when some offering is a reservation's, the reservation-id requirement (a pod may ask for
+// a reservation by id; only types with one can be it).
+func setOfferingRequirements(reqs *requirements.Requirements, offerings []Offering) {
 	var zones, cts, reservations []string
 	for _, o := range offerings {
 		zones = append(zones, o.Zone)
@@ -119,11 +127,9 @@ func NewInstanceType(name string, labels map[string]string, capacity, overhead c
 			reservations = append(reservations, o.ReservationID)
 		}
 	}
-	reqs.Add(requirements.MustNew(karpv1.ZoneLabelKey, requirements.In, zones...))
-	reqs.Add(requirements.MustNew(karpv1.CapacityTypeLabelKey, requirements.In, cts...))
+	reqs.Set(requirements.MustNew(karpv1.ZoneLabelKey, requirements.In, zones...))
+	reqs.Set(requirements.MustNew(karpv1.CapacityTypeLabelKey, requirements.In, cts...))
 	if len(reservations) > 0 {
-		// A pod may ask for a reservation by id; only types with one can be it.
-		reqs.Add(requirements.MustNew(ReservationIDLabelKey, requirements.In, reservations...))
+		reqs.Set(requirements.MustNew(ReservationIDLabelKey, requirements.In, reservations...))
 	}
-	return &InstanceType{Name: name, Requirements: reqs, Capacity: capacity, Overhead: overhead, Offerings: offerings}
 }

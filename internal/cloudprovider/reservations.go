@@ -6,7 +6,6 @@ import (
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/requirements"
 )
 
 // PinnedReservation is the capacity reservation a NodeClaim holds: the one its machine launched
@@ -30,19 +29,7 @@ func WithOfferings(it *InstanceType, more ...Offering) *InstanceType {
 	c := *it
 	c.Offerings = append(slices.Clip(it.Offerings), more...)
 	c.Requirements = it.Requirements.Clone()
-	var zones, cts, reservations []string
-	for _, o := range c.Offerings {
-		zones = append(zones, o.Zone)
-		cts = append(cts, o.CapacityType)
-		if o.ReservationID != "" {
-			reservations = append(reservations, o.ReservationID)
-		}
-	}
-	c.Requirements.Set(requirements.MustNew(karpv1.ZoneLabelKey, requirements.In, zones...))
-	c.Requirements.Set(requirements.MustNew(karpv1.CapacityTypeLabelKey, requirements.In, cts...))
-	if len(reservations) > 0 {
-		c.Requirements.Set(requirements.MustNew(ReservationIDLabelKey, requirements.In, reservations...))
-	}
+	setOfferingRequirements(&c.Requirements, c.Offerings)
 	return &c
 }
 

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"math/rand/v2"
 	"strconv"
 	"syscall"
@@ -14,7 +13,6 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/crashpoint"
 )
 
@@ -61,36 +59,7 @@ func TestCrashDuringLaunches(t *testing.T) {
 	}
 	eventually(t, "every pod Running after the kills", 15*time.Minute, h.Running(t, name, replicas))
 	running := time.Since(began)
-	// Garbage collection collects a machine without a claim after 30 s (swept every 10 s).
-	var orphans int
-	eventually(t, "no machine without a NodeClaim", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		instances, _, err := sim.ReadFileStore(statePath)
-		if err != nil {
-			return false, err
-		}
-		claims := map[string]bool{}
-		for _, c := range h.Claims(t, name) {
-			claims[c.Name] = true
-		}
-		orphans = 0
-		for _, inst := range instances {
-			if !claims[inst.NodeClaim] {
-				orphans++
-			}
-		}
-		return orphans == 0, nil
-	})
-	_, creates, err := sim.ReadFileStore(statePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	most := 0
-	for claim, n := range creates {
-		if n > 1 {
-			t.Errorf("NodeClaim %s launched %d machines", claim, n)
-		}
-		most = max(most, n)
-	}
+	orphans, most := machinesOfClaims(t, name, "")
 	claims := h.Claims(t, name)
 	for _, c := range claims {
 		if c.Labels[karpv1.NodePoolLabelKey] == name && c.Status.ProviderID == "" {

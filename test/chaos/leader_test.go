@@ -15,7 +15,6 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -144,35 +143,7 @@ func TestLeaderFailover(t *testing.T) {
 			}
 		}
 	}
-	var orphans int
-	eventually(t, "no machine without a NodeClaim", 2*time.Minute, func(context.Context) (bool, error) {
-		instances, _, err := sim.ReadFileStore(statePath)
-		if err != nil {
-			return false, err
-		}
-		claims := map[string]bool{}
-		for _, c := range h.Claims(t, name) {
-			claims[c.Name] = true
-		}
-		orphans = 0
-		for _, inst := range instances {
-			if inst.NodeClass == name && !claims[inst.NodeClaim] {
-				orphans++
-			}
-		}
-		return orphans == 0, nil
-	})
-	_, creates, err := sim.ReadFileStore(statePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	most := 0
-	for claim, n := range creates {
-		if n > 1 {
-			t.Errorf("NodeClaim %s launched %d machines", claim, n)
-		}
-		most = max(most, n)
-	}
+	orphans, most := machinesOfClaims(t, name, name)
 	if tainted != 0 {
 		t.Errorf("%d nodes left tainted %s and not being deleted", tainted, karpv1.DisruptedTaintKey)
 	}

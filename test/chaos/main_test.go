@@ -14,6 +14,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/test/e2e"
 )
 
@@ -91,4 +92,40 @@ func spreadDeployment(t testing.TB, app, poolName string, replicas int32) {
 func eventually(t testing.TB, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
 	t.Helper()
 	e2e.Eventually(t, what, timeout, cond, h.Dump)
+}
+
+// machinesOfClaims waits, for the pool's SimNodeClass (all of them when class is ""), until no
+// machine is left without a NodeClaim (garbage collection's window is 30 s, swept every 10 s),
+// and fails the test for every NodeClaim that launched more than one machine; it returns the
+// orphans left and the most machines a claim launched.
+func machinesOfClaims(t *testing.T, poolName, class string) (orphans, most int) {
+	t.Helper()
+	eventually(t, "no machine without a NodeClaim", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		instances, _, err := sim.ReadFileStore(statePath)
+		if err != nil {
+			return false, err
+		}
+		claims := map[string]bool{}
+		for _, c := range h.Claims(t, poolName) {
+			claims[c.Name] = true
+		}
+		orphans = 0
+		for _, inst := range instances {
+			if (class == "" || inst.NodeClass == class) && !claims[inst.NodeClaim] {
+				orphans++
+			}
+		}
+		return orphans == 0, nil
+	})
+	_, creates, err := sim.ReadFileStore(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for claim, n := range creates {
+		if n > 1 {
+			t.Errorf("NodeClaim %s launched %d machines", claim, n)
+		}
+		most = max(most, n)
+	}
+	return orphans, most
 }

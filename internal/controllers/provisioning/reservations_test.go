@@ -2,6 +2,7 @@ package provisioning
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -28,6 +29,23 @@ func pinnedClaims(t *testing.T, pool string) (map[string]int, int) {
 	return held, total
 }
 
+// reserve gives the pool's SimNodeClass (made by setup) the reservation, and the reserved type
+// when the class does not offer it yet.
+func reserve(t *testing.T, np *karpv1.NodePool, r simv1alpha1.SimCapacityReservation) {
+	t.Helper()
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: np.Spec.Template.Spec.NodeClassRef.Name}, snc); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(snc.Spec.InstanceTypes, r.InstanceType) {
+		snc.Spec.InstanceTypes = append(snc.Spec.InstanceTypes, r.InstanceType)
+	}
+	snc.Spec.CapacityReservations = append(snc.Spec.CapacityReservations, r)
+	if err := env.Client.Update(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A capacity reservation's machines are counted by the NodeClaims pinned to it, so that no
 // pass — the next one, or the first pass of a restarted Capstan — plans more claims into it
 // than it holds, and a claim that goes frees its slot.
@@ -37,14 +55,7 @@ func TestReservationSlotsAreCountedByTheClaimsAcrossPasses(t *testing.T) {
 			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}}}
 	})
 	p, _ := setup(t, np)
-	snc := &simv1alpha1.SimNodeClass{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: np.Spec.Template.Spec.NodeClassRef.Name}, snc); err != nil {
-		t.Fatal(err)
-	}
-	snc.Spec.CapacityReservations = []simv1alpha1.SimCapacityReservation{{ID: "cr-p1", InstanceType: "m5.large", Zone: "zone-a", Count: 3}}
-	if err := env.Client.Update(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
+	reserve(t, np, simv1alpha1.SimCapacityReservation{ID: "cr-p1", InstanceType: "m5.large", Zone: "zone-a", Count: 3})
 	ns := namespace(t)
 	// Every pod needs a machine of its own.
 	alone := func(p *corev1.Pod) {
@@ -108,15 +119,7 @@ func TestAReservationOfThreeTakesThreeOfFiveMachines(t *testing.T) {
 			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}}}
 	})
 	p, _ := setup(t, np)
-	snc := &simv1alpha1.SimNodeClass{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: np.Spec.Template.Spec.NodeClassRef.Name}, snc); err != nil {
-		t.Fatal(err)
-	}
-	snc.Spec.InstanceTypes = append(snc.Spec.InstanceTypes, "m7i.large")
-	snc.Spec.CapacityReservations = []simv1alpha1.SimCapacityReservation{{ID: "cr-m7i", InstanceType: "m7i.large", Zone: "zone-a", Count: 3}}
-	if err := env.Client.Update(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
+	reserve(t, np, simv1alpha1.SimCapacityReservation{ID: "cr-m7i", InstanceType: "m7i.large", Zone: "zone-a", Count: 3})
 	cloud := p.Cloud.(*sim.Provider)
 	ns := namespace(t)
 	pendingPods(t, ns, "whole", 5, "1", func(p *corev1.Pod) {
