@@ -20,6 +20,20 @@ const (
 	// ClaimsCreated is a provisioning pass that has created its NodeClaims and not yet told the
 	// pods or logged.
 	ClaimsCreated = "claims-created"
+	// DisruptionRecorded is a disruption command recorded on its candidates' NodeClaims whose
+	// nodes are not yet tainted.
+	DisruptionRecorded = "disruption-recorded"
+	// DisruptionTainted is a command whose candidates' nodes are tainted and whose replacements
+	// are not yet created.
+	DisruptionTainted = "disruption-tainted"
+	// ReplacementsCreated is a command whose replacements are created, before it waits for them.
+	ReplacementsCreated = "replacements-created"
+	// CandidateDeleted is a command that has deleted one of its candidates' NodeClaims and not
+	// yet the others or marked itself done.
+	CandidateDeleted = "candidate-deleted"
+	// InstanceDeleted is a terminating NodeClaim whose machine the cloud has been told to delete,
+	// before its node and finalizers are removed.
+	InstanceDeleted = "instance-deleted"
 )
 
 // EnvVar is the variable naming the point and count.

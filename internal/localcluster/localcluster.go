@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"capstan.dev/capstan/config/crd"
 	"capstan.dev/capstan/internal/scheme"
@@ -96,6 +97,10 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 		return fmt.Errorf("no kwok stage files in %s: rebuild with hack/tools.sh", filepath.Join(c.opts.AssetsDir, "kwok-stages"))
 	}
 	for _, s := range stages {
+		s, err := withReadinessDelay(s, filepath.Join(c.opts.Dir, "kwok-stages"))
+		if err != nil {
+			return err
+		}
 		kwokArgs = append(kwokArgs, "--config="+s)
 	}
 	kcmArgs := []string{kc,
@@ -266,4 +271,43 @@ func newEnvironment(opts Options) (*envtest.Environment, error) {
 	}
 	env.ControlPlane.APIServer.Err = env.ControlPlane.APIServer.Out
 	return env, nil
+}
+
+// ReadyDelayAnnotation on a pod delays kwok's making it Running and Ready by a duration ("5s"):
+// the annotation kwok's own general pod stages read. Without it a pod is Ready as soon as it is
+// bound, which makes a PodDisruptionBudget nearly impossible to break.
+const ReadyDelayAnnotation = "pod-ready.stage.kwok.x-k8s.io/delay"
+
+// withReadinessDelay returns the stage file to give kwok for path: kwok's pod-ready stage with a
+// delay read from ReadyDelayAnnotation (none without it), written into dir; any other file as is.
+func withReadinessDelay(path, dir string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading kwok stage %s: %w", path, err)
+	}
+	stage := map[string]any{}
+	if err := yaml.Unmarshal(data, &stage); err != nil {
+		return "", fmt.Errorf("reading kwok stage %s: %w", path, err)
+	}
+	meta, _ := stage["metadata"].(map[string]any)
+	spec, _ := stage["spec"].(map[string]any)
+	if meta == nil || meta["name"] != "pod-ready" || spec == nil || spec["delay"] != nil {
+		return path, nil
+	}
+	spec["delay"] = map[string]any{
+		"durationMilliseconds": 0,
+		"durationFrom":         map[string]any{"expressionFrom": `.metadata.annotations["` + ReadyDelayAnnotation + `"]`},
+	}
+	out, err := yaml.Marshal(stage)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("writing kwok stage: %w", err)
+	}
+	to := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(to, out, 0o644); err != nil {
+		return "", fmt.Errorf("writing kwok stage: %w", err)
+	}
+	return to, nil
 }

@@ -1,13 +1,19 @@
 package localcluster_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"capstan.dev/capstan/internal/localcluster"
@@ -111,5 +117,55 @@ func TestAFailedComponentStopsEverythingStarted(t *testing.T) {
 	}
 	if left := children(t); len(left) > 0 {
 		t.Errorf("a failed start left processes running: %v", left)
+	}
+}
+
+// A pod annotated with a readiness delay is not made Ready before it, while one without is made
+// Ready at once; both are bound to a kwok node by hand.
+func TestReadinessDelayAnnotation(t *testing.T) {
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: t.TempDir(), AssetsDir: assets(t), Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", Annotations: map[string]string{localcluster.KwokNodeAnnotation: "fake"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("10")}}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string, annotations map[string]string) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "app", Image: "pause"}}}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The delayed pod first: when the other is Ready, kwok has seen both.
+	pod("delayed", map[string]string{localcluster.ReadyDelayAnnotation: "1h"})
+	pod("prompt", nil)
+	ready := func(name string) bool {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return ready("prompt"), nil
+	}); err != nil {
+		t.Fatalf("the pod without a delay never turned Ready: %v", err)
+	}
+	if ready("delayed") {
+		t.Errorf("the pod annotated %s: 1h is Ready", localcluster.ReadyDelayAnnotation)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,18 +129,7 @@ func TestLeaderFailover(t *testing.T) {
 	})
 	eventually(t, "the remaining pods Running", 5*time.Minute, h.Running(t, name, replicas/2))
 
-	nodes := &corev1.NodeList{}
-	if err := h.Client.List(t.Context(), nodes); err != nil {
-		t.Fatal(err)
-	}
-	tainted := 0
-	for _, n := range nodes.Items {
-		for _, taint := range n.Spec.Taints {
-			if taint.Key == karpv1.DisruptedTaintKey && n.DeletionTimestamp.IsZero() {
-				tainted++
-			}
-		}
-	}
+	tainted := taintedIdle(t)
 	orphans, most := machinesOfClaims(t, name, name)
 	if tainted != 0 {
 		t.Errorf("%d nodes left tainted %s and not being deleted", tainted, karpv1.DisruptedTaintKey)

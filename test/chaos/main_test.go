@@ -35,7 +35,8 @@ func TestMain(m *testing.M) {
 func start(env ...string) error {
 	return h.Start([]string{"--kubeconfig", h.Cluster.KubeconfigPath, "--disable-leader-election",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", statePath,
-		"--batch-idle-duration=1s", "--batch-max-duration=5s"}, env...)
+		"--batch-idle-duration=1s", "--batch-max-duration=5s",
+		"--disruption-validation-period=2s", "--disruption-poll-period=2s"}, env...)
 }
 
 var (

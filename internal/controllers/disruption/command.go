@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/planning"
@@ -115,17 +116,22 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 		}
 	}
 	c.active = st
+	crashpoint.Hit(crashpoint.DisruptionRecorded)
 	for _, cand := range cmd.Candidates {
 		if err := c.taint(ctx, cand.NodeClaim.Status.NodeName, true); err != nil {
 			c.rollback(ctx, st, fmt.Sprintf("tainting node %s failed: %v", cand.NodeClaim.Status.NodeName, err))
 			return opts.FailureBackoff, nil
 		}
 	}
+	crashpoint.Hit(crashpoint.DisruptionTainted)
 	for _, nc := range claims {
 		if err := c.Client.Create(ctx, nc); err != nil && !apierrors.IsAlreadyExists(err) {
 			c.rollback(ctx, st, fmt.Sprintf("creating replacement %s failed: %v", nc.Name, err))
 			return opts.FailureBackoff, nil
 		}
+	}
+	if len(claims) > 0 {
+		crashpoint.Hit(crashpoint.ReplacementsCreated)
 	}
 	logger.Info("disrupting node(s)", "nodeclaims", st.candidates, "replacements", st.Replacements,
 		"price-before", fmt.Sprintf("%.4f", st.PriceBefore), "price-after", fmt.Sprintf("%.4f", st.PriceAfter), "pods", len(cmd.Pods()),
@@ -290,6 +296,7 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 			errs = append(errs, fmt.Errorf("deleting nodeclaim %s: %w", name, err))
 			continue
 		}
+		crashpoint.Hit(crashpoint.CandidateDeleted)
 		policy := ""
 		np := &karpv1.NodePool{}
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: pool}, np); err == nil {

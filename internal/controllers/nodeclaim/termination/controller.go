@@ -21,6 +21,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
@@ -165,6 +166,7 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 	case err != nil:
 		return reconcile.Result{}, false, fmt.Errorf("terminating instance: %w", err)
 	default:
+		crashpoint.Hit(crashpoint.InstanceDeleted)
 		c.setCondition(nc, karpv1.ConditionTypeInstanceTerminating, metav1.ConditionTrue, "InstanceTerminating", "")
 		if nc.Status.ProviderID == "" {
 			// Terminated by claim; it cannot be looked up by provider ID, so ask again.
