@@ -210,6 +210,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		if !o.FeatureGates["ReservedCapacity"] {
 			p.DisableReservedCapacity()
 		}
+		if o.SimFaults != (sim.Faults{}) {
+			log.Info("the simulated cloud injects API faults", "errors-percent", o.SimFaults.ErrorPercent, "hangs-percent", o.SimFaults.HangPercent)
+			p.SetFaults(o.SimFaults, uint64(clk.Now().UnixNano()))
+		}
 		op.Cloud, op.SimCloud, nodeClass = p, cloud, &simv1alpha1.SimNodeClass{}
 		if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {
 			return nil, err

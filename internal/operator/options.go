@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/defaultspread"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodepools"
@@ -55,7 +56,9 @@ type Options struct {
 	MinValuesPolicy string
 	FeatureGates    FeatureGates
 	SimStateFile    string
-	Kubeconfig      string
+	// SimFaults are the API faults the simulated cloud injects (the chaos suite).
+	SimFaults  sim.Faults
+	Kubeconfig string
 	// AWS settings (Karpenter's names).
 	AWSRegion         string
 	AWSEndpointURL    string
@@ -202,8 +205,8 @@ func (g FeatureGates) EnabledWithoutEffect() []string {
 
 // raw holds the settings Parse reads as text and converts afterwards.
 type raw struct {
-	outPaths, errPaths, gates, awsGates, schedulerConfig string
-	ignoreDRA                                            bool
+	outPaths, errPaths, gates, awsGates, schedulerConfig, simFaults string
+	ignoreDRA                                                       bool
 }
 
 // define registers every flag on a new set; envs maps a flag to its environment variable.
@@ -286,6 +289,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
 	dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
 	dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
+	str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "make the simulated cloud's API calls fail or hang, as errors=N,hangs=M (percentages of calls; for chaos tests; default none)")
 	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
 	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
@@ -330,6 +334,9 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 	fg, err := parseFeatureGates(r.gates)
 	if err != nil {
 		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %w", err)
+	}
+	if o.SimFaults, err = sim.ParseFaults(r.simFaults); err != nil {
+		return o, fmt.Errorf("--sim-faults (SIM_FAULTS): %w", err)
 	}
 	if err := checkAWSFeatureGates(r.awsGates); err != nil {
 		return o, fmt.Errorf("--aws-feature-gates (AWS_FEATURE_GATES): %w", err)

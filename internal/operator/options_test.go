@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
 )
 
@@ -139,6 +140,8 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"unknown flag", []string{"--teleport"}, nil, []string{"teleport"}},
 		{"scheduler config", nil, map[string]string{"SCHEDULER_CONFIG": "podTopologySpread: {defaultConstraints: [{maxSkew: 0, topologyKey: z, whenUnsatisfiable: DoNotSchedule}]}"}, []string{"SCHEDULER_CONFIG", "defaultConstraints[0].maxSkew 0"}},
 		{"DRA planning asked for", nil, map[string]string{"IGNORE_DRA_REQUESTS": "false"}, []string{"IGNORE_DRA_REQUESTS", "does not simulate Dynamic Resource Allocation"}},
+		{"sim faults unknown", nil, map[string]string{"SIM_FAULTS": "errors=10,floods=5"}, []string{"SIM_FAULTS", `unknown fault "floods"`}},
+		{"sim faults past 100%", []string{"--sim-faults=errors=80,hangs=30"}, nil, []string{"sim-faults", "more than 100%"}},
 		{"DRA setting not a bool", []string{"--ignore-dra-requests=sometimes"}, nil, []string{"ignore-dra-requests", "sometimes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -302,5 +305,18 @@ func TestRepairPoliciesPerCloud(t *testing.T) {
 	}
 	if !has(CloudProviderSim, corev1.NodeReady) || has(CloudProviderSim, "KernelReady") || !has(CloudProviderAWS, "KernelReady") || !has(CloudProviderAWS, corev1.NodeReady) {
 		t.Fatalf("sim %v, aws %v", RepairPolicies(CloudProviderSim), RepairPolicies(CloudProviderAWS))
+	}
+}
+
+func TestSimFaults(t *testing.T) {
+	o, err := Parse([]string{"--sim-faults=errors=20,hangs=5%"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.SimFaults != (sim.Faults{ErrorPercent: 20, HangPercent: 5}) {
+		t.Errorf("SimFaults = %+v, want 20%% errors and 5%% hangs", o.SimFaults)
+	}
+	if o, err := Parse(nil, env(nil)); err != nil || o.SimFaults != (sim.Faults{}) {
+		t.Errorf("by default SimFaults = %+v, %v; want none", o.SimFaults, err)
 	}
 }

@@ -193,7 +193,12 @@ func (k *Kubelet) resources(it *instanceType, inst Instance, family string, conf
 	if pct == 0 {
 		pct = 0.075
 	}
-	mem := it.memMiB - int64(math.Ceil(float64(it.memMiB)*pct))
+	// A Graviton's kernel keeps 64 MiB for its contiguous memory allocator (aws#3937).
+	mib := it.memMiB
+	if it.arch == "arm64" {
+		mib -= 64
+	}
+	mem := mib - int64(math.Ceil(float64(mib)*pct))
 	pods := it.enis*(it.ipsPerENI-1) + 2
 	if v, ok := config["maxPods"].(float64); ok {
 		pods = int64(v)

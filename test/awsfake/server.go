@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -71,10 +73,14 @@ type Server struct {
 	// reservations are the capacity reservations, by id.
 	reservations map[string]*CapacityReservation
 	faults       map[string][]Fault
-	expired      map[string]bool
-	calls        map[string]int
-	requests     []Request
-	seq          int
+	// rates are the faults injected at random (SetFaultRates); injected counts them.
+	rates    *FaultRates
+	rng      *mrand.Rand
+	injected map[string]int
+	expired  map[string]bool
+	calls    map[string]int
+	requests []Request
+	seq      int
 
 	listener net.Listener
 	http     *http.Server
@@ -121,7 +127,8 @@ func New(o Options) (*Server, error) {
 		params: map[string]string{}, templates: map[string]*LaunchTemplate{}, instances: map[string]*Instance{},
 		fleets: map[string][]string{}, profiles: map[string]*InstanceProfile{}, roles: map[string]bool{},
 		queues: map[string]*queue{}, noCapacity: map[string]bool{}, reservations: map[string]*CapacityReservation{}, faults: map[string][]Fault{},
-		expired: map[string]bool{}, calls: map[string]int{},
+		injected: map[string]int{},
+		expired:  map[string]bool{}, calls: map[string]int{},
 	}
 	entries, err := catalog.Load()
 	if err != nil {
@@ -175,6 +182,64 @@ func (s *Server) InjectFault(action string, n int, f Fault) {
 	for range n {
 		s.faults[action] = append(s.faults[action], f)
 	}
+}
+
+// FaultRates make a share of EC2 calls fail as EC2 does under load — RequestLimitExceeded,
+// InternalError or Unavailable, a mutating call (CreateFleet, TerminateInstances, CreateTags,
+// CreateLaunchTemplate, DeleteLaunchTemplate) half the time after taking effect, its answer lost
+// — and a share hang until the caller gives up.
+type FaultRates struct {
+	ErrorPercent, HangPercent int
+	// Actions limits the faults to these EC2 actions; empty means every EC2 action.
+	Actions []string
+}
+
+var mutating = []string{"CreateFleet", "TerminateInstances", "CreateTags", "CreateLaunchTemplate", "DeleteLaunchTemplate"}
+
+// SetFaultRates injects faults at random from now on, drawn from seed; the zero FaultRates stops.
+func (s *Server) SetFaultRates(r FaultRates, seed uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rates, s.rng = &r, mrand.New(mrand.NewPCG(seed, 0xfa))
+	if r.ErrorPercent == 0 && r.HangPercent == 0 {
+		s.rates = nil
+	}
+}
+
+// InjectedFaults counts the faults SetFaultRates injected, by "Action error", "Action error
+// after" (took effect) and "Action hang".
+func (s *Server) InjectedFaults() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.injected)
+}
+
+// drawFault picks a random fault for an EC2 action (s.mu held): nil, or a fault, or hang.
+func (s *Server) drawFault(action string) (f *Fault, hang bool) {
+	r := s.rates
+	if r == nil || len(r.Actions) > 0 && !slices.Contains(r.Actions, action) {
+		return nil, false
+	}
+	n := s.rng.IntN(100)
+	switch {
+	case n < r.ErrorPercent:
+		f = []*Fault{
+			{Code: "RequestLimitExceeded", Message: "Request limit exceeded."},
+			{Code: "InternalError", Message: "An internal error has occurred.", Status: http.StatusInternalServerError},
+			{Code: "Unavailable", Message: "The server is overloaded and can't handle the request.", Status: http.StatusServiceUnavailable},
+		}[s.rng.IntN(3)]
+		f.After = slices.Contains(mutating, action) && s.rng.IntN(2) == 0
+		key := action + " error"
+		if f.After {
+			key += " after"
+		}
+		s.injected[key]++
+		return f, false
+	case n < r.ErrorPercent+r.HangPercent:
+		s.injected[action+" hang"]++
+		return nil, true
+	}
+	return nil, false
 }
 
 // ExpireCredentials makes every call signed with accessKeyID fail as expired (or succeed again
@@ -250,11 +315,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls[action]++
 	s.requests = append(s.requests, Request{Service: service, Action: action, Form: values, Body: body})
 	var fault *Fault
+	hang := false
 	if fs := s.faults[action]; len(fs) > 0 {
 		fault, s.faults[action] = &fs[0], fs[1:]
+	} else if service == "ec2" {
+		fault, hang = s.drawFault(action)
 	}
 	expired := s.expired[key]
 	s.mu.Unlock()
+	if hang {
+		// No answer: the caller's deadline ends the request.
+		<-r.Context().Done()
+		return
+	}
 	// IAM is global: its calls are signed for us-east-1 (or the client's region when an
 	// endpoint is set).
 	regionOK := region == s.region || service == "iam" && region == "us-east-1"

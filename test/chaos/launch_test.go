@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"math/rand/v2"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -89,20 +88,5 @@ func scaleTo(t *testing.T, name string, replicas int32) {
 // die there (true), else kills it (false: the point was not reached n times).
 func crashAt(t *testing.T, point string, n int, timeout time.Duration) bool {
 	t.Helper()
-	if err := start(crashpoint.EnvVar + "=" + point + ":" + strconv.Itoa(n)); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	cmd := h.Cmd
-	go func() { _ = cmd.Wait(); close(done) }()
-	died := true
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		died = false
-		_ = cmd.Process.Kill()
-		<-done
-	}
-	h.Cmd = nil
-	return died && cmd.ProcessState != nil && cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
+	return h.CrashAt(t, start, point, n, timeout)
 }

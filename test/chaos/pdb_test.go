@@ -49,17 +49,17 @@ func (b budgeted) floor(replicas int) int {
 // evictions (the full version ≥ 1,000), no violation, every pod Running at the end, nothing left
 // tainted.
 func TestEvictionsUnderPDBs(t *testing.T) {
-	perApp := setting("PDB_PODS", 30, 120)
-	rounds := setting("PDB_DRIFTS", 1, 3)
+	perApp := setting("PDB_PODS", 30, 170)
+	rounds := setting("PDB_DRIFTS", 1, 2)
 	const name = "pdb"
 	pool(t, name, func(snc *simv1alpha1.SimNodeClass) {
-		snc.Spec.InstanceTypes = []string{"m5.xlarge"}
+		snc.Spec.InstanceTypes = []string{"m5.2xlarge"}
 	}, func(np *karpv1.NodePool) {
 		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
 		np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(5 * time.Second)
-		np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "30%"}}
+		np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "50%"}}
 	})
-	apps := []budgeted{{app: "pdb-min", minAvailable: "80%"}, {app: "pdb-max", maxUnavailable: 3}}
+	apps := []budgeted{{app: "pdb-min", minAvailable: "80%"}, {app: "pdb-max", maxUnavailable: max(3, perApp/10)}}
 	const filler = "pdb-none"
 	packedDeployment(t, filler, name, int32(perApp))
 	for _, b := range apps {

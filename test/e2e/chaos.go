@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/crashpoint"
 )
 
 // ChaosFull reports whether the chaos suite's full scenarios run (make chaos), not the short
@@ -126,4 +128,27 @@ func (l *ClaimLog) MaxLive() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.maxLive
+}
+
+// CrashAt starts capstan with start, set to die at the n-th hit of the crash point
+// (internal/crashpoint), and waits up to timeout for it to die there (true), else kills it
+// (false: the point was not reached n times). Either way capstan is stopped afterwards.
+func (h *Harness) CrashAt(t testing.TB, start func(env ...string) error, point string, n int, timeout time.Duration) bool {
+	t.Helper()
+	if err := start(crashpoint.EnvVar + "=" + point + ":" + strconv.Itoa(n)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	cmd := h.Cmd
+	go func() { _ = cmd.Wait(); close(done) }()
+	died := true
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		died = false
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	h.Cmd = nil
+	return died && cmd.ProcessState != nil && cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
 }

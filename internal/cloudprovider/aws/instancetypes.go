@@ -489,10 +489,19 @@ func threshold(v string, total resource.Quantity) resource.Quantity {
 	return q
 }
 
-// Capacity is a type's capacity on a class's nodes: vCPUs, memory less the hypervisor's share
-// (VMMemoryOverheadPercent), pods, the root volume, GPUs.
+// GravitonCMAMiB is the memory the Linux kernel of a Graviton (arm64) machine sets aside for its
+// contiguous memory allocator before the kubelet sees any (Karpenter's aws#3937): its Node's
+// capacity, and so its allocatable, is that much smaller than the same size of x86 machine's.
+const GravitonCMAMiB = 64
+
+// Capacity is a type's capacity on a class's nodes: vCPUs, memory less a Graviton's CMA
+// (GravitonCMAMiB) and the hypervisor's share (VMMemoryOverheadPercent), pods, the root volume,
+// GPUs.
 func (p *Provider) Capacity(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeClass, r Reserved) corev1.ResourceList {
 	mib := aws.ToInt64(info.MemoryInfo.SizeInMiB)
+	if info.ProcessorInfo != nil && slices.Contains(info.ProcessorInfo.SupportedArchitectures, ec2types.ArchitectureTypeArm64) {
+		mib -= GravitonCMAMiB
+	}
 	mem := mib - int64(math.Ceil(float64(mib)*p.opts.VMMemoryOverheadPercent))
 	c := corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewQuantity(int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus)), resource.DecimalSI),

@@ -48,6 +48,8 @@ type Provider struct {
 	overlays cloudprovider.Overlays
 	// noReservations ignores the classes' capacity reservations (the ReservedCapacity gate off).
 	noReservations bool
+	// faults are the API faults injected (SetFaults); nil for none.
+	faults *injector
 
 	// built holds each SimNodeClass's instance types as of a generation (building them from
 	// the catalog on every call was a tenth of Capstan's CPU during a burst).
@@ -396,10 +398,17 @@ type candidate struct {
 // Create implements CloudProvider: it launches the cheapest offering the claim's requirements
 // and requests allow, skipping offerings with injected insufficient capacity.
 func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	after, err := p.before(ctx, "Create")
+	if err != nil {
+		return nil, err
+	}
 	if err := p.cloud.Load(); err != nil {
 		return nil, err
 	}
 	if inst, ok := p.cloud.existing(nc.Name); ok {
+		if err := after(); err != nil {
+			return nil, err
+		}
 		return p.toNodeClaim(inst), nil
 	}
 	snc, err := p.nodeClass(ctx, nc.Spec.NodeClassRef)
@@ -487,6 +496,9 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		if err != nil {
 			return nil, err
 		}
+		if err := after(); err != nil {
+			return nil, err
+		}
 		return p.toNodeClaim(inst), nil
 	}
 	if len(ice) > 0 {
@@ -553,6 +565,9 @@ func instanceID(providerID string) (string, error) {
 
 // Get implements CloudProvider.
 func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
+	if _, err := p.before(ctx, "Get"); err != nil {
+		return nil, err
+	}
 	id, err := instanceID(providerID)
 	if err != nil {
 		return nil, err
@@ -571,6 +586,9 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClai
 
 // List implements CloudProvider.
 func (p *Provider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
+	if _, err := p.before(ctx, "List"); err != nil {
+		return nil, err
+	}
 	if err := p.cloud.Load(); err != nil {
 		return nil, err
 	}
@@ -585,7 +603,10 @@ func (p *Provider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
 }
 
 // Delete implements CloudProvider.
-func (p *Provider) Delete(_ context.Context, nc *karpv1.NodeClaim) error {
+func (p *Provider) Delete(ctx context.Context, nc *karpv1.NodeClaim) error {
+	if _, err := p.before(ctx, "Delete"); err != nil {
+		return err
+	}
 	if err := p.cloud.Load(); err != nil {
 		return err
 	}

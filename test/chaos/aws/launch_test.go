@@ -1,0 +1,80 @@
+package aws
+
+import (
+	"context"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/crashpoint"
+)
+
+// TestCrashDuringLaunchesOnAWS: a burst of pods that each need a machine, on the local AWS
+// endpoints, while Capstan is killed again and again — at seeded random moments, at the crash
+// point between CreateFleet's answer and the NodeClaim's status write, and at the one between a
+// pass's NodeClaim creations and its nominations. After the last restart: every NodeClaim
+// launched exactly one instance, counted over every instance the endpoint ever launched for the
+// pool (a second purchase shows even once garbage collection has terminated it); no instance
+// without a NodeClaim; every pod runs.
+func TestCrashDuringLaunchesOnAWS(t *testing.T) {
+	seed := setting("SEED", 1, 1)
+	kills := setting("AWS_KILLS", 8, 20)
+	replicas := setting("AWS_CLAIMS", 16, 100)
+	rng := rand.New(rand.NewPCG(uint64(seed), 13))
+	const name = "crash-launch-aws"
+	pool(t, name, karpv1.CapacityTypeOnDemand, nil)
+	startHere := func(env ...string) error { return start(h, env...) }
+	began := time.Now()
+	spreadDeployment(t, name, int32(max(1, replicas/kills)))
+	atPoint := map[string]int{}
+	for i := range kills {
+		scale(t, name, int32(max(1, (i+1)*replicas/kills)))
+		h.Stop(syscall.SIGKILL)
+		if r := rng.IntN(3); r < 2 {
+			point := []string{crashpoint.LaunchCreated, crashpoint.ClaimsCreated}[r]
+			if h.CrashAt(t, startHere, point, 1+rng.IntN(2), 20*time.Second) {
+				atPoint[point]++
+			}
+			if err := startHere(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := startHere(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
+	}
+	eventually(t, "every pod Running after the kills", 15*time.Minute, h.Running(t, name, replicas))
+	running := time.Since(began)
+	launched := map[string]int{}
+	for _, inst := range cloud.Instances() {
+		if inst.Tags[karpv1.NodePoolLabelKey] == name {
+			launched[inst.Tags[aws.NodeClaimTag]]++
+		}
+	}
+	most := 0
+	for claim, k := range launched {
+		if k > 1 {
+			t.Errorf("NodeClaim %s launched %d instances", claim, k)
+		}
+		most = max(most, k)
+	}
+	claims := h.Claims(t, name)
+	for _, c := range claims {
+		if launched[c.Name] != 1 {
+			t.Errorf("NodeClaim %s has %d instances", c.Name, launched[c.Name])
+		}
+	}
+	left := 0
+	eventually(t, "no instance without a NodeClaim (garbage collection's window)", 2*time.Minute, func(context.Context) (bool, error) {
+		left = orphans(t, name)
+		return left == 0, nil
+	})
+	figures("crash-during-launches-aws seed=%d kills=%d (%d at %s, %d at %s) claims=%d instances-launched-per-claim(max)=%d orphans=%d pods-running=%d/%d all-running-after=%s",
+		seed, kills, atPoint[crashpoint.LaunchCreated], crashpoint.LaunchCreated, atPoint[crashpoint.ClaimsCreated], crashpoint.ClaimsCreated,
+		len(claims), most, left, replicas, replicas, running.Round(time.Second))
+}
