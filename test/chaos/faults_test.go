@@ -25,7 +25,7 @@ import (
 func TestCloudFaults(t *testing.T) {
 	errorsPct := setting("FAULT_ERRORS", 30, 20)
 	hangsPct := setting("FAULT_HANGS", -1, 5)
-	replicas := setting("FAULT_PODS", 12, 60)
+	replicas := setting("FAULT_PODS", 12, 40)
 	faults := fmt.Sprintf("errors=%d", errorsPct)
 	if hangsPct > 0 {
 		faults += fmt.Sprintf(",hangs=%d", hangsPct)
