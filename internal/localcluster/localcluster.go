@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -191,6 +194,51 @@ func (c *Cluster) Wait(ctx context.Context) error {
 	case err := <-cases:
 		return err
 	}
+}
+
+// CrashAPIServer kills the kube-apiserver (SIGKILL, as a crash or an OOM kill would) and starts
+// it again on the same port, with the same certificates and etcd: every client sees its
+// connections drop and its requests fail until it is back. The other components keep running.
+func (c *Cluster) CrashAPIServer() error {
+	api := c.env.ControlPlane.APIServer
+	pid, err := apiServerPID(api.CertDir)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver %d: %w", pid, err)
+	}
+	// envtest's Stop finds the process gone and returns; Start runs it again.
+	if err := api.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return nil
+}
+
+// apiServerPID finds the kube-apiserver serving from certDir (envtest does not say its pid).
+func apiServerPID(certDir string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, "--cert-dir="+certDir) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver with --cert-dir=%s running", certDir)
 }
 
 // Stop stops the components, then the API server and etcd.

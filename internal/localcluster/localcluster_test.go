@@ -169,3 +169,42 @@ func TestReadinessDelayAnnotation(t *testing.T) {
 		t.Errorf("the pod annotated %s: 1h is Ready", localcluster.ReadyDelayAnnotation)
 	}
 }
+
+// CrashAPIServer drops every connection (a watch opened before it ends), and afterwards the same
+// kubeconfig reaches the API server again, with what was stored before the crash.
+func TestCrashAPIServer(t *testing.T) {
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: t.TempDir(), AssetsDir: assets(t), Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before", Namespace: "default"}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := c.CrashAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	// Events of the ConfigMaps that exist, until the connection drops.
+	for closed := false; !closed; {
+		select {
+		case _, ok := <-w.ResultChan():
+			closed = !ok
+		case <-time.After(time.Minute):
+			t.Fatal("a watch opened before the crash is still open a minute after it")
+		}
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
@@ -47,16 +46,8 @@ func TestCrashDuringDisruption(t *testing.T) {
 	spreadDeployment(t, name, name, int32(replicas))
 	eventually(t, "every pod Running before the drift", 10*time.Minute, h.Running(t, name, replicas))
 
-	const generation = "chaos.capstan.dev/generation"
-	np := &karpv1.NodePool{}
-	if err := h.Client.Get(t.Context(), client.ObjectKey{Name: name}, np); err != nil {
-		t.Fatal(err)
-	}
-	orig := np.DeepCopy()
-	np.Spec.Template.ObjectMeta.Labels[generation] = "2"
-	if err := h.Client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	const generation = generationLabel
+	drift(t, name, "2")
 	hits, tries := map[string]int{}, 0
 	// killAround kills Capstan n times: three times in four at the next crash point in turn (the
 	// first time it gets there after a restart), else after a seeded 0.3–5 s.

@@ -94,18 +94,10 @@ func TestEvictionsUnderPDBs(t *testing.T) {
 	wg.Go(func() { s.run(ctx, t) })
 	defer func() { stop(); wg.Wait() }()
 
-	const generation = "chaos.capstan.dev/generation"
+	const generation = generationLabel
 	for round := 1; round <= rounds; round++ {
-		np := &karpv1.NodePool{}
-		if err := h.Client.Get(t.Context(), client.ObjectKey{Name: name}, np); err != nil {
-			t.Fatal(err)
-		}
-		orig := np.DeepCopy()
 		want := fmt.Sprint(round)
-		np.Spec.Template.ObjectMeta.Labels[generation] = want
-		if err := h.Client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
-			t.Fatal(err)
-		}
+		drift(t, name, want)
 		eventually(t, "every node of template "+want, 15*time.Minute, func(ctx context.Context) (bool, error) {
 			for _, c := range h.Claims(t, name) {
 				if c.Labels[generation] != want || !c.DeletionTimestamp.IsZero() {
