@@ -23,7 +23,7 @@ import (
 // a claim, every node of the new template, none left tainted, every pod Running. Capstan's failed requests while
 // the server was down are counted from its log.
 func TestAPIServerCrashes(t *testing.T) {
-	replicas := setting("APISERVER_PODS", 12, 60)
+	replicas := setting("APISERVER_PODS", 12, 20)
 	const name = "apiserver-crash"
 	pool(t, name, func(snc *simv1alpha1.SimNodeClass) {
 		snc.Spec.LaunchDelay = &metav1.Duration{Duration: 2 * time.Second}
