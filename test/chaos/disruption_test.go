@@ -83,7 +83,7 @@ func TestCrashDuringDisruption(t *testing.T) {
 		return running && len(claims) == replicas, err
 	})
 
-	scaleTo(t, name, int32(replicas/2))
+	h.Scale(t, name, int32(replicas/2))
 	killAround(kills - kills*2/3)
 	eventually(t, "the emptied nodes gone, the other pods Running", 10*time.Minute, func(ctx context.Context) (bool, error) {
 		running, err := h.Running(t, name, replicas/2)(ctx)

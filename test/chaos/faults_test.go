@@ -50,7 +50,7 @@ func TestCloudFaults(t *testing.T) {
 	spreadDeployment(t, name, name, int32(replicas))
 	eventually(t, "every pod Running through the faults", 20*time.Minute, h.Running(t, name, replicas))
 	running := time.Since(began)
-	scaleTo(t, name, int32(replicas/2))
+	h.Scale(t, name, int32(replicas/2))
 	eventually(t, "the emptied machines terminated through the faults", 10*time.Minute, func(ctx context.Context) (bool, error) {
 		ok, err := h.Running(t, name, replicas/2)(ctx)
 		return ok && len(h.Claims(t, name)) == replicas/2, err

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
@@ -37,7 +35,7 @@ func TestCrashDuringLaunches(t *testing.T) {
 	spreadDeployment(t, name, name, int32(max(1, replicas/kills)))
 	atPoint := map[string]int{}
 	for i := range kills {
-		scaleTo(t, name, int32(max(1, (i+1)*replicas/kills)))
+		h.Scale(t, name, int32(max(1, (i+1)*replicas/kills)))
 		h.Stop(syscall.SIGKILL)
 		if r := rng.IntN(3); r < 2 {
 			// Die at the k-th launch whose result is not written yet, or at the k-th pass that
@@ -68,20 +66,6 @@ func TestCrashDuringLaunches(t *testing.T) {
 	figures("crash-during-launches seed=%d kills=%d (%d at %s, %d at %s) claims=%d machines-per-claim(max)=%d orphans-after-gc=%d pods-running=%d/%d all-running-after=%s",
 		seed, kills, atPoint[crashpoint.LaunchCreated], crashpoint.LaunchCreated, atPoint[crashpoint.ClaimsCreated], crashpoint.ClaimsCreated,
 		len(claims), most, orphans, replicas, replicas, running.Round(time.Second))
-}
-
-// scaleTo sets the Deployment's replicas.
-func scaleTo(t *testing.T, name string, replicas int32) {
-	t.Helper()
-	d := &appsv1.Deployment{}
-	if err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, d); err != nil {
-		t.Fatal(err)
-	}
-	orig := d.DeepCopy()
-	d.Spec.Replicas = &replicas
-	if err := h.Client.Patch(t.Context(), d, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // crashAt starts capstan set to die at the n-th hit of point and waits up to timeout for it to

@@ -122,7 +122,7 @@ func TestLeaderFailover(t *testing.T) {
 	spreadDeployment(t, name, name, int32(replicas))
 	burstTakeover := failover(`"message":"created nodeclaim"`)
 	eventually(t, "every pod Running after the burst's failover", 10*time.Minute, h.Running(t, name, replicas))
-	scaleTo(t, name, int32(replicas/2))
+	h.Scale(t, name, int32(replicas/2))
 	consolidationTakeover := failover(`"message":"disrupting node(s)"`)
 	eventually(t, "the emptied nodes gone after the consolidation's failover", 10*time.Minute, func(ctx context.Context) (bool, error) {
 		return len(h.Claims(t, name)) == replicas/2, nil

@@ -108,7 +108,7 @@ func TestEvictionsUnderPDBs(t *testing.T) {
 		})
 	}
 	afterDrift := evicted()
-	scaleTo(t, filler, 0)
+	h.Scale(t, filler, 0)
 	settled := func(ctx context.Context) (bool, error) {
 		for _, b := range apps {
 			if ok, err := h.Running(t, b.app, perApp)(ctx); !ok || err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -177,4 +178,18 @@ func (h *Harness) CrashAt(t testing.TB, start func(env ...string) error, point s
 	}
 	h.Cmd = nil
 	return died && cmd.ProcessState != nil && cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
+}
+
+// Scale sets the replicas of the Deployment name in the default namespace.
+func (h *Harness) Scale(t testing.TB, name string, replicas int32) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, d); err != nil {
+		t.Fatal(err)
+	}
+	orig := d.DeepCopy()
+	d.Spec.Replicas = &replicas
+	if err := h.Client.Patch(t.Context(), d, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
 }

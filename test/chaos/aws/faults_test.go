@@ -7,7 +7,6 @@ import (
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/test/awsfake"
 )
 
@@ -35,33 +34,14 @@ func TestEC2Faults(t *testing.T) {
 	spreadDeployment(t, name, int32(n))
 	eventually(t, "every pod Running through the faults", 20*time.Minute, h.Running(t, name, n))
 	running := time.Since(began)
-	scale(t, name, int32(n/2))
+	h.Scale(t, name, int32(n/2))
 	eventually(t, "the emptied machines terminated through the faults", 10*time.Minute, func(ctx context.Context) (bool, error) {
 		ok, err := h.Running(t, name, n/2)(ctx)
 		return ok && len(h.Claims(t, name)) == n/2 && len(cloud.LiveInstances(karpv1.NodePoolLabelKey, name)) == n/2, err
 	})
 	injected := cloud.InjectedFaults()
 	cloud.SetFaultRates(awsfake.FaultRates{}, 0)
-	// Every instance ever launched for the pool, terminated or not, by its NodeClaim: a double
-	// purchase shows here even after garbage collection has terminated the extra machine.
-	launched := map[string]int{}
-	for _, inst := range cloud.Instances() {
-		if inst.Tags[karpv1.NodePoolLabelKey] == name {
-			launched[inst.Tags[aws.NodeClaimTag]]++
-		}
-	}
-	most := 0
-	for claim, k := range launched {
-		if k > 1 {
-			t.Errorf("NodeClaim %s launched %d instances", claim, k)
-		}
-		most = max(most, k)
-	}
-	for _, c := range h.Claims(t, name) {
-		if launched[c.Name] != 1 {
-			t.Errorf("NodeClaim %s has %d instances", c.Name, launched[c.Name])
-		}
-	}
+	launched, most := instancesPerClaim(t, name)
 	left := orphans(t, name)
 	if left != 0 {
 		t.Errorf("%d instances without a NodeClaim", left)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/crashpoint"
 )
 
@@ -31,7 +30,7 @@ func TestCrashDuringLaunchesOnAWS(t *testing.T) {
 	spreadDeployment(t, name, int32(max(1, replicas/kills)))
 	atPoint := map[string]int{}
 	for i := range kills {
-		scale(t, name, int32(max(1, (i+1)*replicas/kills)))
+		h.Scale(t, name, int32(max(1, (i+1)*replicas/kills)))
 		h.Stop(syscall.SIGKILL)
 		if r := rng.IntN(3); r < 2 {
 			point := []string{crashpoint.LaunchCreated, crashpoint.ClaimsCreated}[r]
@@ -50,25 +49,8 @@ func TestCrashDuringLaunchesOnAWS(t *testing.T) {
 	}
 	eventually(t, "every pod Running after the kills", 15*time.Minute, h.Running(t, name, replicas))
 	running := time.Since(began)
-	launched := map[string]int{}
-	for _, inst := range cloud.Instances() {
-		if inst.Tags[karpv1.NodePoolLabelKey] == name {
-			launched[inst.Tags[aws.NodeClaimTag]]++
-		}
-	}
-	most := 0
-	for claim, k := range launched {
-		if k > 1 {
-			t.Errorf("NodeClaim %s launched %d instances", claim, k)
-		}
-		most = max(most, k)
-	}
+	_, most := instancesPerClaim(t, name)
 	claims := h.Claims(t, name)
-	for _, c := range claims {
-		if launched[c.Name] != 1 {
-			t.Errorf("NodeClaim %s has %d instances", c.Name, launched[c.Name])
-		}
-	}
 	left := 0
 	eventually(t, "no instance without a NodeClaim (garbage collection's window)", 2*time.Minute, func(context.Context) (bool, error) {
 		left = orphans(t, name)

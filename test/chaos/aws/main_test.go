@@ -136,16 +136,28 @@ func orphans(t testing.TB, name string) int {
 	return n
 }
 
-// scale sets the Deployment's replicas.
-func scale(t testing.TB, name string, replicas int32) {
+// instancesPerClaim counts every instance the endpoint ever launched for the pool, terminated or
+// not, by its NodeClaim — a double purchase shows even after garbage collection has terminated
+// the extra machine — and fails the test for a claim with more than one, or a claim that exists
+// without exactly one; it returns the counts and the most a claim launched.
+func instancesPerClaim(t *testing.T, name string) (launched map[string]int, most int) {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	if err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, d); err != nil {
-		t.Fatal(err)
+	launched = map[string]int{}
+	for _, inst := range cloud.Instances() {
+		if inst.Tags[karpv1.NodePoolLabelKey] == name {
+			launched[inst.Tags[aws.NodeClaimTag]]++
+		}
 	}
-	orig := d.DeepCopy()
-	d.Spec.Replicas = &replicas
-	if err := h.Client.Patch(t.Context(), d, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
+	for claim, k := range launched {
+		if k > 1 {
+			t.Errorf("NodeClaim %s launched %d instances", claim, k)
+		}
+		most = max(most, k)
 	}
+	for _, c := range h.Claims(t, name) {
+		if launched[c.Name] != 1 {
+			t.Errorf("NodeClaim %s has %d instances", c.Name, launched[c.Name])
+		}
+	}
+	return launched, most
 }
