@@ -11,8 +11,16 @@ mapfile -t targets < <(grep -rl --include='*_test.go' '^func Fuzz' . | while rea
   pkg=$(dirname "$f")
   grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed "s|^func |$pkg |"
 done | sort)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 for t in "${targets[@]}"; do
   read -r pkg fn <<<"$t"
   printf '[fuzz] %s %s (%s)\n' "$pkg" "$fn" "$fuzztime" >&2
-  go test -run XXX -fuzz "^$fn\$" -fuzztime "$fuzztime" "$pkg" >/dev/null || { echo "[fuzz] $pkg $fn failed: go test -run XXX -fuzz '^$fn\$' $pkg" >&2; go test -run "^$fn\$" "$pkg"; exit 1; }
+  if ! go test -run XXX -fuzz "^$fn\$" -fuzztime "$fuzztime" "$pkg" >"$out" 2>&1; then
+    # The fuzzer's own words say why (a failing input, or the fuzzer itself failing).
+    echo "[fuzz] $pkg $fn failed: go test -run XXX -fuzz '^$fn\$' $pkg; its last lines:" >&2
+    tail -n 30 "$out" >&2
+    go test -run "^$fn\$" "$pkg"
+    exit 1
+  fi
 done
