@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +65,7 @@ func TestAPIServerCrashes(t *testing.T) {
 	if created != 2*replicas {
 		t.Errorf("%d NodeClaims created over the run, want %d: one per pod, then one replacement per drifted node", created, 2*replicas)
 	}
-	orphans, most := machinesOfClaims(t, name, name)
+	orphans, most := machinesOfClaims(t, name)
 	failed := failedRequests(t, from)
 	figures("apiserver-crashes pods=%d crashes=2 (mid-provisioning, mid-drain of a drift) claims-created=%d (want %d) machines-per-claim(max)=%d orphans-after-gc=%d tainted-idle=0 capstan-failed-requests=%d",
 		replicas, created, 2*replicas, most, orphans, failed)
@@ -76,12 +75,8 @@ func TestAPIServerCrashes(t *testing.T) {
 // connection to the API server.
 func failedRequests(t *testing.T, offset int64) int {
 	t.Helper()
-	b, err := os.ReadFile(h.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for line := range strings.SplitSeq(string(b[min(offset, int64(len(b))):]), "\n") {
+	for line := range strings.SplitSeq(logSince(t, offset), "\n") {
 		if strings.Contains(line, "connection refused") || strings.Contains(line, "connection reset") || strings.Contains(line, "EOF") {
 			n++
 		}
@@ -92,11 +87,7 @@ func failedRequests(t *testing.T, offset int64) int {
 // logSays reports whether Capstan's log past offset has a line with text.
 func logSays(t *testing.T, offset int64, text string) bool {
 	t.Helper()
-	b, err := os.ReadFile(h.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Contains(string(b[min(offset, int64(len(b))):]), text)
+	return strings.Contains(logSince(t, offset), text)
 }
 
 // drift changes the pool's template (label generationLabel), so that every node drifts.

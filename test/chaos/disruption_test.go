@@ -46,7 +46,6 @@ func TestCrashDuringDisruption(t *testing.T) {
 	spreadDeployment(t, name, name, int32(replicas))
 	eventually(t, "every pod Running before the drift", 10*time.Minute, h.Running(t, name, replicas))
 
-	const generation = generationLabel
 	drift(t, name, "2")
 	hits, tries := map[string]int{}, 0
 	// killAround kills Capstan n times: three times in four at the next crash point in turn (the
@@ -75,7 +74,7 @@ func TestCrashDuringDisruption(t *testing.T) {
 	eventually(t, "every node of the new template, every pod Running", 15*time.Minute, func(ctx context.Context) (bool, error) {
 		claims := h.Claims(t, name)
 		for _, c := range claims {
-			if c.Labels[generation] != "2" || !c.DeletionTimestamp.IsZero() {
+			if c.Labels[generationLabel] != "2" || !c.DeletionTimestamp.IsZero() {
 				return false, nil
 			}
 		}
@@ -99,11 +98,11 @@ func TestCrashDuringDisruption(t *testing.T) {
 		t.Errorf("%d nodes left tainted %s while their NodeClaim is not being deleted", tainted, karpv1.DisruptedTaintKey)
 	}
 	for _, c := range h.Claims(t, name) {
-		if c.Labels[generation] != "2" {
+		if c.Labels[generationLabel] != "2" {
 			t.Errorf("NodeClaim %s is of the old template", c.Name)
 		}
 	}
-	orphans, most := machinesOfClaims(t, name, name)
+	orphans, most := machinesOfClaims(t, name)
 	figures("crash-during-disruption seed=%d kills=%d (%d aimed at crash points, died at: %v) pods=%d then %d claims-created=%d (want %d) machines-per-claim(max)=%d orphans-after-gc=%d tainted-idle=%d",
 		seed, kills, tries, hits, replicas, replicas/2, created, 2*replicas, most, orphans, tainted)
 }

@@ -55,7 +55,7 @@ func TestCloudFaults(t *testing.T) {
 		ok, err := h.Running(t, name, replicas/2)(ctx)
 		return ok && len(h.Claims(t, name)) == replicas/2, err
 	})
-	orphans, most := machinesOfClaims(t, name, name)
+	orphans, most := machinesOfClaims(t, name)
 	injected := injectedFaults(t, from)
 	if injected["Create"] == 0 {
 		t.Errorf("no Create fault injected (%v): the scenario tested nothing", injected)
@@ -64,6 +64,7 @@ func TestCloudFaults(t *testing.T) {
 		faults, replicas, replicas/2, injected, running.Round(time.Second), most, orphans)
 }
 
+// logSize is the length of Capstan's log so far: an offset for logSince.
 func logSize(t *testing.T) int64 {
 	t.Helper()
 	fi, err := os.Stat(h.Log)
@@ -77,12 +78,8 @@ func logSize(t *testing.T) int64 {
 // call and kind ("Create error", "List hang").
 func injectedFaults(t *testing.T, offset int64) map[string]int {
 	t.Helper()
-	b, err := os.ReadFile(h.Log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]int{}
-	for line := range strings.SplitSeq(string(b[min(offset, int64(len(b))):]), "\n") {
+	for line := range strings.SplitSeq(logSince(t, offset), "\n") {
 		if !strings.Contains(line, "simulated cloud fault") {
 			continue
 		}
@@ -100,4 +97,14 @@ func injectedFaults(t *testing.T, offset int64) map[string]int {
 		}
 	}
 	return out
+}
+
+// logSince is Capstan's log past offset.
+func logSince(t *testing.T, offset int64) string {
+	t.Helper()
+	b, err := os.ReadFile(h.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b[min(offset, int64(len(b))):])
 }

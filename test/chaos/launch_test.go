@@ -56,7 +56,7 @@ func TestCrashDuringLaunches(t *testing.T) {
 	}
 	eventually(t, "every pod Running after the kills", 15*time.Minute, h.Running(t, name, replicas))
 	running := time.Since(began)
-	orphans, most := machinesOfClaims(t, name, name)
+	orphans, most := machinesOfClaims(t, name)
 	claims := h.Claims(t, name)
 	for _, c := range claims {
 		if c.Labels[karpv1.NodePoolLabelKey] == name && c.Status.ProviderID == "" {

@@ -130,7 +130,7 @@ func TestLeaderFailover(t *testing.T) {
 	eventually(t, "the remaining pods Running", 5*time.Minute, h.Running(t, name, replicas/2))
 
 	tainted := taintedIdle(t)
-	orphans, most := machinesOfClaims(t, name, name)
+	orphans, most := machinesOfClaims(t, name)
 	if tainted != 0 {
 		t.Errorf("%d nodes left tainted %s and not being deleted", tainted, karpv1.DisruptedTaintKey)
 	}

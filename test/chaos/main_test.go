@@ -95,11 +95,11 @@ func eventually(t testing.TB, what string, timeout time.Duration, cond func(cont
 	e2e.Eventually(t, what, timeout, cond, h.Dump)
 }
 
-// machinesOfClaims waits, for the pool's SimNodeClass (all of them when class is ""), until no
+// machinesOfClaims waits, for the pool's SimNodeClass (named as the pool), until no
 // machine is left without a NodeClaim (garbage collection's window is 30 s, swept every 10 s),
 // and fails the test for every NodeClaim that launched more than one machine; it returns the
 // orphans left and the most machines a claim launched.
-func machinesOfClaims(t *testing.T, poolName, class string) (orphans, most int) {
+func machinesOfClaims(t *testing.T, poolName string) (orphans, most int) {
 	t.Helper()
 	eventually(t, "no machine without a NodeClaim", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		instances, _, err := sim.ReadFileStore(statePath)
@@ -112,7 +112,7 @@ func machinesOfClaims(t *testing.T, poolName, class string) (orphans, most int) 
 		}
 		orphans = 0
 		for _, inst := range instances {
-			if (class == "" || inst.NodeClass == class) && !claims[inst.NodeClaim] {
+			if inst.NodeClass == poolName && !claims[inst.NodeClaim] {
 				orphans++
 			}
 		}

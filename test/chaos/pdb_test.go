@@ -94,13 +94,12 @@ func TestEvictionsUnderPDBs(t *testing.T) {
 	wg.Go(func() { s.run(ctx, t) })
 	defer func() { stop(); wg.Wait() }()
 
-	const generation = generationLabel
 	for round := 1; round <= rounds; round++ {
 		want := fmt.Sprint(round)
 		drift(t, name, want)
 		eventually(t, "every node of template "+want, 15*time.Minute, func(ctx context.Context) (bool, error) {
 			for _, c := range h.Claims(t, name) {
-				if c.Labels[generation] != want || !c.DeletionTimestamp.IsZero() {
+				if c.Labels[generationLabel] != want || !c.DeletionTimestamp.IsZero() {
 					return false, nil
 				}
 			}
