@@ -9,6 +9,8 @@
 # MENU is an instance-type list in the format of Karpenter's kwok provider; Capstan offers it
 # through a SimNodeClass (instanceTypesFrom). FEATURE_GATES is passed to the autoscaler as is.
 # CAPSTAN_BIN runs that Capstan binary instead of building bin/capstan from the checkout.
+# RECORD=FILE saves the settled cluster with `kubectl capstan record` before it is torn down, so
+# `kubectl capstan explain --recording FILE` can say afterwards why a node stayed.
 #
 # Another autoscaler that speaks Karpenter's v1 API and launches kwok Nodes is measured the same
 # way: AUTOSCALER_CMD is its command line (run with KUBECONFIG set, from the state directory),
@@ -32,6 +34,9 @@ log() { printf '[scaledown] %s\n' "$*" >&2; }
 "$root/hack/cluster.sh" up
 pid=
 cleanup() {
+  if [ -n "${RECORD:-}" ]; then
+    (cd "$root" && go run ./cmd/kubectl-capstan record -o "$RECORD") || log "record failed"
+  fi
   if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   "$root/hack/cluster.sh" down
 }
