@@ -28,6 +28,7 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, k
 generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+	hack/crd-patterns.sh
 	hack/crd-chart.sh
 
 .PHONY: image

@@ -15,6 +15,7 @@ for f in $generated; do mkdir -p "$before/$(dirname "$f")"; cp "$f" "$before/$f"
 rm -f config/crd/*.yaml charts/capstan-crd/templates/*.yaml
 bin/controller-gen object paths=./api/...
 bin/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+hack/crd-patterns.sh
 hack/crd-chart.sh
 after=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml' 'charts/capstan-crd/templates/*.yaml'; } | sort -u)
 if [ "$generated" != "$after" ]; then

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
+	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -136,7 +137,7 @@ func Replicas(cb *autoscalingv1beta1.CapacityBuffer, spec corev1.PodSpec, scalab
 	}
 	fit := int32(math.MaxInt32)
 	req := solver.Requests([]*corev1.Pod{{Spec: spec}})
-	for name, lim := range cb.Spec.Limits {
+	for name, lim := range nodepools.Bounded(cb.Spec.Limits) {
 		q, ok := req[name]
 		if !ok || q.IsZero() {
 			continue

@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
@@ -139,4 +141,41 @@ func ParseNodeCost(v string) (float64, error) {
 		return 0, fmt.Errorf("annotation %s: %q is not a price in US dollars per hour (a non-negative decimal such as \"0.012\")", NodeCostAnnotationKey, v)
 	}
 	return f, nil
+}
+
+// LimitBound is the largest magnitude Bounded keeps: 10^18 (an exabyte of memory, 10^18 CPUs),
+// beyond anything a pool can reach and within int64's fast arithmetic.
+const LimitBound = 1e18
+
+// Bounded is rl with every quantity of absurd magnitude brought within reach of plain
+// arithmetic: above LimitBound (or below -LimitBound) becomes ±LimitBound, and a non-zero value
+// too small for a float64 (1e-400) becomes 0. The CRDs admit any exponent ("1e71000100"), and
+// resource.Quantity's arithmetic on one takes minutes and gigabytes (comparing 1e71000100 with 1
+// took 70 s): a pool limited so is as unlimited as with LimitBound, and as fast. Only the values'
+// float approximations are read, which is cheap whatever the exponent. rl is returned as it is
+// when nothing needs bounding.
+func Bounded(rl corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for k, q := range rl {
+		f := q.AsApproximateFloat64()
+		var b *resource.Quantity
+		switch {
+		case f > LimitBound:
+			b = resource.NewQuantity(int64(LimitBound), resource.DecimalSI)
+		case f < -LimitBound:
+			b = resource.NewQuantity(-int64(LimitBound), resource.DecimalSI)
+		case f == 0 && !q.IsZero():
+			b = resource.NewQuantity(0, resource.DecimalSI)
+		default:
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(rl)
+		}
+		out[k] = *b
+	}
+	if out == nil {
+		return rl
+	}
+	return out
 }

@@ -151,7 +151,7 @@ func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudpro
 	if np.Spec.Limits == nil {
 		return nil
 	}
-	left := np.Spec.Limits.DeepCopy()
+	left := nodepools.Bounded(np.Spec.Limits).DeepCopy()
 	for i := range claims {
 		nc := &claims[i]
 		if nc.Labels[karpv1.NodePoolLabelKey] != np.Name {

@@ -5,7 +5,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
 func TestProvisionable(t *testing.T) {
@@ -53,5 +56,25 @@ func TestDaemonSetsWithDRARequirementsAreNotOverhead(t *testing.T) {
 	got := DaemonSetPods([]appsv1.DaemonSet{ds("logs", false), ds("dra-driver", true)})
 	if len(got) != 1 || got[0].Name != "logs" {
 		t.Fatalf("overhead pods %v, want logs alone", got)
+	}
+}
+
+// TestRemainingOfAbsurdLimits: a limit the CRD admits with an exponent no pool can reach
+// ("1e71000100", or "-1e71000100") is counted down as ±10^18 (nodepools.Bounded), not with
+// resource.Quantity's arithmetic on the exponent, which takes minutes per claim.
+func TestRemainingOfAbsurdLimits(t *testing.T) {
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: karpv1.NodePoolSpec{Limits: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("1e71000100"), corev1.ResourceMemory: resource.MustParse("-1e71000100"),
+		karpv1.ResourceNodes: resource.MustParse("10")}}}
+	claim := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{karpv1.NodePoolLabelKey: "default"}},
+		Status: karpv1.NodeClaimStatus{
+			Capacity:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+			Conditions: []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue}}}}
+	left := remaining(np, []karpv1.NodeClaim{claim}, nil)
+	want := map[corev1.ResourceName]int64{corev1.ResourceCPU: 1e18 - 4, corev1.ResourceMemory: 0, karpv1.ResourceNodes: 9}
+	for k, v := range want {
+		if q := left[k]; q.CmpInt64(v) != 0 {
+			t.Errorf("%s left: %s, want %d", k, q.String(), v)
+		}
 	}
 }

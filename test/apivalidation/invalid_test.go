@@ -43,6 +43,11 @@ var invalidCases = []invalidCase{
 	{"nodepool weight zero", baseNodePool, "spec: {weight: 0}", []string{"spec.weight", "greater than or equal to 1"}},
 	{"nodepool weight above 100", baseNodePool, "spec: {weight: 101}", []string{"spec.weight", "less than or equal to 100"}},
 	{"nodepool limits not a quantity", baseNodePool, "spec: {limits: {cpu: lots}}", []string{"spec.limits.cpu", `Invalid value: "lots"`, "should match"}},
+	// Kubernetes' own quantity pattern admits these; no Go client can read the first, and reading
+	// the second takes minutes (hack/crd-patterns.sh narrows the pattern).
+	{"nodepool limit with a fractional exponent", baseNodePool, "spec: {limits: {cpu: 1e1.5}}", []string{"spec.limits.cpu", "should match"}},
+	{"nodepool limit with a huge exponent", baseNodePool, "spec: {limits: {memory: 1e20000000000}}", []string{"spec.limits.memory", "should match"}},
+	{"nodeoverlay capacity with a huge exponent", baseNodeOverlay, "spec: {capacity: {example.com/gpu: 1e71000100}}", []string{"spec.capacity", "should match"}},
 	// NodePool: requirements.
 	{"requirement unknown operator", baseNodePool, requirement("{key: kubernetes.io/arch, operator: Equals, values: [amd64]}"),
 		[]string{"spec.template.spec.requirements[0].operator", `Unsupported value: "Equals"`}},
@@ -120,6 +125,20 @@ var invalidCases = []invalidCase{
 		[]string{"spec.template.spec.terminationGracePeriod", "should match"}},
 	{"consolidateAfter in days", baseNodePool, "spec: {disruption: {consolidateAfter: 1d}}",
 		[]string{"spec.disruption.consolidateAfter", "should match"}},
+	// Durations the patterns admit but no Go program can read (past 2562047h, about 292 years):
+	// accepted, they would stop every client that decodes the object, Capstan's caches among them.
+	{"consolidateAfter past Go's longest duration", baseNodePool, "spec: {disruption: {consolidateAfter: 99999999999s}}",
+		[]string{"spec.disruption.consolidateAfter", "at most 2562047h"}},
+	{"expireAfter just past 2562047h", baseNodePool, "spec: {template: {spec: {expireAfter: 2562047h1m}}}",
+		[]string{"spec.template.spec.expireAfter", "at most 2562047h"}},
+	{"terminationGracePeriod past Go's longest duration", baseNodePool, "spec: {template: {spec: {terminationGracePeriod: 3000000h}}}",
+		[]string{"spec.template.spec.terminationGracePeriod", "at most 2562047h"}},
+	{"budget duration past Go's longest duration", baseNodePool, budgets(`{nodes: "0", schedule: "@daily", duration: 9999999999h}`),
+		[]string{"spec.disruption.budgets[0].duration", "at most 2562047h"}},
+	{"nodeclaim terminationGracePeriod past Go's longest duration", baseNodeClaim, "spec: {terminationGracePeriod: 1h99999999999s}",
+		[]string{"spec.terminationGracePeriod", "at most 2562047h"}},
+	{"simnodeclass launch delay past Go's longest duration", baseSimNodeClass, "spec: {launchDelay: 9999999999999ms9999999h}",
+		[]string{"spec.launchDelay", "at most 2562047h"}},
 	{"consolidationPolicy of v1beta1", baseNodePool, "spec: {disruption: {consolidationPolicy: WhenUnderutilized}}",
 		[]string{"spec.disruption.consolidationPolicy", `Unsupported value: "WhenUnderutilized"`}},
 	// NodePool: budgets.
@@ -238,6 +257,10 @@ var invalidCases = []invalidCase{
 		[]string{"spec.kubelet.kubeReserved.cpu", `Invalid value: "-1"`, "should match"}},
 	{"ec2nodeclass image gc thresholds inverted", baseEC2NodeClass, "spec: {kubelet: {imageGCHighThresholdPercent: 50, imageGCLowThresholdPercent: 80}}",
 		[]string{"spec.kubelet", "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"}},
+	{"ec2nodeclass evictionSoftGracePeriod not a duration", baseEC2NodeClass, "spec: {kubelet: {evictionSoft: {memory.available: 5%}, evictionSoftGracePeriod: {memory.available: soon}}}",
+		[]string{"spec.kubelet.evictionSoftGracePeriod", "at most 2562047h"}},
+	{"ec2nodeclass evictionSoftGracePeriod past Go's longest duration", baseEC2NodeClass, "spec: {kubelet: {evictionSoft: {memory.available: 5%}, evictionSoftGracePeriod: {memory.available: 3000000h}}}",
+		[]string{"spec.kubelet.evictionSoftGracePeriod", "at most 2562047h"}},
 	{"ec2nodeclass evictionSoft without grace period", baseEC2NodeClass, "spec: {kubelet: {evictionSoft: {memory.available: 5%}}}",
 		[]string{"spec.kubelet", "each evictionSoft key needs an evictionSoftGracePeriod"}},
 	{"ec2nodeclass eviction signal unknown", baseEC2NodeClass, "spec: {kubelet: {evictionHard: {cpu.available: 5%}}}",

@@ -330,6 +330,7 @@ type KubeletConfiguration struct {
 	EvictionSoft EvictionThresholds `json:"evictionSoft,omitempty"`
 	// EvictionSoftGracePeriod are the grace periods of the soft eviction thresholds.
 	// +kubebuilder:validation:XValidation:message="valid keys for evictionSoftGracePeriod are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",rule="self.all(x, x in ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available'])"
+	// +kubebuilder:validation:XValidation:message="evictionSoftGracePeriod values must be durations of at most 2562047h (about 292 years, the longest Go reads)",rule="self.all(x, duration(self[x]) <= duration('2562047h'))"
 	// +kubebuilder:validation:MaxProperties=6
 	// +optional
 	EvictionSoftGracePeriod map[string]metav1.Duration `json:"evictionSoftGracePeriod,omitempty"`

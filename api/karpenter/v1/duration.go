@@ -15,6 +15,7 @@ const Never = "Never"
 //
 // +kubebuilder:validation:Type=string
 // +kubebuilder:validation:Pattern=`^(([0-9]+(s|m|h))+|Never)$`
+// +kubebuilder:validation:XValidation:rule="self == 'Never' || duration(self) <= duration('2562047h')",message="must be Never or a duration of at most 2562047h (about 292 years, the longest Go reads)"
 type NillableDuration struct {
 	// Duration is the duration, or nil when the value is Never or not set.
 	Duration *time.Duration `json:"-"`

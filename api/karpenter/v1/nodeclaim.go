@@ -28,6 +28,7 @@ type NodeClaimSpec struct {
 	// (PodDisruptionBudgets, do-not-disrupt) before they are overridden and the node deleted.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('2562047h')",message="must be a duration of at most 2562047h (about 292 years, the longest Go reads)"
 	// +optional
 	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
 	// ExpireAfter is the age at which the machine is replaced, or Never.

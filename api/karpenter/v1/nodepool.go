@@ -85,6 +85,7 @@ type NodeClaimTemplateSpec struct {
 	// before they are overridden.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('2562047h')",message="must be a duration of at most 2562047h (about 292 years, the longest Go reads)"
 	// +optional
 	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
 	// ExpireAfter is the age at which a machine is replaced, or Never.
@@ -165,6 +166,7 @@ type Budget struct {
 	// minutes.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('2562047h')",message="must be a duration of at most 2562047h (about 292 years, the longest Go reads)"
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
 }

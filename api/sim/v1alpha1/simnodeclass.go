@@ -64,12 +64,14 @@ type SimNodeClassSpec struct {
 	// +kubebuilder:default:="1s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('2562047h')",message="must be a duration of at most 2562047h (about 292 years, the longest Go reads)"
 	// +optional
 	LaunchDelay *metav1.Duration `json:"launchDelay,omitempty"`
 	// RegistrationDelay is how long a launched instance takes to create its Node.
 	// +kubebuilder:default:="2s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('2562047h')",message="must be a duration of at most 2562047h (about 292 years, the longest Go reads)"
 	// +optional
 	RegistrationDelay *metav1.Duration `json:"registrationDelay,omitempty"`
 	// Failures injects faults into launches.

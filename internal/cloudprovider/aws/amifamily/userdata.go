@@ -68,7 +68,7 @@ func Validate(f Family, custom string) error {
 	var err error
 	switch {
 	case f == AL2, f == AL2023:
-		err = copyParts(multipart.NewWriter(io.Discard), custom, "text/x-shellscript; charset=\"us-ascii\"")
+		_, err = classParts(custom, shellScript)
 	case f == Bottlerocket:
 		_, _, err = bottlerocket(Bootstrap{Custom: custom})
 	}
@@ -108,30 +108,39 @@ type NodeConfigKubelet struct {
 	Flags  []string       `json:"flags,omitempty"`
 }
 
-// mimeDocument writes a multipart/mixed document with the boundary "//" and lets fill add parts.
-func mimeDocument(fill func(w *multipart.Writer) error) (string, error) {
+// part is one part of a MIME multi-part document.
+type part struct{ contentType, body string }
+
+// shellScript is the content type of a script part.
+const shellScript = "text/x-shellscript; charset=\"us-ascii\""
+
+// mimeDocument is a multipart/mixed document of the parts. Its boundary is "//" (as EKS's own
+// documents have it) unless a part holds "--//", which a reader would take for the start of a
+// part: then the first of "//1", "//2", … that no part holds.
+func mimeDocument(parts []part) (string, error) {
+	boundary := "//"
+	for i := 1; slices.ContainsFunc(parts, func(p part) bool { return strings.Contains(p.body, "--"+boundary) }); i++ {
+		boundary = "//" + strconv.Itoa(i)
+	}
 	var b strings.Builder
 	w := multipart.NewWriter(&b)
-	if err := w.SetBoundary("//"); err != nil {
+	if err := w.SetBoundary(boundary); err != nil {
 		return "", err
 	}
-	b.WriteString("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"//\"\r\n\r\n")
-	if err := fill(w); err != nil {
-		return "", err
+	fmt.Fprintf(&b, "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=%q\r\n\r\n", boundary)
+	for _, p := range parts {
+		pw, err := w.CreatePart(textproto.MIMEHeader{"Content-Type": {p.contentType}})
+		if err != nil {
+			return "", err
+		}
+		if _, err := pw.Write([]byte(p.body)); err != nil {
+			return "", err
+		}
 	}
 	if err := w.Close(); err != nil {
 		return "", err
 	}
 	return b.String(), nil
-}
-
-func writePart(w *multipart.Writer, contentType, body string) error {
-	part, err := w.CreatePart(textproto.MIMEHeader{"Content-Type": {contentType}})
-	if err != nil {
-		return err
-	}
-	_, err = part.Write([]byte(body))
-	return err
 }
 
 // labelFlag and taintFlag are the kubelet's --node-labels and --register-with-taints values.
@@ -188,22 +197,19 @@ func nodeadm(b Bootstrap) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return mimeDocument(func(w *multipart.Writer) error {
-		if err := writePart(w, nodeConfigMediaType, string(y)); err != nil {
-			return err
-		}
-		if strings.TrimSpace(b.Custom) == "" {
-			return nil
-		}
-		ct := "text/x-shellscript; charset=\"us-ascii\""
+	parts := []part{{nodeConfigMediaType, string(y)}}
+	if strings.TrimSpace(b.Custom) != "" {
+		ct := shellScript
 		if strings.Contains(b.Custom, "kind: NodeConfig") {
 			ct = nodeConfigMediaType
 		}
-		if err := copyParts(w, b.Custom, ct); err != nil {
-			return fmt.Errorf("spec.userData: %w", err)
+		class, err := classParts(b.Custom, ct)
+		if err != nil {
+			return "", fmt.Errorf("spec.userData: %w", err)
 		}
-		return nil
-	})
+		parts = append(parts, class...)
+	}
+	return mimeDocument(parts)
 }
 
 // al2 is AL2's user data: the class's parts, then the script calling /etc/eks/bootstrap.sh.
@@ -226,19 +232,18 @@ func al2(b Bootstrap) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return mimeDocument(func(w *multipart.Writer) error {
-		if strings.TrimSpace(b.Custom) != "" {
-			if err := copyParts(w, b.Custom, "text/x-shellscript; charset=\"us-ascii\""); err != nil {
-				return fmt.Errorf("spec.userData: %w", err)
-			}
+	var parts []part
+	if strings.TrimSpace(b.Custom) != "" {
+		class, err := classParts(b.Custom, shellScript)
+		if err != nil {
+			return "", fmt.Errorf("spec.userData: %w", err)
 		}
-		if merge != "" {
-			if err := writePart(w, "text/x-shellscript; charset=\"us-ascii\"", merge); err != nil {
-				return err
-			}
-		}
-		return writePart(w, "text/x-shellscript; charset=\"us-ascii\"", s.String())
-	})
+		parts = class
+	}
+	if merge != "" {
+		parts = append(parts, part{shellScript, merge})
+	}
+	return mimeDocument(append(parts, part{shellScript, s.String()}))
 }
 
 // windows is the Windows families' user data: one PowerShell block, the class's script (without
@@ -313,19 +318,19 @@ func kubeletArgs(b Bootstrap) []string {
 	return args
 }
 
-// copyParts copies the class's user data into w: the parts of a MIME document, or the whole as
+// classParts are the class's user data as parts: the parts of a MIME document, or the whole as
 // one part of content type ct.
-func copyParts(w *multipart.Writer, ud, ct string) error {
+func classParts(ud, ct string) ([]part, error) {
 	trimmed := strings.TrimSpace(ud)
 	if !strings.HasPrefix(trimmed, "MIME-Version:") && !strings.HasPrefix(trimmed, "Content-Type:") {
-		return writePart(w, ct, ud)
+		return []part{{ct, ud}}, nil
 	}
 	headerEnd := strings.Index(ud, "\n\n")
 	if i := strings.Index(ud, "\r\n\r\n"); i >= 0 && (headerEnd < 0 || i < headerEnd) {
 		headerEnd = i
 	}
 	if headerEnd < 0 {
-		return errors.New("a MIME document without a body")
+		return nil, errors.New("a MIME document without a body")
 	}
 	var boundary string
 	for _, line := range strings.Split(ud[:headerEnd], "\n") {
@@ -333,30 +338,29 @@ func copyParts(w *multipart.Writer, ud, ct string) error {
 		if strings.EqualFold(k, "Content-Type") {
 			_, params, err := mime.ParseMediaType(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("Content-Type %q: %w", v, err)
+				return nil, fmt.Errorf("Content-Type %q: %w", v, err)
 			}
 			boundary = params["boundary"]
 		}
 	}
 	if boundary == "" {
-		return errors.New("a MIME document without a multipart boundary")
+		return nil, errors.New("a MIME document without a multipart boundary")
 	}
+	var parts []part
 	r := multipart.NewReader(strings.NewReader(ud[headerEnd:]), boundary)
 	for {
-		part, err := r.NextPart()
+		p, err := r.NextPart()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return parts, nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading MIME part: %w", err)
+			return nil, fmt.Errorf("reading MIME part: %w", err)
 		}
-		body, err := io.ReadAll(part)
+		body, err := io.ReadAll(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := writePart(w, part.Header.Get("Content-Type"), string(body)); err != nil {
-			return err
-		}
+		parts = append(parts, part{p.Header.Get("Content-Type"), string(body)})
 	}
 }
 

@@ -108,7 +108,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Every claim counts against limits.nodes until it is gone, deleting ones too: the limit
 	// is what the pool may run at any moment.
 	room := math.MaxInt
-	if q, ok := np.Spec.Limits[karpv1.ResourceNodes]; ok {
+	if q, ok := nodepools.Bounded(np.Spec.Limits)[karpv1.ResourceNodes]; ok {
 		room = max(0, int(q.Value())-len(list.Items))
 	}
 	switch {
