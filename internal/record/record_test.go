@@ -22,7 +22,7 @@ var at = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 // source is a small cluster, served by a hand-made recording: a pool with one type, a claim,
 // its node, a ReplicaSet and its pod carrying what a recording must not keep.
-func source(t *testing.T) *record.Recording {
+func source(t testing.TB) *record.Recording {
 	t.Helper()
 	ref := &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "default"}
 	np := karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
@@ -54,7 +54,7 @@ func source(t *testing.T) *record.Recording {
 }
 
 // recordFrom records the cluster a recording serves.
-func recordFrom(t *testing.T, src *record.Recording, anonymize bool) (*record.Recording, string) {
+func recordFrom(t testing.TB, src *record.Recording, anonymize bool) (*record.Recording, string) {
 	t.Helper()
 	s, err := scheme.New()
 	if err != nil {
