@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
@@ -29,6 +31,9 @@ type Score struct {
 	// DisruptionFraction is the move's disruption cost over the pool's total disruption cost
 	// (every node 1, plus each of its pods' EvictionCost).
 	DisruptionFraction float64
+	// Calm: K is Balanced's instead of the pool's, since the move evicts pods of an owner seen
+	// shrinking within Options.CalmAfterScaleDown.
+	Calm bool
 }
 
 // Value is SavingsFraction / DisruptionFraction.
@@ -48,8 +53,12 @@ func (s Score) String() string {
 	if s.Approved() {
 		op = ">="
 	}
-	return fmt.Sprintf("saving %.1f%% of the pool for %.1f%% of its disruption (score %.2f %s %.2f)",
-		100*s.SavingsFraction, 100*s.DisruptionFraction, s.Value(), op, 1.0/s.K)
+	calm := ""
+	if s.Calm {
+		calm = ", Balanced's bar while an owner of its pods is scaling down"
+	}
+	return fmt.Sprintf("saving %.1f%% of the pool for %.1f%% of its disruption (score %.2f %s %.2f%s)",
+		100*s.SavingsFraction, 100*s.DisruptionFraction, s.Value(), op, 1.0/s.K, calm)
 }
 
 // k is the pool's k, or 0 when its moves are not scored (WhenEmpty, or WhenEmptyOrUnderutilized
@@ -64,9 +73,24 @@ func (d *decider) k(p *Pool) float64 {
 	return 0
 }
 
-// score scores saving money at the given disruption cost in the pool.
-func (d *decider) score(p *Pool, savings, disruption float64) Score {
-	s := Score{Policy: p.NodePool.Spec.Disruption.ConsolidationPolicy, K: d.k(p)}
+// candidateK is k for a move that disrupts c: its pool's k, or Balanced's if that is stricter and
+// c holds pods of an owner seen shrinking within CalmAfterScaleDown.
+func (d *decider) candidateK(c *Candidate) float64 {
+	k := d.k(c.Pool)
+	if k <= BalancedK || len(d.shrunk) == 0 {
+		return k
+	}
+	for _, p := range c.Reschedulable {
+		if ref := metav1.GetControllerOf(p); ref != nil && d.shrunk[ref.UID] {
+			return BalancedK
+		}
+	}
+	return k
+}
+
+// score scores saving money at the given disruption cost in the pool, passing at 1/k.
+func (d *decider) score(p *Pool, k, savings, disruption float64) Score {
+	s := Score{Policy: p.NodePool.Spec.Disruption.ConsolidationPolicy, K: k, Calm: k < d.k(p)}
 	if c := d.poolCost[p.NodePool.Name]; c > 0 {
 		s.SavingsFraction = savings / c
 	}
@@ -90,6 +114,7 @@ func scoreKind(policy karpv1.ConsolidationPolicy) string {
 func (d *decider) priced(cmd *Command) Blocker {
 	type share struct {
 		pool              *Pool
+		k                 float64
 		price, disruption float64
 		evictions         int
 	}
@@ -100,9 +125,10 @@ func (d *decider) priced(cmd *Command) Blocker {
 		}
 		sh := shares[c.Pool.NodePool.Name]
 		if sh == nil {
-			sh = &share{pool: c.Pool}
+			sh = &share{pool: c.Pool, k: d.k(c.Pool)}
 			shares[c.Pool.NodePool.Name] = sh
 		}
+		sh.k = min(sh.k, d.candidateK(c))
 		sh.price += c.Price
 		sh.disruption += c.DisruptionCost
 		sh.evictions += len(c.Reschedulable)
@@ -113,7 +139,7 @@ func (d *decider) priced(cmd *Command) Blocker {
 		if cmd.PriceBefore > 0 {
 			saving *= sh.price / cmd.PriceBefore
 		}
-		s := d.score(sh.pool, saving, sh.disruption)
+		s := d.score(sh.pool, sh.k, saving, sh.disruption)
 		if cmd.Scores == nil {
 			cmd.Scores = map[string]Score{}
 		}
@@ -132,7 +158,7 @@ func (d *decider) pricedBound(c *Candidate) (Blocker, bool) {
 	if d.k(c.Pool) <= 0 {
 		return Blocker{}, false
 	}
-	s := d.score(c.Pool, c.Price, c.DisruptionCost)
+	s := d.score(c.Pool, d.candidateK(c), c.Price, c.DisruptionCost)
 	if s.Approved() {
 		return Blocker{}, false
 	}

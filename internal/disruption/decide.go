@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/capacitybuffer"
@@ -173,6 +174,9 @@ type decider struct {
 	explained map[*Candidate]bool
 	sim       *simulation
 	out       *Decision
+	// shrunk are the owners seen shrinking within CalmAfterScaleDown: a WhenEmptyOrUnderutilized
+	// move evicting their pods must pass Balanced's bar.
+	shrunk map[types.UID]bool
 }
 
 // Decide runs one round: it tries the methods in order and returns the first command found (or
@@ -291,6 +295,14 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 	for i := range snap.NodePools {
 		p := &snap.NodePools[i]
 		d.pools[p.NodePool.Name] = p
+	}
+	for _, sd := range snap.ScaleDowns {
+		if sd.UID != "" && d.opts.CalmAfterScaleDown > 0 && snap.Now.Sub(sd.At) < d.opts.CalmAfterScaleDown {
+			if d.shrunk == nil {
+				d.shrunk = map[types.UID]bool{}
+			}
+			d.shrunk[sd.UID] = true
+		}
 	}
 	d.candidates()
 	d.totals()

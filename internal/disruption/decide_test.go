@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/capacitybuffer"
@@ -673,5 +674,62 @@ func TestTerminateFirstDriftFreesTheReservationsMachine(t *testing.T) {
 	c = setup(karpv1.CapacityTypeOnDemand)
 	if d := c.decide(disruption.Options{TerminateFirstDrift: true}); d.Command != nil {
 		t.Fatalf("an on-demand node was deleted first: %v", names(d.Command))
+	}
+}
+
+// TestBalancedBarAfterAScaleDown: under WhenEmptyOrUnderutilized a move evicting pods of an owner
+// seen shrinking within CalmAfterScaleDown must pass Balanced's bar (1/2) instead of 1/3; pods of
+// other owners, an older scale-down, or the rule turned off leave the bar at 1/3.
+func TestBalancedBarAfterAScaleDown(t *testing.T) {
+	build := func(sds ...disruption.ScaleDown) *cluster {
+		c := newCluster(t)
+		c.pool("default", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+				Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+		})
+		for i := range 3 {
+			n := fmt.Sprintf("x%d", i)
+			c.node("default", n, "xl", karpv1.CapacityTypeOnDemand, pods(n, 15, "1")...)
+		}
+		// Deleting m moves its 12 tiny pods into an xl's room: $0.10/h of $1.30/h (7.7%) for 13
+		// of 61 disruption units (21.3%), score 0.36.
+		c.node("default", "m", "m", karpv1.CapacityTypeOnDemand, pods("tiny", 12, "50m")...)
+		c.snap.ScaleDowns = sds
+		return c
+	}
+	shrank := func(uid string, ago time.Duration) disruption.ScaleDown {
+		return disruption.ScaleDown{Owner: "ReplicaSet default/" + uid, UID: types.UID(uid), At: t0.Add(-ago), Since: t0.Add(-ago)}
+	}
+	for _, tc := range []struct {
+		name string
+		sds  []disruption.ScaleDown
+		opts disruption.Options
+		take bool
+	}{
+		{"no scale-down", nil, disruption.Options{}, true},
+		{"its pods' owner shrank 2 minutes ago", []disruption.ScaleDown{shrank("rs-tiny", 2*time.Minute)}, disruption.Options{}, false},
+		{"another owner shrank", []disruption.ScaleDown{shrank("rs-x0", 2*time.Minute)}, disruption.Options{}, true},
+		{"its pods' owner shrank 11 minutes ago", []disruption.ScaleDown{shrank("rs-tiny", 11*time.Minute)}, disruption.Options{}, true},
+		{"the rule turned off", []disruption.ScaleDown{shrank("rs-tiny", 2*time.Minute)}, disruption.Options{CalmAfterScaleDown: -1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := build(tc.sds...).decide(tc.opts)
+			if tc.take {
+				if !slices.Equal(names(d.Command), []string{"m"}) || len(d.Command.Replacements) != 0 {
+					t.Fatalf("command = %v, want m deleted", names(d.Command))
+				}
+				if s := d.Command.Scores["default"]; s.Calm || s.K != disruption.DefaultUnderutilizedK {
+					t.Errorf("score %v, want the bar of 1/3", s)
+				}
+				return
+			}
+			if d.Command != nil {
+				t.Fatalf("command = %v, want none", names(d.Command))
+			}
+			ev, msg := explanation(d, "m")
+			if want := "WhenEmptyOrUnderutilized: even deleting it outright would be saving 7.7% of the pool for 21.3% of its disruption (score 0.36 < 0.50, Balanced's bar while an owner of its pods is scaling down), too little for 12 eviction(s)"; ev != disruption.EventUnconsolidatable || msg != want {
+				t.Errorf("explanation = %s %q, want %q", ev, msg, want)
+			}
+		})
 	}
 }

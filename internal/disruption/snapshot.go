@@ -44,8 +44,10 @@ type Snapshot struct {
 // ScaleDown is a scalable owner seen shrinking: its desired replicas fell, or it still has more
 // replicas than it wants.
 type ScaleDown struct {
-	// Owner names it ("ReplicaSet default/web").
+	// Owner names it ("ReplicaSet default/web"); UID is its UID, as its pods' controller
+	// references give it.
 	Owner string
+	UID   types.UID
 	// At is when it was last seen shrinking; Since is when it began to, in a run of sightings
 	// each within ScaleDownWait of the last.
 	At, Since time.Time
@@ -134,6 +136,12 @@ type Options struct {
 	// DefaultUnderutilizedK; a negative value turns the score off, taking every saving as
 	// Karpenter does under that policy.
 	UnderutilizedK float64
+	// CalmAfterScaleDown is how long after an owner was last seen shrinking a
+	// WhenEmptyOrUnderutilized move that evicts its pods must pass Balanced's bar (1/BalancedK)
+	// rather than 1/UnderutilizedK (default 10 minutes; negative: never). A load that has just
+	// fallen often falls again: the next step of the scale-in deletes pods a marginal move would
+	// have evicted, and empties the machines for free.
+	CalmAfterScaleDown time.Duration
 	// Solver are the solver's options (preferences, minValues policy).
 	Solver solver.Options
 	// Elapsed reports the time spent so far in the decision; the controller passes a real
@@ -150,6 +158,8 @@ const (
 	DefaultEvictionMemory   = time.Hour
 	DefaultScaleDownWait    = 30 * time.Second
 	DefaultMaxScaleDownHold = 5 * time.Minute
+	// DefaultCalmAfterScaleDown is Options.CalmAfterScaleDown's default.
+	DefaultCalmAfterScaleDown = 10 * time.Minute
 	// MaxMultiNodeCandidates bounds the candidates one multi-node command disrupts (Karpenter's
 	// bound).
 	MaxMultiNodeCandidates = 100
@@ -183,6 +193,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxScaleDownHold <= 0 {
 		o.MaxScaleDownHold = DefaultMaxScaleDownHold
+	}
+	if o.CalmAfterScaleDown == 0 {
+		o.CalmAfterScaleDown = DefaultCalmAfterScaleDown
 	}
 	return o
 }

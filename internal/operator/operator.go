@@ -314,10 +314,11 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 				NodeRepair:          o.FeatureGates["NodeRepair"],
 				RepairPolicies:      RepairPolicies(o.CloudProvider),
 				TerminateFirstDrift: o.FeatureGates["TerminateFirstDrift"], TerminateFirstRepair: o.FeatureGates["TerminateFirstRepair"],
-				EvictionMemory:  churnMemory(o.ConsolidationChurnMemory),
-				DisablePlanning: !o.ConsolidationPlanning,
-				UnderutilizedK:  underutilizedK(o.UnderutilizedConsolidationK),
-				Solver:          solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
+				EvictionMemory:     churnMemory(o.ConsolidationChurnMemory),
+				DisablePlanning:    !o.ConsolidationPlanning,
+				UnderutilizedK:     underutilizedK(o.UnderutilizedConsolidationK),
+				CalmAfterScaleDown: calmAfterScaleDown(o.CalmAfterScaleDown),
+				Solver:             solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 			},
 		}}
 	if o.DisruptionValidationPeriod == 0 {
@@ -357,6 +358,15 @@ func underutilizedK(k float64) float64 {
 		return -1
 	}
 	return k
+}
+
+// calmAfterScaleDown is the decision core's CalmAfterScaleDown for the setting: 0 turns it off
+// (negative there; its zero means its default).
+func calmAfterScaleDown(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func churnMemory(d time.Duration) time.Duration {

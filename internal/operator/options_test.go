@@ -320,3 +320,21 @@ func TestSimFaults(t *testing.T) {
 		t.Errorf("by default SimFaults = %+v, %v; want none", o.SimFaults, err)
 	}
 }
+
+func TestCalmAfterScaleDown(t *testing.T) {
+	o, err := Parse(nil, env(nil))
+	if err != nil || o.CalmAfterScaleDown != 10*time.Minute || calmAfterScaleDown(o.CalmAfterScaleDown) != 10*time.Minute {
+		t.Fatalf("default: %v, err %v; want 10m", o.CalmAfterScaleDown, err)
+	}
+	o, err = Parse(nil, env(map[string]string{"CALM_AFTER_SCALE_DOWN": "0s"}))
+	if err != nil || calmAfterScaleDown(o.CalmAfterScaleDown) >= 0 {
+		t.Fatalf("CALM_AFTER_SCALE_DOWN=0s: %v, err %v; want the rule off", calmAfterScaleDown(o.CalmAfterScaleDown), err)
+	}
+	o, err = Parse([]string{"--calm-after-scale-down=3m"}, env(map[string]string{"CALM_AFTER_SCALE_DOWN": "20m"}))
+	if err != nil || o.CalmAfterScaleDown != 3*time.Minute {
+		t.Fatalf("flag over variable: %v, err %v; want 3m", o.CalmAfterScaleDown, err)
+	}
+	if _, err = Parse([]string{"--calm-after-scale-down=-1m"}, env(nil)); err == nil || !strings.Contains(err.Error(), "CALM_AFTER_SCALE_DOWN") {
+		t.Errorf("negative: %v, want an error naming the setting", err)
+	}
+}

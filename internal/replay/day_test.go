@@ -94,18 +94,20 @@ func BenchmarkReplayDay(b *testing.B) {
 }
 
 // BenchmarkReplayDays plays five seeded days (deletion costs on) under WhenEmptyOrUnderutilized
-// as Karpenter runs it (every saving taken), with Capstan's score of moves (k = 3) and under
-// Balanced, and reports the five days' cost and evictions summed: one day's figures hang on a
+// as Karpenter runs it (every saving taken), with Capstan's score of moves (k = 3, with and
+// without Balanced's bar after a scale-down) and under Balanced, and reports the five days' cost and evictions summed: one day's figures hang on a
 // few decisions, five show the trend.
 func BenchmarkReplayDays(b *testing.B) {
 	for _, rn := range []struct {
 		name   string
 		policy karpv1.ConsolidationPolicy
 		k      float64
+		calm   time.Duration
 	}{
-		{"WhenEmptyOrUnderutilized/k=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, -1},
-		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruption.DefaultUnderutilizedK},
-		{"Balanced", karpv1.ConsolidationPolicyBalanced, 0},
+		{"WhenEmptyOrUnderutilized/k=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, -1, 0},
+		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruption.DefaultUnderutilizedK, 0},
+		{"WhenEmptyOrUnderutilized/k=3/calm=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruption.DefaultUnderutilizedK, -1},
+		{"Balanced", karpv1.ConsolidationPolicyBalanced, 0, 0},
 	} {
 		b.Run(rn.name, func(b *testing.B) {
 			var cost float64
@@ -114,7 +116,7 @@ func BenchmarkReplayDays(b *testing.B) {
 				cost, evictions, twice = 0, 0, 0
 				for _, seed := range []uint64{1, 2, 3, 7, 42} {
 					c, err := replay.New(replay.Config{NodePool: onDemandPool(rn.policy), InstanceTypes: simCatalog(b), Step: time.Minute,
-						Disruption: disruption.Options{UnderutilizedK: rn.k}, PodDeletionCost: true})
+						Disruption: disruption.Options{UnderutilizedK: rn.k, CalmAfterScaleDown: rn.calm}, PodDeletionCost: true})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -307,7 +307,7 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 		c.pending = append(c.pending, p)
 	}
 	if len(pods) > n {
-		c.shrank("Deployment " + dep.Name)
+		c.shrank("ReplicaSet default/"+dep.Name, types.UID("rs-"+dep.Name))
 		perNode := map[string]int{}
 		for _, p := range pods {
 			perNode[p.Spec.NodeName]++
@@ -335,7 +335,7 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 
 // shrank records a scale-down of the owner now (its run continues when the last was within
 // the default scale-down wait).
-func (c *Cluster) shrank(owner string) {
+func (c *Cluster) shrank(owner string, uid types.UID) {
 	since := c.now
 	for i, sd := range c.scaleDowns {
 		if sd.Owner == owner {
@@ -346,7 +346,7 @@ func (c *Cluster) shrank(owner string) {
 			break
 		}
 	}
-	c.scaleDowns = append(c.scaleDowns, disruption.ScaleDown{Owner: owner, At: c.now, Since: since})
+	c.scaleDowns = append(c.scaleDowns, disruption.ScaleDown{Owner: owner, UID: uid, At: c.now, Since: since})
 }
 
 // remove deletes a pod wherever it is.
@@ -369,7 +369,7 @@ func newPod(name string, dep Deployment, now time.Time) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Labels: map[string]string{"app": dep.Name},
 			CreationTimestamp: metav1.NewTime(now),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: dep.Name,
-				UID: types.UID("rs-" + dep.Name), Controller: new(true)}}},
+				UID: types.UID("rs-" + dep.Name), Controller: new(true)}}}, // the UID shrank records
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending},

@@ -82,7 +82,7 @@ func (s *ScaleDowns) observe(now time.Time, wait time.Duration, owners []scalabl
 		if !(known && o.desired < prev) && o.current <= o.desired {
 			continue
 		}
-		sd := disruption.ScaleDown{Owner: o.name, At: now, Since: now}
+		sd := disruption.ScaleDown{Owner: o.name, UID: o.uid, At: now, Since: now}
 		if last, ok := s.seen[o.uid]; ok && now.Sub(last.At) < wait {
 			sd.Since = last.Since
 		}
