@@ -175,7 +175,7 @@ type decider struct {
 	sim       *simulation
 	out       *Decision
 	// shrunk are the owners seen shrinking within CalmAfterScaleDown: a WhenEmptyOrUnderutilized
-	// move evicting their pods must pass Balanced's bar.
+	// move evicting their pods must score 1/CalmK.
 	shrunk map[types.UID]bool
 }
 

@@ -677,10 +677,10 @@ func TestTerminateFirstDriftFreesTheReservationsMachine(t *testing.T) {
 	}
 }
 
-// TestBalancedBarAfterAScaleDown: under WhenEmptyOrUnderutilized a move evicting pods of an owner
-// seen shrinking within CalmAfterScaleDown must pass Balanced's bar (1/2) instead of 1/3; pods of
-// other owners, an older scale-down, or the rule turned off leave the bar at 1/3.
-func TestBalancedBarAfterAScaleDown(t *testing.T) {
+// TestFallingLoadBar: under WhenEmptyOrUnderutilized a move evicting pods of an owner seen
+// shrinking within CalmAfterScaleDown must score 1/CalmK (4) instead of 1/3; pods of other owners,
+// an older scale-down, or the rule turned off leave the bar at 1/3. Balanced keeps 1/2.
+func TestFallingLoadBar(t *testing.T) {
 	build := func(sds ...disruption.ScaleDown) *cluster {
 		c := newCluster(t)
 		c.pool("default", func(np *karpv1.NodePool) {
@@ -727,9 +727,21 @@ func TestBalancedBarAfterAScaleDown(t *testing.T) {
 				t.Fatalf("command = %v, want none", names(d.Command))
 			}
 			ev, msg := explanation(d, "m")
-			if want := "WhenEmptyOrUnderutilized: even deleting it outright would be saving 7.7% of the pool for 21.3% of its disruption (score 0.36 < 0.50, Balanced's bar while an owner of its pods is scaling down), too little for 12 eviction(s)"; ev != disruption.EventUnconsolidatable || msg != want {
+			if want := "WhenEmptyOrUnderutilized: even deleting it outright would be saving 7.7% of the pool for 21.3% of its disruption (score 0.36 < 4.00, the bar while an owner of its pods is scaling down), too little for 12 eviction(s)"; ev != disruption.EventUnconsolidatable || msg != want {
 				t.Errorf("explanation = %s %q, want %q", ev, msg, want)
 			}
 		})
+	}
+	// Balanced keeps Karpenter's rule: with 4 tiny pods, deleting m scores 0.82 (7.7% of the
+	// cost for 9.4% of the disruption), which 1/2 passes whatever shrank.
+	c := build(shrank("rs-tiny", 2*time.Minute))
+	c.snap.NodePools[0].NodePool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced
+	c.snap.Nodes[3].Pods = c.snap.Nodes[3].Pods[:4]
+	d := c.decide(disruption.Options{})
+	if !slices.Equal(names(d.Command), []string{"m"}) {
+		t.Fatalf("Balanced: command = %v, want m deleted", names(d.Command))
+	}
+	if s := d.Command.Scores["default"]; s.Calm || s.K != disruption.BalancedK {
+		t.Errorf("Balanced: score %v, want the bar of 1/2", s)
 	}
 }

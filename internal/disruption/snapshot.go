@@ -137,10 +137,10 @@ type Options struct {
 	// Karpenter does under that policy.
 	UnderutilizedK float64
 	// CalmAfterScaleDown is how long after an owner was last seen shrinking a
-	// WhenEmptyOrUnderutilized move that evicts its pods must pass Balanced's bar (1/BalancedK)
-	// rather than 1/UnderutilizedK (default 10 minutes; negative: never). A load that has just
-	// fallen often falls again: the next step of the scale-in deletes pods a marginal move would
-	// have evicted, and empties the machines for free.
+	// WhenEmptyOrUnderutilized move that evicts its pods must score at least 1/CalmK (4) rather
+	// than 1/UnderutilizedK (default 10 minutes; negative: never). A load that has just fallen
+	// often falls again: the next step of the scale-in deletes pods a marginal move would have
+	// evicted, and empties the machines for free.
 	CalmAfterScaleDown time.Duration
 	// Solver are the solver's options (preferences, minValues policy).
 	Solver solver.Options

@@ -95,7 +95,8 @@ func BenchmarkReplayDay(b *testing.B) {
 
 // BenchmarkReplayDays plays five seeded days (deletion costs on) under WhenEmptyOrUnderutilized
 // as Karpenter runs it (every saving taken), with Capstan's score of moves (k = 3, with and
-// without Balanced's bar after a scale-down) and under Balanced, and reports the five days' cost and evictions summed: one day's figures hang on a
+// without the falling load's bar after a scale-down) and under Balanced, and reports the five
+// days' cost and evictions summed: one day's figures hang on a
 // few decisions, five show the trend.
 func BenchmarkReplayDays(b *testing.B) {
 	for _, rn := range []struct {

@@ -137,7 +137,7 @@ func BenchmarkScaleDowns(b *testing.B) {
 				{"wait", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}}},
 				{"wait+deletion-cost", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}, PodDeletionCost: true}},
 				{"defaults", replay.Config{PodDeletionCost: true}},
-				// The defaults without Balanced's bar after a scale-down (Options.CalmAfterScaleDown).
+				// The defaults without the falling load's bar (Options.CalmAfterScaleDown).
 				{"defaults-calm-off", replay.Config{PodDeletionCost: true, Disruption: disruption.Options{CalmAfterScaleDown: -1}}},
 				// The same with bursts of fewer, larger machines at equal price.
 				{"defaults+fewer-machines", replay.Config{PodDeletionCost: true, Disruption: disruption.Options{Solver: solver.Options{FewerMachines: true}}}},
