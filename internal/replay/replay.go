@@ -307,7 +307,7 @@ func (c *Cluster) scaleTo(dep Deployment, n int) {
 		c.pending = append(c.pending, p)
 	}
 	if len(pods) > n {
-		c.shrank("ReplicaSet default/"+dep.Name, types.UID("rs-"+dep.Name))
+		c.shrank("ReplicaSet default/"+dep.Name, replicaSetUID(dep))
 		perNode := map[string]int{}
 		for _, p := range pods {
 			perNode[p.Spec.NodeName]++
@@ -363,13 +363,17 @@ func (c *Cluster) remove(p *corev1.Pod) {
 	}
 }
 
+// replicaSetUID is the UID of the deployment's ReplicaSet: its pods' controller, and the owner its
+// scale-downs name.
+func replicaSetUID(dep Deployment) types.UID { return types.UID("rs-" + dep.Name) }
+
 func newPod(name string, dep Deployment, now time.Time) *corev1.Pod {
 	cpu, mem := resource.MustParse(dep.CPU), resource.MustParse(dep.Memory)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Labels: map[string]string{"app": dep.Name},
 			CreationTimestamp: metav1.NewTime(now),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: dep.Name,
-				UID: types.UID("rs-" + dep.Name), Controller: new(true)}}}, // the UID shrank records
+				UID: replicaSetUID(dep), Controller: new(true)}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
