@@ -24,8 +24,8 @@ func TestScheduleNext(t *testing.T) {
 		{"*/15 * * * *", "2026-11-30 10:07", "2026-11-30 10:15"},
 		{"30 2 1 * *", "2026-11-30 10:00", "2026-12-01 02:30"},
 		{"0 0 * * sun", "2026-11-30 10:00", "2026-12-06 00:00"},
-		{"0 0 * * 7", "2026-11-30 10:00", "2026-12-06 00:00"}, // 7 is Sunday too
-		{"0 0 * * 5-7", "2026-11-30 10:00", "2026-12-04 00:00"},
+		{"0 0 * * 5-6", "2026-11-30 10:00", "2026-12-04 00:00"},
+		{"0 0 ? * 1", "2026-11-30 10:00", "2026-12-07 00:00"},
 		{"0 12 * jan,feb *", "2026-11-30 10:00", "2027-01-01 12:00"},
 		{"0 0 13 * fri", "2026-11-30 10:00", "2026-12-04 00:00"}, // both day fields: either matches
 		{"@hourly", "2026-11-30 10:00", "2026-11-30 11:00"},
@@ -51,9 +51,15 @@ func TestScheduleErrorsNameTheField(t *testing.T) {
 		"* * 0 * *":   `day of month field "0"`,
 		"* * * foo *": `month field "foo"`,
 		"* * * * 8":   `day of week field "8"`,
-		"* * * *":     "want 5 fields",
-		"*/0 * * * *": "step",
-		"5-1 * * * *": "ends before it starts",
+		// Sunday is 0, as Karpenter's parser (the same library) reads it; 7 is refused there too.
+		"0 0 * * 7":                      `day of week field "7"`,
+		"CRON_TZ=Europe/Paris 0 9 * * *": "time-zone prefix",
+		"TZ=UTC":                         "time-zone prefix",
+		"@every 1h":                      "@hourly",
+		"@fortnightly":                   "unrecognized descriptor",
+		"* * * *":                        "want 5 fields",
+		"*/0 * * * *":                    "step",
+		"5-1 * * * *":                    `minute field "5-1": beginning of range (5) beyond end of range (1)`,
 	} {
 		if _, err := disruption.ParseSchedule(expr); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want it to contain %q", expr, err, want)
