@@ -25,6 +25,7 @@ func main() {
 func run() int {
 	dir := flag.String("dir", ".capstan", "directory for the cluster's state, logs and kubeconfig")
 	assets := flag.String("assets", "bin", "directory of the control-plane binaries (hack/tools.sh)")
+	kcmQPS := flag.Int("kcm-qps", 0, "the kube-controller-manager's API requests per second (its burst is twice it); 0 keeps Kubernetes' default of 20, which bounds how fast a Deployment's pods are created")
 	flag.Parse()
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "[cluster]", prefix, args) }, funcr.Options{})
 
@@ -38,7 +39,10 @@ func run() int {
 	if err != nil {
 		return fail(log, err)
 	}
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: absDir, AssetsDir: absAssets, Log: log})
+	if *kcmQPS < 0 {
+		return fail(log, fmt.Errorf("--kcm-qps=%d: must be 0 (Kubernetes' default) or more", *kcmQPS))
+	}
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: absDir, AssetsDir: absAssets, Log: log, ControllerManagerQPS: *kcmQPS})
 	if err != nil {
 		return fail(log, err)
 	}

@@ -120,6 +120,10 @@ func BenchmarkConsolidationRound(b *testing.B) {
 						c.Run(nil, time.Minute)
 					}
 					b.ReportMetric(float64(rounds), "rounds-"+label)
+					// Every eviction since the cluster was built, the first round's too, and those of
+					// pods an earlier round had moved already.
+					b.ReportMetric(float64(c.Report().Evictions), "evictions-"+label)
+					b.ReportMetric(float64(c.Report().Reevictions), "evictions-twice-"+label)
 					b.ReportMetric(time.Since(start).Seconds(), "s-"+label)
 					b.ReportMetric(c.Price(), "$/h-"+label)
 					b.ReportMetric(c.Price()/workload.FitLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), label+"/fitLP")
