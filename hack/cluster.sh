@@ -24,6 +24,9 @@ running() {
 }
 
 up() {
+  case "${KCM_QPS:-0}" in
+    ''|*[!0-9]*) log "KCM_QPS=${KCM_QPS}: want a whole number of requests per second (0 keeps Kubernetes' default, 20)"; return 1 ;;
+  esac
   if running; then
     log "already running; KUBECONFIG=$state/kubeconfig"
     return 0
@@ -35,9 +38,6 @@ up() {
   touch "$state/.capstan-state"
   (cd "$root" && go build -o "$root/bin/localcluster" ./hack/localcluster)
   log "starting the local cluster (logs in $state/logs/)"
-  case "${KCM_QPS:-0}" in
-    ''|*[!0-9]*) log "KCM_QPS=${KCM_QPS}: want a whole number of requests per second (0 keeps Kubernetes' default, 20)"; return 1 ;;
-  esac
   setsid "$root/bin/localcluster" --dir "$state" --assets "$root/bin" --kcm-qps "${KCM_QPS:-0}" >"$state/localcluster.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
   for _ in $(seq 1 240); do
