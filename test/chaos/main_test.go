@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
@@ -24,6 +26,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The scenarios' watches log through controller-runtime; nothing reads it.
+	ctrllog.SetLogger(logr.Discard())
 	e2e.Main(m, "capstan-chaos-", &h, func(hs *e2e.Harness) (func(), error) {
 		statePath = filepath.Join(hs.Dir, "sim-cloud.json")
 		return nil, start()
