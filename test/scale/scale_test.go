@@ -1,9 +1,11 @@
 package scale
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -173,7 +175,6 @@ func (wl workload) replicas(total int, f float64) int32 {
 }
 
 func run(b *testing.B, w *watcher, total int) {
-	ctx := b.Context()
 	want := func(f float64) (n int) {
 		for _, wl := range workloads {
 			n += int(wl.replicas(total, f))
@@ -218,7 +219,12 @@ func run(b *testing.B, w *watcher, total int) {
 			fresh = append(fresh, nc)
 		}
 	}
-	lastClaim, _ := e2e.ClaimFigures(ctx, h.Client, ncs)
+	var lastClaim time.Time
+	for _, nc := range ncs {
+		if nc.CreationTimestamp.After(lastClaim) {
+			lastClaim = nc.CreationTimestamp.Time
+		}
+	}
 	mismatched := mismatchedNodes(b, ncs)
 	if len(fresh) == 0 {
 		b.Fatal("the burst created no NodeClaim")
@@ -448,17 +454,27 @@ func (w *watcher) waitSettled(b *testing.B, notBefore time.Time, quiet, timeout 
 
 // scrape reads the running Capstan's /metrics.
 func scrape(b *testing.B) map[string]*dto.MetricFamily {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mf, err := p.TextToMetricFamilies(resp.Body)
+	mf, err := capstanMetrics()
 	if err != nil {
 		b.Fatal(err)
 	}
 	return mf
+}
+
+// capstanMetrics reads and parses the running Capstan's /metrics.
+func capstanMetrics() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics parses the Prometheus text format.
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }
 
 // sum adds a family's samples (counters and gauges) whose labels include match.
@@ -512,8 +528,7 @@ func podLists(b *testing.B) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mf, err := p.TextToMetricFamilies(strings.NewReader(string(raw)))
+	mf, err := parseMetrics(bytes.NewReader(raw))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -547,13 +562,7 @@ func startSampler(b *testing.B) *sampler {
 				return
 			case <-t.C:
 			}
-			resp, err := http.Get("http://" + metricsAddr + "/metrics")
-			if err != nil {
-				continue
-			}
-			p := expfmt.NewTextParser(model.UTF8Validation)
-			mf, err := p.TextToMetricFamilies(resp.Body)
-			resp.Body.Close()
+			mf, err := capstanMetrics()
 			if err != nil {
 				continue
 			}
