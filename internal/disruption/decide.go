@@ -174,8 +174,8 @@ type decider struct {
 	explained map[*Candidate]bool
 	sim       *simulation
 	out       *Decision
-	// shrunk are the owners seen shrinking within CalmAfterScaleDown: a WhenEmptyOrUnderutilized
-	// move evicting their pods must score 1/CalmK.
+	// shrunk are the owners seen shrinking within CalmAfterScaleDown: a scored consolidation
+	// evicting their pods must score 1/CalmK.
 	shrunk map[types.UID]bool
 }
 

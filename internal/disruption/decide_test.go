@@ -679,7 +679,8 @@ func TestTerminateFirstDriftFreesTheReservationsMachine(t *testing.T) {
 
 // TestFallingLoadBar: under WhenEmptyOrUnderutilized a move evicting pods of an owner seen
 // shrinking within CalmAfterScaleDown must score 1/CalmK (4) instead of 1/3; pods of other owners,
-// an older scale-down, or the rule turned off leave the bar at 1/3. Balanced keeps 1/2.
+// an older scale-down, or the rule turned off leave the bar at 1/3. Balanced's 1/2 becomes 4 the
+// same way.
 func TestFallingLoadBar(t *testing.T) {
 	build := func(sds ...disruption.ScaleDown) *cluster {
 		c := newCluster(t)
@@ -732,14 +733,24 @@ func TestFallingLoadBar(t *testing.T) {
 			}
 		})
 	}
-	// Balanced keeps Karpenter's rule: with 4 tiny pods, deleting m scores 0.82 (7.7% of the
-	// cost for 9.4% of the disruption), which 1/2 passes whatever shrank.
-	c := build(shrank("rs-tiny", 2*time.Minute))
-	c.snap.NodePools[0].NodePool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced
-	c.snap.Nodes[3].Pods = c.snap.Nodes[3].Pods[:4]
-	d := c.decide(disruption.Options{})
+	// Balanced: with 4 tiny pods, deleting m scores 0.82 (7.7% of the cost for 9.4% of the
+	// disruption), which Karpenter's 1/2 passes; while the tiny pods' owner shrinks the bar is 4
+	// there too (stricter than Karpenter's rule, never looser), and another owner's scale-down
+	// leaves Karpenter's bar.
+	balanced := func(sds ...disruption.ScaleDown) *disruption.Decision {
+		c := build(sds...)
+		c.snap.NodePools[0].NodePool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced
+		c.snap.Nodes[3].Pods = c.snap.Nodes[3].Pods[:4]
+		return c.decide(disruption.Options{})
+	}
+	if d := balanced(shrank("rs-tiny", 2*time.Minute)); d.Command != nil {
+		t.Errorf("Balanced while the owner shrinks: command = %v, want none", names(d.Command))
+	} else if _, msg := explanation(d, "m"); !strings.Contains(msg, "(score 0.82 < 4.00, the bar while an owner of its pods is scaling down)") {
+		t.Errorf("Balanced while the owner shrinks: explanation %q", msg)
+	}
+	d := balanced(shrank("rs-x0", 2*time.Minute))
 	if !slices.Equal(names(d.Command), []string{"m"}) {
-		t.Fatalf("Balanced: command = %v, want m deleted", names(d.Command))
+		t.Fatalf("Balanced, another owner shrank: command = %v, want m deleted", names(d.Command))
 	}
 	if s := d.Command.Scores["default"]; s.Calm || s.K != disruption.BalancedK {
 		t.Errorf("Balanced: score %v, want the bar of 1/2", s)

@@ -136,9 +136,9 @@ type Options struct {
 	// DefaultUnderutilizedK; a negative value turns the score off, taking every saving as
 	// Karpenter does under that policy.
 	UnderutilizedK float64
-	// CalmAfterScaleDown is how long after an owner was last seen shrinking a
-	// WhenEmptyOrUnderutilized move that evicts its pods must score at least 1/CalmK (4) rather
-	// than 1/UnderutilizedK (default 10 minutes; negative: never). A load that has just fallen
+	// CalmAfterScaleDown is how long after an owner was last seen shrinking a consolidation
+	// (WhenEmptyOrUnderutilized with its score on, or Balanced) that evicts its pods must score at
+	// least 1/CalmK (4) rather than 1/k (default 10 minutes; negative: never). A load that has just fallen
 	// often falls again: the next step of the scale-in deletes pods a marginal move would have
 	// evicted, and empties the machines for free.
 	CalmAfterScaleDown time.Duration

@@ -89,8 +89,9 @@ type Options struct {
 	// there must score (saving against disruption, as Balanced scores) at least 1/k; 0 takes
 	// every saving, as Karpenter does.
 	UnderutilizedConsolidationK float64
-	// CalmAfterScaleDown is how long after an owner shrank a WhenEmptyOrUnderutilized move
-	// evicting its pods must score 4 (disruption.CalmK) instead of 1/k; 0 turns that off.
+	// CalmAfterScaleDown is how long after an owner shrank a consolidation (WhenEmptyOrUnderutilized
+	// or Balanced) evicting its pods must score 4 (disruption.CalmK) instead of 1/k; 0 turns that
+	// off.
 	CalmAfterScaleDown time.Duration
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
@@ -276,7 +277,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
 	envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
 	fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptioncore.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
-	dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptioncore.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a WhenEmptyOrUnderutilized consolidation evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
+	dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptioncore.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
 	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
 	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
 	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")

@@ -13,7 +13,7 @@ import (
 )
 
 // Calm scale-downs: with the wait for scale-downs in progress, deletion costs and moves priced
-// against their evictions, the pods a scale-down leaves are moved at most half as often as with
+// against their evictions (with the falling load's bar), the pods a scale-down leaves are moved at most half as often as with
 // all three off, for no higher price, and none twice. 1,000 pods scaled to 300: the wait alone keeps consolidation from moving pods onto
 // the machines the scale-in just emptied (which then stay); two Deployments scaled down in three
 // steps: the wait keeps consolidation from moving, between steps, pods the next step deletes,
@@ -32,7 +32,7 @@ func TestCalmRulesHalveTheMovesOfScaleDowns(t *testing.T) {
 		{cases[2], karpv1.ConsolidationPolicyBalanced},
 	} {
 		t.Run(tc.sc.name+"/"+string(tc.policy), func(t *testing.T) {
-			_, offEnd, off := runScaleDown(t, tc.sc, tc.policy, replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1}})
+			_, offEnd, off := runScaleDown(t, tc.sc, tc.policy, replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1, CalmAfterScaleDown: -1}})
 			_, onEnd, on := runScaleDown(t, tc.sc, tc.policy, replay.Config{PodDeletionCost: true})
 			t.Logf("rules off: %.3f $/h, %d evictions; on: %.3f $/h, %d evictions", offEnd, off.Evictions, onEnd, on.Evictions)
 			if 2*on.Evictions > off.Evictions || off.Evictions == 0 {

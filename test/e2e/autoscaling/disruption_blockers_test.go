@@ -174,13 +174,16 @@ func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
 		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration()
 	})
 	// Three m5.2xlarge ($0.384/h) each running a 7-CPU pod and eight fillers beside it (10
-	// disruption units each), and 30 tiny pods that keep away from them, on an m5.xlarge ($0.192/h).
+	// disruption units each), and 30 tiny pods that keep away from them, on an m5.xlarge ($0.192/h):
+	// 29 of Deployment "many" and one of Deployment "one".
 	deployment(t, "full", name, 3, "7", "8Gi", spreadOneNodeEach("full"))
 	eventually(t, "3 full pods Running", 2*time.Minute, running(t, "full", 3))
 	deployment(t, "filler", name, 24, "100m", "64Mi", withPodAffinity("full", false))
 	eventually(t, "24 fillers Running", 2*time.Minute, running(t, "filler", 24))
-	many := deployment(t, "many", name, 30, "100m", "64Mi", withPodAffinity("full", true))
-	eventually(t, "30 tiny pods Running", 2*time.Minute, running(t, "many", 30))
+	many := deployment(t, "many", name, 29, "100m", "64Mi", withPodAffinity("full", true))
+	eventually(t, "29 tiny pods Running", 2*time.Minute, running(t, "many", 29))
+	deployment(t, "one", name, 1, "100m", "64Mi", withPodAffinity("full", true))
+	eventually(t, "the 30th tiny pod Running", 2*time.Minute, running(t, "one", 1))
 	var small karpv1.NodeClaim
 	for _, nc := range claims(t, name) {
 		if nc.Labels[karpv1.InstanceTypeLabelKey] != "m5.2xlarge" {
@@ -201,15 +204,17 @@ func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
 	}
 	// 16 tiny pods left: an m5.large would hold them for $0.096/h less — 7% of the pool's cost
 	// for 17 of its 47 units of disruption (36%), score 0.19. Karpenter's WhenEmptyOrUnderutilized
-	// would take that; Balanced (like Capstan's WhenEmptyOrUnderutilized, whose bar is 1/3)
-	// refuses and says why.
-	scale(t, many, 16)
-	eventually(t, "16 tiny pods", time.Minute, func(ctx context.Context) (bool, error) { return len(pods(t, "many")) == 16, nil })
+	// would take that; Balanced (like Capstan's WhenEmptyOrUnderutilized, whose bar is 1/3, and
+	// stricter still while "many" is shrinking) refuses and says why.
+	scale(t, many, 15)
+	eventually(t, "16 tiny pods", time.Minute, func(ctx context.Context) (bool, error) { return len(pods(t, "many")) == 15, nil })
 	consolidateNow(t, name)
 	eventFor(t, "NodeClaim", small.Name, "Unconsolidatable", "Balanced:")
 	untouched(t, small, 5*time.Second)
-	// One tiny pod left: the same replacement now costs 2 units of 32 (6%) for the same 7%.
-	scale(t, many, 1)
+	// One tiny pod left, of "one", which never shrank: the same replacement now costs 2 units of
+	// 32 (6%) for the same 7%, which Karpenter's bar of 1/2 passes. ("many" shrinking to one pod
+	// would have set the falling load's bar of 4 on that move.)
+	scale(t, many, 0)
 	eventually(t, "the m5.xlarge replaced by an m5.large", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		replaced := false
 		for _, nc := range claims(t, name) {
@@ -218,7 +223,7 @@ func TestBalancedRefusesSmallSavingsAndTakesLargeOnes(t *testing.T) {
 			}
 			replaced = replaced || nc.Labels[karpv1.InstanceTypeLabelKey] == "m5.large" && nc.Annotations["capstan.dev/disruption-replacement"] != ""
 		}
-		ok, _ := running(t, "many", 1)(ctx)
+		ok, _ := running(t, "one", 1)(ctx)
 		return replaced && ok, nil
 	})
 }
