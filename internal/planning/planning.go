@@ -212,10 +212,10 @@ func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1
 	}
 	return &karpv1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: np.Name + "-",
-			Labels:       labels,
-			Annotations:  annotations,
-			Finalizers:   []string{karpv1.TerminationFinalizer},
+			Name:        nodeclaims.NewName(np.Name),
+			Labels:      labels,
+			Annotations: annotations,
+			Finalizers:  []string{karpv1.TerminationFinalizer},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: karpv1.SchemeGroupVersion.String(), Kind: "NodePool", Name: np.Name, UID: np.UID,
 				BlockOwnerDeletion: new(true),

@@ -96,7 +96,6 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 			return opts.PollPeriod, fmt.Errorf("replacement from NodePool %s, which is not in the snapshot", r.NodePool)
 		}
 		nc := planning.NewNodeClaim(np, r)
-		nc.GenerateName = ""
 		nc.Name = fmt.Sprintf("%s-%s-%d", np.Name, st.ID, len(claims))
 		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)
 		nodeclaims.ReservePods(nc, r.Pods)
@@ -125,7 +124,14 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 	}
 	crashpoint.Hit(crashpoint.DisruptionTainted)
 	for _, nc := range claims {
-		if err := c.Client.Create(ctx, nc); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := nodeclaims.Create(ctx, c.Client, c.APIReader, c.Clock, nc)
+		switch {
+		case err == nil || apierrors.IsAlreadyExists(err):
+		case nodeclaims.IsUnresolved(err):
+			// The replacement may exist: the command goes on, and its next step reads the
+			// replacement from the API server (gone: rolled back; there: carried on).
+			logger.Error(err, "replacement's create unresolved; the command's next step looks for it", "NodeClaim", nc.Name)
+		default:
 			c.rollback(ctx, st, fmt.Sprintf("creating replacement %s failed: %v", nc.Name, err))
 			return opts.FailureBackoff, nil
 		}

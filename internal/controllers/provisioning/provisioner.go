@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -38,10 +39,13 @@ import (
 
 // Provisioner plans and creates NodeClaims for pending pods.
 type Provisioner struct {
-	Client   client.Client
-	Cloud    cloudprovider.CloudProvider
-	Clock    clock.Clock
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server, not the cache: after a create whose answer was lost
+	// it says whether the claim exists (nodeclaims.Create). Nil reads through Client.
+	APIReader client.Reader
+	Cloud     cloudprovider.CloudProvider
+	Clock     clock.Clock
+	Recorder  events.EventRecorder
 	// BatchIdle ends a batch when no new pod arrived for this long (default 1s); BatchMax bounds
 	// a batch (default 10s).
 	BatchIdle, BatchMax time.Duration
@@ -132,6 +136,27 @@ func (p *Provisioner) withCreated(listed []karpv1.NodeClaim) []karpv1.NodeClaim 
 	}
 	return listed
 }
+
+// create creates a planned claim under a name of its own (nodeclaims.Create settles a lost
+// answer by that name), choosing another name when the random one is taken.
+func (p *Provisioner) create(ctx context.Context, np *karpv1.NodePool, nc *karpv1.NodeClaim) error {
+	reader := p.APIReader
+	if reader == nil {
+		reader = p.Client
+	}
+	var err error
+	for range createNameTries {
+		nc.Name = nodeclaims.NewName(np.Name)
+		if err = nodeclaims.Create(ctx, p.Client, reader, p.Clock, nc); !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// createNameTries bounds the random names tried for one claim: a name is taken with a chance of
+// the pool's claims over 27^5 (14 million), so a second try is rare and a fifth unheard of.
+const createNameTries = 5
 
 // Name is the provisioner's name and log key.
 func (p *Provisioner) Name() string { return "provisioner" }
@@ -393,6 +418,10 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	// fifty, and the next pass waits for this one.
 	made := make([]*karpv1.NodeClaim, len(plan.NodeClaims))
 	errs := make([]error, len(plan.NodeClaims))
+	// unresolved claims may exist: their pods wait for them as for made ones (nominated, and the
+	// claims remembered until the cache lists them or createdTTL passes), but they are not
+	// counted or told as created.
+	unresolved := make([]bool, len(plan.NodeClaims))
 	workers := p.CreateConcurrency
 	if workers <= 0 {
 		workers = DefaultCreateConcurrency
@@ -406,9 +435,13 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := p.Client.Create(ctx, nc); err != nil {
+			err := p.create(ctx, np, nc)
+			if err != nil {
 				errs[i] = fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
-				return
+				if !nodeclaims.IsUnresolved(err) {
+					return
+				}
+				unresolved[i] = true
 			}
 			made[i] = nc
 		}()
@@ -422,9 +455,12 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		if nc == nil {
 			continue
 		}
+		p.remember(nc)
+		if unresolved[i] {
+			continue
+		}
 		planned, np := plan.NodeClaims[i], st.ByName[plan.NodeClaims[i].NodePool]
 		res.Created = append(res.Created, nc)
-		p.remember(nc)
 		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", planning.TypeList(planned.InstanceTypes), "pods", len(planned.Pods))
@@ -434,7 +470,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		// One line per pass with the counts: in a burst the per-claim lines are sampled away.
 		failed, pods := 0, 0
 		for i, err := range errs {
-			if err != nil {
+			if err != nil || unresolved[i] {
 				failed++
 			} else {
 				pods += len(plan.NodeClaims[i].Pods)

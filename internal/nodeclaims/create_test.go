@@ -1,0 +1,40 @@
+package nodeclaims
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/url"
+	"syscall"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestAmbiguous(t *testing.T) {
+	gr := schema.GroupResource{Group: "karpenter.sh", Resource: "nodeclaims"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"dropped connection", &url.Error{Op: "Post", URL: "https://x", Err: io.ErrUnexpectedEOF}, true},
+		{"connection reset", &url.Error{Op: "Post", URL: "https://x", Err: syscall.ECONNRESET}, true},
+		{"client timeout", &url.Error{Op: "Post", URL: "https://x", Err: context.DeadlineExceeded}, true},
+		{"server timeout", apierrors.NewServerTimeout(gr, "create", 1), true},
+		{"request timeout", apierrors.NewTimeoutError("etcd", 1), true},
+		{"internal error", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), true},
+		{"service unavailable", apierrors.NewServiceUnavailable("restarting"), true},
+		{"connection refused", &url.Error{Op: "Post", URL: "https://x", Err: syscall.ECONNREFUSED}, false},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: "karpenter.sh", Kind: "NodeClaim"}, "x", nil), false},
+		{"forbidden", apierrors.NewForbidden(gr, "x", errors.New("quota")), false},
+		{"already exists", apierrors.NewAlreadyExists(gr, "x"), false},
+		{"too many requests", apierrors.NewTooManyRequests("slow down", 1), false},
+		{"none", nil, false},
+	} {
+		if got := Ambiguous(tc.err); got != tc.want {
+			t.Errorf("%s: Ambiguous(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
