@@ -155,6 +155,7 @@ type meter struct {
 	client client.Client
 	prices map[[3]string]float64
 	nodes  cache.Indexer
+	pods   cache.Store
 
 	mu sync.Mutex
 	// scaledAt is when the first scale-down started; evictions before it are not counted.
@@ -193,6 +194,7 @@ func (m *meter) run(ctx context.Context, cs kubernetes.Interface, o options, sc 
 	podInf := factory.Core().V1().Pods().Informer()
 	nodeInf := factory.Core().V1().Nodes().Informer()
 	m.nodes = nodeInf.GetIndexer()
+	m.pods = podInf.GetStore()
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			// An update counts only once the pod is deleting; a delete event always counts.
@@ -247,6 +249,7 @@ func (m *meter) run(ctx context.Context, cs kubernetes.Interface, o options, sc 
 	var last fleet
 	changed := time.Now()
 	for i, st := range sc.steps {
+		m.deletionCosts(i + 1)
 		for name, n := range st {
 			if err := m.scale(ctx, name, n); err != nil {
 				return err
@@ -362,6 +365,38 @@ func (m *meter) apply(ctx context.Context, o options, sc scenario, ref []string)
 		}
 	}
 	return nil
+}
+
+// deletionCosts prints, before a scale-down step, how many running pods carry a
+// controller.kubernetes.io/pod-deletion-cost and how many nodes hold pods both with and without
+// one, or with several values: a ReplicaSet's scale-in empties whole nodes only when every pod
+// carries its node's value.
+func (m *meter) deletionCosts(step int) {
+	with, total, mixed := 0, 0, 0
+	perNode := map[string]map[string]bool{}
+	for _, obj := range m.pods.List() {
+		p := obj.(*corev1.Pod)
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+			continue
+		}
+		total++
+		v, ok := p.Annotations[corev1.PodDeletionCost]
+		if ok {
+			with++
+		} else {
+			v = "unset"
+		}
+		if perNode[p.Spec.NodeName] == nil {
+			perNode[p.Spec.NodeName] = map[string]bool{}
+		}
+		perNode[p.Spec.NodeName][v] = true
+	}
+	for _, vs := range perNode {
+		if len(vs) > 1 {
+			mixed++
+		}
+	}
+	fmt.Printf("# before step %d: %d of %d pods carry a deletion cost; %d of %d nodes hold pods of several values (or none)\n", step, with, total, mixed, len(perNode))
 }
 
 func (m *meter) scale(ctx context.Context, name string, n int32) error {
