@@ -24,6 +24,11 @@ import (
 // gives ("<pool>-" and five random characters). Capstan names its claims itself rather than
 // through generateName so that a create whose answer was lost can be looked up by name.
 func NewName(pool string) string {
+	// As generateName does, the base is cut so that the name stays within 63 characters.
+	const maxBase = 63 - 5 - 1
+	if len(pool) > maxBase {
+		pool = pool[:maxBase]
+	}
 	return pool + "-" + utilrand.String(5)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -36,5 +37,18 @@ func TestAmbiguous(t *testing.T) {
 		if got := Ambiguous(tc.err); got != tc.want {
 			t.Errorf("%s: Ambiguous(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
+	}
+}
+
+func TestNewName(t *testing.T) {
+	long := strings.Repeat("p", 80)
+	for pool, prefix := range map[string]string{"default": "default-", long: long[:57] + "-"} {
+		n := NewName(pool)
+		if !strings.HasPrefix(n, prefix) || len(n) != len(prefix)+5 || len(n) > 63 {
+			t.Errorf("NewName(%q) = %q, want %q and five characters, at most 63 in all", pool, n, prefix)
+		}
+	}
+	if NewName("a") == NewName("a") {
+		t.Error("two names drawn alike")
 	}
 }
