@@ -1,6 +1,7 @@
 package disruption
 
 import (
+	"cmp"
 	"math"
 	"slices"
 
@@ -32,11 +33,12 @@ const (
 // which the ReplicaSet controller reads as 0, after every ranked node.
 //
 // Within the consolidation band the order is the planned nodes first (the ones a command in
-// flight expects to remove next), then consolidation's own order: least used first, then most
-// money per unit of disruption, then name. Every node gets its own value, so that nodes of equal
+// flight expects to remove next), then least used first (as consolidation takes them; use to
+// 1/10,000), then oldest first, then name. Every node gets its own value, so that nodes of equal
 // use are emptied one after the other rather than all thinned. Budgets are not applied: they pace
-// the removals, while a scale-in needs none. Values count up from each band's base, so a node
-// added last (a fresh, full machine) changes no other node's value.
+// the removals, while a scale-in needs none. A node's value follows from its own use (and its
+// place among nodes of the same use), so a node emptied, added or removed changes no other
+// node's value. The drifted band counts up from its base in drift order.
 func DeletionCosts(snap *Snapshot, opts Options) map[string]int32 {
 	d := newDecider(snap, opts)
 	out := map[string]int32{}
@@ -64,13 +66,43 @@ func DeletionCosts(snap *Snapshot, opts Options) map[string]int32 {
 			}
 			return 1
 		}
-		return consolidationOrder(a, b)
+		return cmp.Or(cmp.Compare(useStep(a), useStep(b)),
+			a.NodeClaim.CreationTimestamp.Compare(b.NodeClaim.CreationTimestamp.Time), cmp.Compare(a.Name(), b.Name()))
 	})
 	for i, c := range drifted {
 		out[c.Name()] = DeletionCostDrifted + int32(i)
 	}
-	for i, c := range rest {
-		out[c.Name()] = DeletionCostConsolidation + int32(i)
+	// A node's value in this band depends on its own use, not on its place among the others:
+	// when a scale-in empties one node, or a node joins or leaves, the other nodes keep their
+	// values. With values by place, one node moving shifted every node after it by one, and
+	// while those pods were rewritten (at a bounded rate) a node's new value equalled the next
+	// node's old one: a ReplicaSet scaling in meanwhile took pods of both, thinning machines
+	// instead of emptying them. Nodes of the same use (to 1/utilizationSteps) are told apart by
+	// their place among themselves, oldest first, so that a node joining them (the newest) moves
+	// none of them.
+	slot := map[int32]int32{}
+	for _, c := range rest {
+		v := DeletionCostConsolidation
+		if !nodeclaims.Planned(c.Node.Node) {
+			v += deletionCostUnplanned
+		}
+		v += useStep(c) * tieSlots
+		out[c.Name()] = v + min(slot[v], tieSlots-1)
+		slot[v]++
 	}
 	return out
 }
+
+// useStep is the candidate's use in steps of 1/utilizationSteps.
+func useStep(c *Candidate) int32 {
+	return int32(math.Floor(min(max(c.Utilization, 0), 1) * utilizationSteps))
+}
+
+// The consolidation band's layout (DeletionCosts): planned nodes from DeletionCostConsolidation,
+// the others from DeletionCostConsolidation + deletionCostUnplanned; within each, the node's use
+// in steps of 1/utilizationSteps, tieSlots values per step.
+const (
+	utilizationSteps      = 10_000
+	tieSlots              = 10_000
+	deletionCostUnplanned = 200_000_000
+)

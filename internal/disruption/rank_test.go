@@ -43,13 +43,23 @@ func TestDeletionCostsRankNodesByHowSoonTheyGo(t *testing.T) {
 	want := map[string]int32{
 		"leaving":   disruption.DeletionCostDisrupting,
 		"drift-old": disruption.DeletionCostDrifted, "drift-new": disruption.DeletionCostDrifted + 1,
-		"planned": disruption.DeletionCostConsolidation, "light": disruption.DeletionCostConsolidation + 1,
-		"half": disruption.DeletionCostConsolidation + 2, "full": disruption.DeletionCostConsolidation + 3,
 	}
 	for name, v := range want {
 		if got[name] != v {
 			t.Errorf("%s: %d, want %d", name, got[name], v)
 		}
+	}
+	// The consolidation band, in order, below 0 (an unset value, after every ranked node).
+	order := []string{"planned", "light", "half", "full"}
+	for i, name := range order {
+		v, ok := got[name]
+		switch {
+		case !ok || v < disruption.DeletionCostConsolidation || v >= 0:
+			t.Errorf("%s: %d (ranked %v), want a value of the consolidation band", name, v, ok)
+		case i > 0 && v <= got[order[i-1]]:
+			t.Errorf("%s: %d, not after %s's %d", name, v, order[i-1], got[order[i-1]])
+		}
+		want[name] = v
 	}
 	for _, name := range []string{"guarded", "kept", "empty"} {
 		if v, ok := got[name]; ok {
@@ -127,5 +137,50 @@ func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
 	c.node("default", "empty", "s", karpv1.CapacityTypeOnDemand)
 	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) || d.Command.Method != disruption.MethodEmptiness {
 		t.Errorf("command %v; want the consolidatable empty node deleted while the scale-down settles", names(d.Command))
+	}
+}
+
+// A node's value follows from its own use: a scale-in emptying one node, a node leaving or a
+// full node joining changes no other node's value (while a ReplicaSet scales in, pods being
+// rewritten must never tie with another node's); nodes of the same use get consecutive values.
+func TestDeletionCostsOfOtherNodesStayPut(t *testing.T) {
+	build := func(light int, extra bool) map[string]int32 {
+		c := newCluster(t)
+		c.pool("default", nil)
+		c.node("default", "light", "l", karpv1.CapacityTypeOnDemand, pods("a", light, "1")...)
+		c.node("default", "half", "l", karpv1.CapacityTypeOnDemand, pods("b", 4, "1")...)
+		c.node("default", "full-1", "l", karpv1.CapacityTypeOnDemand, pods("c", 7, "1")...)
+		c.node("default", "full-2", "l", karpv1.CapacityTypeOnDemand, pods("d", 7, "1")...)
+		if extra {
+			// The newest node, named to sort first.
+			n := c.node("default", "full-0", "l", karpv1.CapacityTypeOnDemand, pods("e", 7, "1")...)
+			n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+		}
+		return disruption.DeletionCosts(c.snap, disruption.Options{})
+	}
+	before := build(3, false)
+	if before["full-1"]+1 != before["full-2"] {
+		t.Errorf("full-1 %d, full-2 %d: want consecutive values for nodes of the same use", before["full-1"], before["full-2"])
+	}
+	for _, tc := range []struct {
+		name  string
+		after map[string]int32
+		moved string
+	}{
+		{"light thinned", build(1, false), "light"},
+		{"light emptied", build(0, false), "light"},
+		{"a full node joins", build(3, true), "full-0"},
+	} {
+		for node, v := range before {
+			if node == tc.moved {
+				continue
+			}
+			if tc.after[node] != v {
+				t.Errorf("%s: %s went from %d to %d", tc.name, node, v, tc.after[node])
+			}
+		}
+	}
+	if v := build(1, false)["light"]; v >= before["light"] {
+		t.Errorf("light with 1 pod: %d, want below its %d with 3", v, before["light"])
 	}
 }

@@ -122,9 +122,9 @@ func sync(t *testing.T, c *Controller) int {
 	return n
 }
 
-// Pods get their node's rank in consolidation order (node-a, then node-c, then node-b), counted
-// up from the consolidation band; pods no ReplicaSet controls get none; a second pass writes
-// nothing.
+// Pods get their node's value, ranking the nodes in consolidation order (node-a, then node-c,
+// then node-b) in the consolidation band; pods no ReplicaSet controls get none; a second pass
+// writes nothing.
 func TestReplicaSetPodsGetTheirNodesRank(t *testing.T) {
 	c := newCluster(t)
 	bare := c.createPod(t, "bare", "node-a", false)
@@ -132,8 +132,10 @@ func TestReplicaSetPodsGetTheirNodesRank(t *testing.T) {
 	if n := sync(t, ctl); n != 6 {
 		t.Fatalf("first pass wrote %d pods, want the 6 ReplicaSet pods", n)
 	}
-	want := map[string]int32{"node-a": disruption.DeletionCostConsolidation, "node-c": disruption.DeletionCostConsolidation + 1,
-		"node-b": disruption.DeletionCostConsolidation + 2}
+	want := disruption.DeletionCosts(c.snap, disruption.Options{})
+	if !(disruption.DeletionCostConsolidation <= want["node-a"] && want["node-a"] < want["node-c"] && want["node-c"] < want["node-b"] && want["node-b"] < 0) {
+		t.Fatalf("ranking %v, want node-a, node-c, node-b in the consolidation band", want)
+	}
 	for node, ps := range c.pods {
 		for _, p := range ps {
 			cost, record, _, _ := annotations(t, p)
@@ -199,6 +201,7 @@ func TestValuesLeaveNodesThatCannotBeRemoved(t *testing.T) {
 	c := newCluster(t)
 	ctl := c.controller(true)
 	sync(t, ctl)
+	nodeB, _, _, _ := annotations(t, c.pods["node-b"][0])
 	guard := c.pods["node-c"][0].DeepCopy()
 	guard.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
 	for _, n := range c.snap.Nodes {
@@ -206,16 +209,16 @@ func TestValuesLeaveNodesThatCannotBeRemoved(t *testing.T) {
 			n.Pods = []*corev1.Pod{guard, c.pods["node-c"][1]}
 		}
 	}
-	if n := sync(t, ctl); n != 2+3 {
-		t.Errorf("wrote %d pods, want node-c's 2 removed and node-b's 3 moved up a rank", n)
+	if n := sync(t, ctl); n != 2 {
+		t.Errorf("wrote %d pods, want node-c's 2 removed and nothing else: other nodes keep their values", n)
 	}
 	for _, p := range c.pods["node-c"] {
 		if _, _, hasCost, hasRecord := annotations(t, p); hasCost || hasRecord {
 			t.Errorf("pod %s on a node that cannot be removed keeps a deletion cost", p.Name)
 		}
 	}
-	if cost, _, _, _ := annotations(t, c.pods["node-b"][0]); cost != strconv.Itoa(int(disruption.DeletionCostConsolidation+1)) {
-		t.Errorf("node-b's pods: %s, want the second rank", cost)
+	if cost, _, _, _ := annotations(t, c.pods["node-b"][0]); cost != nodeB {
+		t.Errorf("node-b's pods: %s, want their value unchanged (%s)", cost, nodeB)
 	}
 }
 
@@ -302,8 +305,8 @@ func TestBoundPodsWakeThePass(t *testing.T) {
 	waitFor("the bound pod started the debounce", func() bool { return clk.Waiters() == 3 })
 	clk.Step(DefaultDebounce)
 	waitFor("the pod bound after the pass got a deletion cost", ranked(late))
-	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruption.DeletionCostConsolidation)) {
-		t.Errorf("the late pod on node-a got %s, want node-a's rank %d", cost, disruption.DeletionCostConsolidation)
+	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruption.DeletionCosts(c.snap, disruption.Options{})["node-a"])) {
+		t.Errorf("the late pod on node-a got %s, want node-a's value %d", cost, disruption.DeletionCosts(c.snap, disruption.Options{})["node-a"])
 	}
 	if clk.Since(start) >= DefaultPeriod {
 		t.Errorf("the clock moved %s, a whole period", clk.Since(start))
