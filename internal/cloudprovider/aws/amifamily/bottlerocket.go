@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -38,6 +39,10 @@ var bottlerocketKubernetes = map[string]bool{
 // left out.
 func bottlerocket(b Bootstrap) (out string, dropped []string, err error) {
 	doc := map[string]any{}
+	// Blank user data (a lone carriage return, say) is none, as Validate takes it.
+	if strings.TrimSpace(b.Custom) == "" {
+		b.Custom = ""
+	}
 	if err := toml.Unmarshal([]byte(b.Custom), &doc); err != nil {
 		return "", nil, fmt.Errorf("bottlerocket user data is not TOML: %w", err)
 	}

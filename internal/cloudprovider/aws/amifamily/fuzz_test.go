@@ -147,15 +147,14 @@ func parts(doc string) ([]string, error) {
 // checkBottlerocket: ud is TOML with Capstan's cluster, endpoint, taints and labels.
 func checkBottlerocket(t *testing.T, ud string) {
 	t.Helper()
-	var doc struct {
-		Settings struct {
-			Kubernetes map[string]any `toml:"kubernetes"`
-		} `toml:"settings"`
-	}
+	// Maps, not structs: go-toml matches struct fields without regard to case, and Bottlerocket's
+	// keys are exact (a class's [settings.kuBernetes] is another table, passed through).
+	var doc map[string]any
 	if err := toml.Unmarshal([]byte(ud), &doc); err != nil {
 		t.Fatalf("Bottlerocket: merged user data is not TOML: %v\n%s", err, ud)
 	}
-	kube := doc.Settings.Kubernetes
+	settings, _ := doc["settings"].(map[string]any)
+	kube, _ := settings["kubernetes"].(map[string]any)
 	if kube["cluster-name"] != "prod" || kube["api-server"] != "https://kube:6443" || kube["cluster-certificate"] != "Q0E=" {
 		t.Fatalf("Bottlerocket: the cluster is not Capstan's: %v", kube)
 	}
