@@ -32,11 +32,7 @@ type lostAnswers struct {
 
 func (l *lostAnswers) client(t *testing.T) client.Client {
 	t.Helper()
-	ww, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return interceptor.NewClient(ww, interceptor.Funcs{
+	return interceptor.NewClient(directClient(t), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			nc, ok := obj.(*karpv1.NodeClaim)
 			if !ok || !l.lose(l.creates.Add(1)) {
@@ -171,6 +167,7 @@ func TestAnUnresolvedCreateIsNotPlannedAgain(t *testing.T) {
 	}
 }
 
+// directClient is a client of the test API server without a cache.
 func directClient(t *testing.T) client.WithWatch {
 	t.Helper()
 	ww, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
