@@ -211,8 +211,12 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			p.DisableReservedCapacity()
 		}
 		if o.SimFaults != (sim.Faults{}) {
-			log.Info("the simulated cloud injects API faults", "errors-percent", o.SimFaults.ErrorPercent, "hangs-percent", o.SimFaults.HangPercent)
-			p.SetFaults(o.SimFaults, uint64(clk.Now().UnixNano()))
+			seed := o.SimFaults.Seed
+			if seed == 0 {
+				seed = uint64(clk.Now().UnixNano())
+			}
+			log.Info("the simulated cloud injects API faults", "errors-percent", o.SimFaults.ErrorPercent, "hangs-percent", o.SimFaults.HangPercent, "seed", seed)
+			p.SetFaults(o.SimFaults, seed)
 		}
 		op.Cloud, op.SimCloud, nodeClass = p, cloud, &simv1alpha1.SimNodeClass{}
 		if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {

@@ -294,7 +294,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
 	dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
 	dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
-	str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "make the simulated cloud's API calls fail or hang, as errors=N,hangs=M (percentages of calls; for chaos tests; default none)")
+	str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "make the simulated cloud's API calls fail or hang, as errors=N,hangs=M,seed=S (percentages of calls, and a seed that fixes which calls; for chaos tests; default none)")
 	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
 	fs.BoolVar(&o.Version, "version", false, "print the version and exit")

@@ -142,6 +142,7 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"DRA planning asked for", nil, map[string]string{"IGNORE_DRA_REQUESTS": "false"}, []string{"IGNORE_DRA_REQUESTS", "does not simulate Dynamic Resource Allocation"}},
 		{"sim faults unknown", nil, map[string]string{"SIM_FAULTS": "errors=10,floods=5"}, []string{"SIM_FAULTS", `unknown fault "floods"`}},
 		{"sim faults past 100%", []string{"--sim-faults=errors=80,hangs=30"}, nil, []string{"sim-faults", "more than 100%"}},
+		{"sim faults seed 0", []string{"--sim-faults=errors=10,seed=0"}, nil, []string{"sim-faults", `"seed=0"`, "above 0"}},
 		{"DRA setting not a bool", []string{"--ignore-dra-requests=sometimes"}, nil, []string{"ignore-dra-requests", "sometimes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -309,12 +310,12 @@ func TestRepairPoliciesPerCloud(t *testing.T) {
 }
 
 func TestSimFaults(t *testing.T) {
-	o, err := Parse([]string{"--sim-faults=errors=20,hangs=5%"}, env(nil))
+	o, err := Parse([]string{"--sim-faults=errors=20,hangs=5%,seed=4"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.SimFaults != (sim.Faults{ErrorPercent: 20, HangPercent: 5}) {
-		t.Errorf("SimFaults = %+v, want 20%% errors and 5%% hangs", o.SimFaults)
+	if o.SimFaults != (sim.Faults{ErrorPercent: 20, HangPercent: 5, Seed: 4}) {
+		t.Errorf("SimFaults = %+v, want 20%% errors, 5%% hangs, seed 4", o.SimFaults)
 	}
 	if o, err := Parse(nil, env(nil)); err != nil || o.SimFaults != (sim.Faults{}) {
 		t.Errorf("by default SimFaults = %+v, %v; want none", o.SimFaults, err)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -15,13 +16,18 @@ import (
 // chaos suite: a share of its calls (Create, Delete, Get, List) fail — throttled or a server
 // error, at random — and a share hang until the caller gives up (the provider's deadlines,
 // docs/reliability.md). A Create's fault comes before the launch or after it (the machine runs,
-// the answer is lost) with equal chance.
+// the answer is lost) with equal chance. Each call has its own sequence of draws from the seed,
+// so which of, say, the Creates fail follows from the seed alone, however the calls interleave.
 type Faults struct {
 	// ErrorPercent and HangPercent are the shares of calls, 0–100 together.
 	ErrorPercent, HangPercent int
+	// Seed fixes the draws; 0 leaves the choice to the caller (the operator takes its start
+	// time).
+	Seed uint64
 }
 
-// ParseFaults reads "errors=N,hangs=M" (percentages; either may be left out; "" is none).
+// ParseFaults reads "errors=N,hangs=M,seed=S" (percentages and a seed above 0; each may be left
+// out; "" is none).
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	if strings.TrimSpace(s) == "" {
@@ -29,6 +35,14 @@ func ParseFaults(s string) (Faults, error) {
 	}
 	for part := range strings.SplitSeq(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if k == "seed" {
+			seed, err := strconv.ParseUint(v, 10, 64)
+			if !ok || err != nil || seed == 0 {
+				return Faults{}, fmt.Errorf("%q: want seed=S, S a whole number above 0", part)
+			}
+			f.Seed = seed
+			continue
+		}
 		n, err := strconv.Atoi(strings.TrimSuffix(v, "%"))
 		if !ok || err != nil || n < 0 || n > 100 {
 			return Faults{}, fmt.Errorf("%q: want errors=N or hangs=N, N a percentage (0–100)", part)
@@ -39,7 +53,7 @@ func ParseFaults(s string) (Faults, error) {
 		case "hangs":
 			f.HangPercent = n
 		default:
-			return Faults{}, fmt.Errorf("%q: unknown fault %q (errors, hangs)", part, k)
+			return Faults{}, fmt.Errorf("%q: unknown fault %q (errors, hangs, seed)", part, k)
 		}
 	}
 	if f.ErrorPercent+f.HangPercent > 100 {
@@ -77,30 +91,38 @@ const (
 	hangFault
 )
 
-// injector draws faults; nil injects none.
+// injector draws faults, one sequence per call; nil injects none.
 type injector struct {
-	f   Faults
-	mu  sync.Mutex
-	rng *rand.Rand
+	f    Faults
+	seed uint64
+	mu   sync.Mutex
+	rngs map[string]*rand.Rand
 }
 
 func newInjector(f Faults, seed uint64) *injector {
 	if f.ErrorPercent == 0 && f.HangPercent == 0 {
 		return nil
 	}
-	return &injector{f: f, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	return &injector{f: f, seed: seed, rngs: map[string]*rand.Rand{}}
 }
 
 // draw picks a fault for a call, and for an error whether it is throttling and for a Create
 // whether it comes after the launch.
-func (i *injector) draw() (f fault, throttled, after bool) {
+func (i *injector) draw(call string) (f fault, throttled, after bool) {
 	if i == nil {
 		return noFault, false, false
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	n := i.rng.IntN(100)
-	throttled, after = i.rng.IntN(2) == 0, i.rng.IntN(2) == 0
+	rng := i.rngs[call]
+	if rng == nil {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(call))
+		rng = rand.New(rand.NewPCG(i.seed, h.Sum64()))
+		i.rngs[call] = rng
+	}
+	n := rng.IntN(100)
+	throttled, after = rng.IntN(2) == 0, rng.IntN(2) == 0
 	switch {
 	case n < i.f.ErrorPercent:
 		return errorFault, throttled, after
@@ -130,7 +152,7 @@ func (p *Provider) SetFaults(f Faults, seed uint64) { p.faults = newInjector(f, 
 // before injects a call's fault that comes before its work (every fault but a Create's that
 // comes after the launch).
 func (p *Provider) before(ctx context.Context, call string) (after func() error, err error) {
-	f, throttled, afterLaunch := p.faults.draw()
+	f, throttled, afterLaunch := p.faults.draw(call)
 	if call == "Create" && afterLaunch {
 		return func() error { return inject(ctx, call, f, throttled, true) }, nil
 	}

@@ -55,6 +55,30 @@ func TestInjectedAPIErrors(t *testing.T) {
 	}
 }
 
+// Which Creates fail follows from the seed alone: other calls drawn between them (as a
+// controller's timing interleaves them) change nothing, so a chaos run's seed fixes its Create
+// faults.
+func TestFaultsOfACallFollowTheSeedAlone(t *testing.T) {
+	creates := func(i *injector, between ...string) (got []fault) {
+		for range 40 {
+			for _, call := range between {
+				i.draw(call)
+			}
+			f, _, _ := i.draw("Create")
+			got = append(got, f)
+		}
+		return got
+	}
+	f := Faults{ErrorPercent: 30}
+	alone := creates(newInjector(f, 4))
+	if mixed := creates(newInjector(f, 4), "Get", "List", "Get", "Delete"); fmt.Sprint(mixed) != fmt.Sprint(alone) {
+		t.Errorf("Create faults among other calls %v, alone %v: want the same", mixed, alone)
+	}
+	if other := creates(newInjector(f, 5)); fmt.Sprint(other) == fmt.Sprint(alone) {
+		t.Errorf("seeds 4 and 5 drew the same Create faults %v", alone)
+	}
+}
+
 // A hung call returns once its caller gives up, naming why.
 func TestInjectedHangsEndWithTheCaller(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
