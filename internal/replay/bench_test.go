@@ -2,14 +2,18 @@ package replay_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/solver"
 	"capstan.dev/capstan/internal/solver/workload"
@@ -49,6 +53,89 @@ func fragmentedT(b testing.TB, policy karpv1.ConsolidationPolicy, pods int) *rep
 	return c
 }
 
+// fleet is the cluster's machines as floorAtEvictions sees them.
+type fleet struct {
+	nodes []node
+	// demand is the CPU (cores) the reschedulable pods request; perCPU the least any offering
+	// of the pool's catalog asks per allocatable core.
+	demand, perCPU float64
+}
+
+// node is a machine: its price, the pods disrupting it evicts, and the cores it offers them
+// (allocatable less what its other pods request).
+type node struct {
+	price float64
+	pods  int
+	cpu   float64
+}
+
+// evictable describes the cluster's machines for floorAtEvictions.
+func evictable(c *replay.Cluster, catalog []*cloudprovider.InstanceType) fleet {
+	var f fleet
+	price := map[string]float64{}
+	for _, m := range c.Machines() {
+		price[m.Name] = m.Price
+	}
+	for _, n := range c.Snapshot().Nodes {
+		m := node{price: price[n.Name()], cpu: n.Node.Status.Allocatable.Cpu().AsApproximateFloat64()}
+		for _, p := range n.Pods {
+			cpu := 0.0
+			for _, ctr := range p.Spec.Containers {
+				cpu += ctr.Resources.Requests.Cpu().AsApproximateFloat64()
+			}
+			if pods.Reschedulable(p) {
+				m.pods++
+				f.demand += cpu
+			} else {
+				m.cpu -= cpu
+			}
+		}
+		f.nodes = append(f.nodes, m)
+	}
+	f.perCPU = math.Inf(1)
+	for _, it := range catalog {
+		cores, _ := it.AllocatableOf(corev1.ResourceCPU)
+		for _, o := range it.Offerings {
+			if o.Available && cores.Sign() > 0 {
+				f.perCPU = math.Min(f.perCPU, o.Price/cores.AsApproximateFloat64())
+			}
+		}
+	}
+	return f
+}
+
+// floorAtEvictions is the lowest hourly price any consolidation evicting at most max pods can
+// leave the fleet at. Every evicted pod is one of a disrupted machine's and every disrupted
+// machine goes, so a consolidation removes a set S of machines whose pods number max or fewer,
+// and buys at least the cores S offered beyond the fleet's spare ones, at perCPU or dearer. The
+// saving of S is thus at most price(S) − perCPU·max(0, cpu(S) − spare), which for any θ in [0, 1]
+// is at most Σ_S (price − θ·perCPU·cpu) + θ·perCPU·spare: a 0/1 knapsack on the pods for each θ,
+// the least of whose answers bounds every S. Packing is ignored (pods fit wherever cores are), so
+// the floor may be out of reach; a target price below it cannot be met within max evictions.
+func floorAtEvictions(f fleet, max int) float64 {
+	total, spare := 0.0, -f.demand
+	for _, n := range f.nodes {
+		total += n.price
+		spare += n.cpu
+	}
+	saving := math.Inf(1)
+	for step := 0; step <= 20; step++ {
+		theta := float64(step) / 20
+		best := make([]float64, max+1) // best[e]: the most value removable evicting at most e pods
+		for _, n := range f.nodes {
+			v := n.price - theta*f.perCPU*n.cpu
+			if v <= 0 {
+				continue
+			}
+			for e := max; e >= n.pods; e-- {
+				best[e] = math.Max(best[e], best[e-n.pods]+v)
+			}
+		}
+		saving = math.Min(saving, best[max]+theta*f.perCPU*math.Max(spare, 0))
+	}
+	return total - saving
+}
+
 // poolCatalog is the catalog as the pool sees it: compatible types, allowed offerings only.
 func poolCatalog(b testing.TB, np *karpv1.NodePool) []*cloudprovider.InstanceType {
 	reqs, err := nodepools.Requirements(np)
@@ -80,7 +167,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 		for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmpty, karpv1.ConsolidationPolicyBalanced, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized} {
 			b.Run(fmt.Sprintf("pods=%d/policy=%s", size.pods, policy), func(b *testing.B) {
 				c := fragmented(b, policy, size.pods)
-				snap := c.Snapshot()
+				snap, machines := c.Snapshot(), evictable(c, poolCatalog(b, onDemandPool(policy)))
 				var dec *disruption.Decision
 				for b.Loop() {
 					dec = disruption.Decide(snap, disruption.Options{})
@@ -107,7 +194,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				// (default) and without it. The yardstick is a fresh plan of the same pods by the
 				// solver; the LP bound is loose for this mix (2-CPU pods cannot use the cheapest
 				// 2-vCPU types the relaxation buys fractions of), FitLPBound is not.
-				settle := func(c *replay.Cluster, opts disruption.Options, label string) {
+				settle := func(c *replay.Cluster, machines fleet, opts disruption.Options, label string) {
 					rounds, start := 1, time.Now()
 					for ; rounds < 500; rounds++ {
 						d := disruption.Decide(c.Snapshot(), opts)
@@ -126,12 +213,14 @@ func BenchmarkConsolidationRound(b *testing.B) {
 					b.ReportMetric(float64(c.Report().Reevictions), "evictions-twice-"+label)
 					b.ReportMetric(time.Since(start).Seconds(), "s-"+label)
 					b.ReportMetric(c.Price(), "$/h-"+label)
+					// No way of evicting half as many pods ends below this price.
+					b.ReportMetric(floorAtEvictions(machines, c.Report().Evictions/2), "floor-$/h-half-evictions-"+label)
 					b.ReportMetric(c.Price()/workload.FitLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), label+"/fitLP")
 					b.ReportMetric(c.Price()/workload.ConfigLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods(), 200), label+"/configLP")
 				}
-				settle(c, disruption.Options{}, "settled")
+				settle(c, machines, disruption.Options{}, "settled")
 				c2 := fragmented(b, policy, size.pods)
-				settle(c2, disruption.Options{EvictionMemory: time.Nanosecond}, "settled-noguard")
+				settle(c2, evictable(c2, poolCatalog(b, onDemandPool(policy))), disruption.Options{EvictionMemory: time.Nanosecond}, "settled-noguard")
 				np := onDemandPool(policy)
 				reqs, err := nodepools.Requirements(np)
 				if err != nil {
@@ -143,6 +232,39 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				b.ReportMetric(fresh.Price()/workload.FitLPBound(poolCatalog(b, np), c2.Pods()), "fresh/fitLP")
 				b.ReportMetric(fresh.Price()/workload.ConfigLPBound(poolCatalog(b, np), c2.Pods(), 200), "fresh/configLP")
 			})
+		}
+	}
+}
+
+// The floor takes away the dearest machines whose pods fit the evictions allowed: an empty one
+// always, then the best mix, not the dearest machine first; and it charges for the cores the
+// fleet lacks once they are gone.
+func TestFloorAtEvictions(t *testing.T) {
+	nodes := []node{{7.3, 45, 0}, {7.4, 49, 0}, {1.8, 12, 0}, {0.04, 1, 0}, {0.04, 1, 0}, {0.04, 1, 0}, {0.5, 0, 0}}
+	total := 0.0
+	for _, n := range nodes {
+		total += n.price
+	}
+	for _, tc := range []struct {
+		max     int
+		removed float64
+	}{
+		{0, 0.5},                       // the empty machine only
+		{48, 0.5 + 7.3 + 3*0.04},       // 45 + 1 + 1 + 1
+		{50, 0.5 + 7.4 + 0.04},         // 49 + 1: dearer than 45 + 1 + 1 + 1 (7.42)
+		{61, 0.5 + 7.3 + 1.8 + 3*0.04}, // 45 + 12 + 1 + 1 + 1: dearer than 49 + 12 (9.2)
+		{200, total},                   // everything
+	} {
+		if got := floorAtEvictions(fleet{nodes: nodes}, tc.max); math.Abs(got-(total-tc.removed)) > 1e-9 {
+			t.Errorf("at most %d evictions: floor %.4f, want %.4f", tc.max, got, total-tc.removed)
+		}
+	}
+	// Two machines of 10 cores, pods asking for 10 in all: either may go for free, both only by
+	// buying 10 cores (at least 1 $/h).
+	two := fleet{nodes: []node{{1, 1, 10}, {1, 1, 10}}, demand: 10, perCPU: 0.1}
+	for max, want := range map[int]float64{1: 1, 2: 1} {
+		if got := floorAtEvictions(two, max); math.Abs(got-want) > 1e-9 {
+			t.Errorf("two machines, at most %d evictions: floor %.4f, want %.4f", max, got, want)
 		}
 	}
 }
