@@ -69,40 +69,40 @@ type node struct {
 	cpu   float64
 }
 
-// evictable describes the cluster's machines for floorAtEvictions.
-func evictable(c *replay.Cluster, catalog []*cloudprovider.InstanceType) fleet {
+// evictable describes the cluster's machines, as snap has them, for floorAtEvictions.
+func evictable(c *replay.Cluster, snap *disruption.Snapshot, catalog []*cloudprovider.InstanceType) fleet {
 	var f fleet
 	price := map[string]float64{}
 	for _, m := range c.Machines() {
 		price[m.Name] = m.Price
 	}
-	for _, n := range c.Snapshot().Nodes {
-		m := node{price: price[n.Name()], cpu: n.Node.Status.Allocatable.Cpu().AsApproximateFloat64()}
+	for _, n := range snap.Nodes {
+		var moving, staying []*corev1.Pod
 		for _, p := range n.Pods {
-			cpu := 0.0
-			for _, ctr := range p.Spec.Containers {
-				cpu += ctr.Resources.Requests.Cpu().AsApproximateFloat64()
-			}
 			if pods.Reschedulable(p) {
-				m.pods++
-				f.demand += cpu
+				moving = append(moving, p)
 			} else {
-				m.cpu -= cpu
+				staying = append(staying, p)
 			}
 		}
-		f.nodes = append(f.nodes, m)
+		offered := n.Node.Status.Allocatable.Cpu().AsApproximateFloat64() - cores(solver.Requests(staying))
+		f.nodes = append(f.nodes, node{price: price[n.Name()], pods: len(moving), cpu: offered})
+		f.demand += cores(solver.Requests(moving))
 	}
 	f.perCPU = math.Inf(1)
 	for _, it := range catalog {
-		cores, _ := it.AllocatableOf(corev1.ResourceCPU)
+		cpu, _ := it.AllocatableOf(corev1.ResourceCPU)
 		for _, o := range it.Offerings {
-			if o.Available && cores.Sign() > 0 {
-				f.perCPU = math.Min(f.perCPU, o.Price/cores.AsApproximateFloat64())
+			if o.Available && cpu.Sign() > 0 {
+				f.perCPU = math.Min(f.perCPU, o.Price/cpu.AsApproximateFloat64())
 			}
 		}
 	}
 	return f
 }
+
+// cores is a resource list's CPU.
+func cores(rl corev1.ResourceList) float64 { return rl.Cpu().AsApproximateFloat64() }
 
 // floorAtEvictions is the lowest hourly price any consolidation evicting at most max pods can
 // leave the fleet at. Every evicted pod is one of a disrupted machine's and every disrupted
@@ -167,7 +167,9 @@ func BenchmarkConsolidationRound(b *testing.B) {
 		for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmpty, karpv1.ConsolidationPolicyBalanced, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized} {
 			b.Run(fmt.Sprintf("pods=%d/policy=%s", size.pods, policy), func(b *testing.B) {
 				c := fragmented(b, policy, size.pods)
-				snap, machines := c.Snapshot(), evictable(c, poolCatalog(b, onDemandPool(policy)))
+				catalog := poolCatalog(b, onDemandPool(policy))
+				snap := c.Snapshot()
+				machines := evictable(c, snap, catalog)
 				var dec *disruption.Decision
 				for b.Loop() {
 					dec = disruption.Decide(snap, disruption.Options{})
@@ -220,7 +222,7 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				}
 				settle(c, machines, disruption.Options{}, "settled")
 				c2 := fragmented(b, policy, size.pods)
-				settle(c2, evictable(c2, poolCatalog(b, onDemandPool(policy))), disruption.Options{EvictionMemory: time.Nanosecond}, "settled-noguard")
+				settle(c2, evictable(c2, c2.Snapshot(), catalog), disruption.Options{EvictionMemory: time.Nanosecond}, "settled-noguard")
 				np := onDemandPool(policy)
 				reqs, err := nodepools.Requirements(np)
 				if err != nil {
