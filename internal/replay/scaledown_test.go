@@ -157,3 +157,43 @@ func BenchmarkScaleDowns(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScaleInSweep plays 1,000 pods of 250m scaled in to each of 50, 100, …, 950 (one
+// scale-in each, as in the 1000-300 case), spot and on-demand, under both policies, with the
+// solver's sizing of Capstan's defaults and with LargestAtTies, and reports the mean price at the
+// peak and settled and the evictions summed over the 19 scale-ins. A single scale-in's settled
+// price depends on where in a machine it stops; the sweep shows what a burst's shape costs over
+// scale-ins of every size.
+func BenchmarkScaleInSweep(b *testing.B) {
+	for _, spot := range []bool{true, false} {
+		for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
+			for _, sizing := range []struct {
+				name string
+				opts solver.Options
+			}{{"defaults", solver.Options{}}, {"largest-at-ties", solver.Options{LargestAtTies: true}}} {
+				pool := "on-demand"
+				if spot {
+					pool = "spot"
+				}
+				b.Run(fmt.Sprintf("%s/%s/sizing=%s", pool, policy, sizing.name), func(b *testing.B) {
+					var peak, end float64
+					var evictions, twice int
+					for b.Loop() {
+						peak, end, evictions, twice = 0, 0, 0, 0
+						for n := 50; n < 1000; n += 50 {
+							sc := scaleDownCase{name: fmt.Sprintf("1000-%d", n), spot: spot, deps: []replay.Deployment{
+								{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, n})}}}
+							p, e, r := runScaleDown(b, sc, policy, replay.Config{PodDeletionCost: true, Disruption: disruption.Options{Solver: sizing.opts}})
+							peak, end = peak+p/19, end+e/19
+							evictions, twice = evictions+r.Evictions, twice+r.Reevictions
+						}
+					}
+					b.ReportMetric(peak, "$/h-peak-mean")
+					b.ReportMetric(end, "$/h-settled-mean")
+					b.ReportMetric(float64(evictions), "evictions")
+					b.ReportMetric(float64(twice), "evictions-twice")
+				})
+			}
+		}
+	}
+}

@@ -65,3 +65,39 @@ func TestFewerMachinesAtEqualPrice(t *testing.T) {
 		t.Fatalf("400 pods with FewerMachines: %d claims at %.3f $/h; want the default's two", len(r.NodeClaims), price(r))
 	}
 }
+
+// The burst tie-break: at equal price per CPU a burst is spread over machines of about an eighth
+// of its CPU (a scale-in that empties machines in order then stops inside a small one), for no
+// more than a plan of the largest machines. (A pool whose CPU limit may bind keeps the largest
+// near-tied machines: TestLimitsHoldWhicheverCandidateLaunchesAndRefuseOnlyWhenFull fails
+// without that.)
+func TestBurstSpreadOverMachinesOfAnEighth(t *testing.T) {
+	pool := c6aOnDemand(t)
+	in := solver.Input{Pods: pods(1000, "web", "250m", "256Mi", nil), NodePools: []solver.NodePool{pool}}
+	plan := func(r *solver.Result) (price, largest float64) {
+		t.Helper()
+		wantAllPlaced(t, r)
+		for _, nc := range r.NodeClaims {
+			price += nc.Price
+			alloc := nc.InstanceTypes[0].Allocatable()
+			largest = max(largest, alloc.Cpu().AsApproximateFloat64())
+		}
+		return price, largest
+	}
+	price, largest := plan(solve(t, in, solver.Options{}))
+	// The burst is 250 CPU; c6a.4xlarge (15.9 allocatable) is not a near-tie of the c6a.8xlarge
+	// (31.9) per usable CPU, so the 8xlarge is the size an eighth comes to.
+	if largest > 32 {
+		t.Errorf("the burst's largest machine has %.2f CPU; want at most a c6a.8xlarge (31.85) for 250 CPU of pods", largest)
+	}
+	big := c6aOnDemand(t)
+	big.Requirements.Add(requirements.MustNew("karpenter.k8s.aws/instance-cpu", requirements.Gt, "100"))
+	bigPrice, bigLargest := plan(solve(t, solver.Input{Pods: in.Pods, NodePools: []solver.NodePool{big}}, solver.Options{}))
+	if bigLargest < 100 || price > bigPrice*1.005 {
+		t.Errorf("the spread burst costs %.3f $/h; a plan of machines over 100 CPU (largest %.2f) costs %.3f", price, bigLargest, bigPrice)
+	}
+	// LargestAtTies, the rule before, fills towards the largest near-tie.
+	if _, l := plan(solve(t, in, solver.Options{LargestAtTies: true})); l < 100 {
+		t.Errorf("with LargestAtTies the burst's largest machine has %.2f CPU; want the largest near-tie (over 100)", l)
+	}
+}

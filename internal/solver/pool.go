@@ -68,6 +68,9 @@ type pool struct {
 	// milli-unit, from the linear relaxation over the pool's types; nil when it has none.
 	dims  []int
 	duals []float64
+	// granule is the CPU (milli) of the machine size near-tied targets are chosen by: a share of
+	// the solve's CPU demand (burstShare); 0 when the pods request no CPU.
+	granule int64
 	// byEfficiency is types by efficiency, most efficient first (set with duals); mark and epoch
 	// let mostEfficient tell a claim's candidates apart without a map.
 	byEfficiency []*itInfo

@@ -21,6 +21,13 @@ func (s *solver) priceCapacity(p *pool, demand vec) {
 	if len(dims) == 0 || len(p.types) == 0 {
 		return
 	}
+	p.granule = max(demand[rCPU]/burstShare, minGranule)
+	if p.limited != nil && p.limited[rCPU] && p.remaining[rCPU] < 2*demand[rCPU] {
+		// A CPU limit that may bind: pods are refused for it while claims are packed, before
+		// leftover claims are dissolved into others, and with many smaller claims (each reserving
+		// up to its dearest candidate) a pod can be refused where the final plan leaves room.
+		p.granule = math.MaxInt64
+	}
 	a := make([][]float64, len(p.types))
 	c := make([]float64, len(p.types))
 	b := make([]float64, len(dims))
@@ -64,10 +71,27 @@ const shortlist = 16
 // simulateClasses bounds how many upcoming classes a target's fill is simulated with.
 const simulateClasses = 48
 
+// burstShare is how many machines, at least, a solve's CPU demand is spread over when machine
+// sizes tie on price: among near-tied targets the solver prefers the largest holding at most
+// 1/burstShare of the demand. A scale-in that later empties machines in a fixed order (the pod
+// deletion costs) stops inside one machine and leaves on average half of it unused; over scale-ins
+// of any size that expected waste is Σs²/2S for machines of s vCPU in a burst of S, so bursts of
+// at most S/8-vCPU machines leave at most 1/16 of the burst unused where one machine of half the
+// burst could leave a quarter (docs/solver.md, "Plan shape").
+const burstShare = 8
+
+// minGranule (milli-CPU) is the machine size near-ties may always reach: a small batch is not
+// split into machines smaller than its pods need, where per-node costs (kubelet and DaemonSet
+// reservations, addresses, API objects) outweigh the little a scale-in could leave unused.
+const minGranule = 8000
+
+// nearTie is the relative score within which targets count as equally good per dollar.
+const nearTie = 0.005
+
 // chooseTarget picks the instance type a new claim is filled towards. For the most efficient
 // candidates at the batch's dual resource prices it simulates filling a machine with the pods that
 // come next in packing order, and picks the one whose packed pods are worth the most per dollar;
-// among near-ties, the largest (fewer machines for the same work).
+// among near-ties, the one sized by preferSize.
 func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 	if len(cands) == 0 {
 		return nil
@@ -95,10 +119,10 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 	for j, c := range upcoming {
 		unit[j] = s.value(p, c.req, 1)
 	}
-	bestScore := -1.0
-	var best *itInfo
+	scores := make([]float64, len(short))
+	top := -1.0
 	room := make(vec, s.ri.len())
-	for _, info := range short {
+	for si, info := range short {
 		copy(room, info.alloc)
 		room.sub(first.req)
 		value := s.value(p, first.req, 1)
@@ -120,16 +144,36 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 				break
 			}
 		}
-		score := value / info.minPrice
-		switch {
-		case best == nil || score > bestScore*1.005:
-			best, bestScore = info, score
-		case score >= bestScore*0.995 && info.alloc[rCPU] > best.alloc[rCPU]:
+		scores[si] = value / info.minPrice
+		top = math.Max(top, scores[si])
+	}
+	granule := p.granule
+	if s.opts.LargestAtTies {
+		granule = math.MaxInt64
+	}
+	var best *itInfo
+	for si, info := range short {
+		if scores[si] >= top*(1-nearTie) && (best == nil || preferSize(info, best, granule)) {
 			best = info
-			bestScore = math.Max(bestScore, score)
 		}
 	}
 	return best
+}
+
+// preferSize says whether a is preferred to b among near-tied targets: the larger of two
+// machines within granule CPU, a machine within it over one above it, and the smaller of two
+// above it (the one closest to the granule). Equal sizes keep b, the earlier (more efficient).
+func preferSize(a, b *itInfo, granule int64) bool {
+	ac, bc := a.alloc[rCPU], b.alloc[rCPU]
+	aIn, bIn := ac <= granule, bc <= granule
+	switch {
+	case aIn != bIn:
+		return aIn
+	case aIn:
+		return ac > bc
+	default:
+		return ac < bc
+	}
 }
 
 // mostEfficient returns the k most efficient of cands, most efficient first, ties in cands'

@@ -104,6 +104,10 @@ type Options struct {
 	// on scale-downs with pod deletion costs, smaller machines are emptied whole with fewer
 	// evictions (see coalesce.go).
 	FewerMachines bool
+	// LargestAtTies fills each new claim towards the largest of the near-tied target types, as
+	// the solver did before bursts were spread over machines of an eighth of their CPU
+	// (burstShare in sizing.go); for measuring that rule against its absence.
+	LargestAtTies bool
 	// Cache, when set, keeps what consecutive Solves over the same NodePools and nodes share
 	// (see Cache); nil prepares every Solve from scratch.
 	Cache *Cache
