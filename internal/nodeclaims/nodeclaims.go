@@ -108,8 +108,8 @@ func ClaimForNode(c client.Reader) func(context.Context, client.Object) []reconc
 	}
 }
 
-// conflictRetry is how soon a controller whose status write lost a race reads the claim again.
-const conflictRetry = 100 * time.Millisecond
+// ConflictRetry is how soon a controller whose write of a claim lost a race reads the claim again.
+const ConflictRetry = 100 * time.Millisecond
 
 // PatchStatus writes nc's status as a change from stored, checked against stored's
 // resourceVersion, so that a condition another controller wrote since stored was read (or that a
@@ -128,7 +128,7 @@ func PatchStatusWritten(ctx context.Context, c client.Client, nc, stored *karpv1
 	switch {
 	case apierrors.IsConflict(err):
 		log.FromContext(ctx).V(1).Info("nodeclaim changed since it was read; reading it again")
-		return nil, reconcile.Result{RequeueAfter: conflictRetry}, nil
+		return nil, reconcile.Result{RequeueAfter: ConflictRetry}, nil
 	case err != nil:
 		return nil, reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("patching nodeclaim status: %w", err))
 	}

@@ -96,21 +96,28 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	stored := nc.DeepCopy()
 	result, done, err := c.terminate(ctx, nc, node)
 	if !nodeclaims.ConditionsEqual(stored, nc) {
-		if res, perr := nodeclaims.PatchStatus(ctx, c.Client, nc, stored); perr != nil || res.RequeueAfter > 0 {
+		written, res, perr := nodeclaims.PatchStatusWritten(ctx, c.Client, nc, stored)
+		if perr != nil || res.RequeueAfter > 0 {
 			return res, errors.Join(err, perr)
+		}
+		// The status patch moved the resource version on: the finalizer removal below is
+		// locked on the claim as the server wrote it, not on a read of the cache, which may
+		// not have seen that write yet (every such removal would conflict and be retried).
+		if written != nil {
+			nc = written
 		}
 	}
 	if err != nil || !done {
 		return result, err
 	}
-	// The status patch moved the resource version on; read the claim again before the
-	// optimistically locked finalizer removal.
-	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
 	orig := nc.DeepCopy()
 	controllerutil.RemoveFinalizer(nc, karpv1.TerminationFinalizer)
 	if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			// Changed since it was read (another writer): read it again shortly, not an error.
+			log.FromContext(ctx).V(1).Info("nodeclaim changed since it was read; removing the finalizer again")
+			return reconcile.Result{RequeueAfter: nodeclaims.ConflictRetry}, nil
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
 	}
 	log.FromContext(ctx).Info("deleted nodeclaim", "provider-id", nc.Status.ProviderID)
@@ -187,7 +194,7 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 		// Locked on the version read: a merge patch writes the whole list, and a finalizer another
 		// writer added since must not be dropped. On a conflict the node is read again shortly.
 		if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, false, nil
+			return reconcile.Result{RequeueAfter: nodeclaims.ConflictRetry}, false, nil
 		} else if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, false, fmt.Errorf("removing node finalizer: %w", err)
 		}
@@ -214,7 +221,11 @@ func (c *Controller) taint(ctx context.Context, node *corev1.Node) error {
 // drainNode taints and drains the claim's node; done when nothing is left to wait for: no pod to
 // drain, or a machine that no longer exists (draining would wait for pods that cannot leave).
 func (c *Controller) drainNode(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
-	if err := c.taint(ctx, node); err != nil {
+	if err := c.taint(ctx, node); apierrors.IsConflict(err) {
+		// The node changed since it was read (its status, another writer's labels): read it
+		// again shortly, not an error.
+		return reconcile.Result{RequeueAfter: nodeclaims.ConflictRetry}, false, nil
+	} else if err != nil {
 		return reconcile.Result{}, false, err
 	}
 	remaining, err := c.drain(ctx, nc, node)

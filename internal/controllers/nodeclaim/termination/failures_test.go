@@ -291,3 +291,83 @@ func TestForgedClaimDoesNotDrainOrTerminateAnothersMachine(t *testing.T) {
 		t.Error("no InstanceNotOwned event")
 	}
 }
+
+// firstReadClaims answers every Get of one NodeClaim with the copy its first Get read, as an
+// informer cache that has not seen the controller's own writes since.
+type firstReadClaims struct {
+	client.Client
+	name  string
+	first *karpv1.NodeClaim
+}
+
+func (c *firstReadClaims) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	nc, ok := obj.(*karpv1.NodeClaim)
+	if !ok || key.Name != c.name {
+		return c.Client.Get(ctx, key, obj, opts...)
+	}
+	if c.first == nil {
+		c.first = &karpv1.NodeClaim{}
+		if err := c.Client.Get(ctx, key, c.first, opts...); err != nil {
+			c.first = nil
+			return err
+		}
+	}
+	c.first.DeepCopyInto(nc)
+	return nil
+}
+
+// The finalizer is removed in the pass that writes the claim's last conditions, even when the
+// cache has not seen that write: the removal is locked on the claim as the server wrote it, so
+// it neither fails with a conflict (logged as a reconciler error on every termination) nor waits
+// for a retry.
+func TestFinalizerRemovedPastACacheThatLagsTheStatusWrite(t *testing.T) {
+	const name = "lagging-cache"
+	f := readyClaim(t, name, time.Hour)
+	for _, inst := range f.cloud.Instances() {
+		if _, err := f.cloud.Terminate(inst.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleteClaim(t, name)
+	f.ctrl.Client = &firstReadClaims{Client: env.Client, name: name}
+	res, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+	f.ctrl.Client = env.Client
+	if err != nil || res.RequeueAfter > 0 {
+		t.Fatalf("reconcile: %v (requeue after %s); want the claim released in this pass", err, res.RequeueAfter)
+	}
+	wantGone(t, f, name)
+}
+
+// A node that changed since the cache read it (its status, another writer's labels) is tainted
+// in a later pass: the conflicting taint is retried shortly, not returned as an error.
+func TestTaintConflictIsRetriedNotAnError(t *testing.T) {
+	const name = "taint-conflict"
+	f := readyClaim(t, name, time.Hour)
+	p := boundPod(t, "taint-conflict-app", name, nil)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, node); err != nil {
+		t.Fatal(err)
+	}
+	stale := node.DeepCopy()
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels["example.com/changed"] = "true"
+	if err := env.Client.Patch(t.Context(), node, patch); err != nil {
+		t.Fatal(err)
+	}
+	deleteClaim(t, name)
+	f.ctrl.Client = staleNodes{Client: env.Client, stale: stale}
+	res, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+	f.ctrl.Client = env.Client
+	if err != nil || res.RequeueAfter <= 0 {
+		t.Fatalf("reconcile from a stale node: %v (requeue after %s); want a retry without an error", err, res.RequeueAfter)
+	}
+	f.reconcile(t, name)
+	got := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if !nodeclaims.Disrupted(got) || got.Labels["example.com/changed"] != "true" {
+		t.Fatalf("after the retry: tainted %v, the other writer's label %q", nodeclaims.Disrupted(got), got.Labels["example.com/changed"])
+	}
+}
