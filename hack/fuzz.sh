@@ -13,18 +13,20 @@ mapfile -t targets < <(grep -rl --include='*_test.go' '^func Fuzz' . | while rea
 done | sort)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# fuzz_once PKG FN fuzzes one target for $fuzztime, its output in $out.
+fuzz_once() { go test -run XXX -fuzz "^$2\$" -fuzztime "$fuzztime" "$1" >"$out" 2>&1; }
 for t in "${targets[@]}"; do
   read -r pkg fn <<<"$t"
   printf '[fuzz] %s %s (%s)\n' "$pkg" "$fn" "$fuzztime" >&2
   ok=true
-  go test -run XXX -fuzz "^$fn\$" -fuzztime "$fuzztime" "$pkg" >"$out" 2>&1 || ok=false
+  fuzz_once "$pkg" "$fn" || ok=false
   # The Go fuzzer can fail a run whose time ran out while a worker was busy ("context deadline
   # exceeded", no failing input written): a fault of the fuzzer, not of the target. Once, the
   # target is fuzzed again; a failing input is never retried.
   if ! $ok && grep -q 'context deadline exceeded' "$out" && ! grep -q 'Failing input written' "$out"; then
     echo "[fuzz] $pkg $fn: the fuzzer ran out of time with no failing input; fuzzing it once more" >&2
     ok=true
-    go test -run XXX -fuzz "^$fn\$" -fuzztime "$fuzztime" "$pkg" >"$out" 2>&1 || ok=false
+    fuzz_once "$pkg" "$fn" || ok=false
   fi
   if ! $ok; then
     # The fuzzer's own words say why (a failing input, or the fuzzer itself failing).

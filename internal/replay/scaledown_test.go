@@ -178,13 +178,17 @@ func BenchmarkScaleInSweep(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%s/sizing=%s", pool, policy, sizing.name), func(b *testing.B) {
 					var peak, end float64
 					var evictions, twice int
+					var targets []int
+					for n := 50; n < 1000; n += 50 {
+						targets = append(targets, n)
+					}
 					for b.Loop() {
 						peak, end, evictions, twice = 0, 0, 0, 0
-						for n := 50; n < 1000; n += 50 {
+						for _, n := range targets {
 							sc := scaleDownCase{name: fmt.Sprintf("1000-%d", n), spot: spot, deps: []replay.Deployment{
 								{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, n})}}}
 							p, e, r := runScaleDown(b, sc, policy, replay.Config{PodDeletionCost: true, Disruption: disruption.Options{Solver: sizing.opts}})
-							peak, end = peak+p/19, end+e/19
+							peak, end = peak+p/float64(len(targets)), end+e/float64(len(targets))
 							evictions, twice = evictions+r.Evictions, twice+r.Reevictions
 						}
 					}

@@ -69,7 +69,7 @@ type pool struct {
 	dims  []int
 	duals []float64
 	// granule is the CPU (milli) of the machine size near-tied targets are chosen by: a share of
-	// the solve's CPU demand (burstShare); 0 when the pods request no CPU.
+	// the solve's CPU demand (burstShare), or unbounded (the largest near-tie); set with duals.
 	granule int64
 	// byEfficiency is types by efficiency, most efficient first (set with duals); mark and epoch
 	// let mostEfficient tell a claim's candidates apart without a map.

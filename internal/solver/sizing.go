@@ -21,12 +21,16 @@ func (s *solver) priceCapacity(p *pool, demand vec) {
 	if len(dims) == 0 || len(p.types) == 0 {
 		return
 	}
-	p.granule = max(demand[rCPU]/burstShare, minGranule)
-	if p.limited != nil && p.limited[rCPU] && p.remaining[rCPU] < 2*demand[rCPU] {
+	switch {
+	case s.opts.LargestAtTies:
+		p.granule = math.MaxInt64
+	case p.limited != nil && p.limited[rCPU] && p.remaining[rCPU] < 2*demand[rCPU]:
 		// A CPU limit that may bind: pods are refused for it while claims are packed, before
 		// leftover claims are dissolved into others, and with many smaller claims (each reserving
 		// up to its dearest candidate) a pod can be refused where the final plan leaves room.
 		p.granule = math.MaxInt64
+	default:
+		p.granule = max(demand[rCPU]/burstShare, minGranule)
 	}
 	a := make([][]float64, len(p.types))
 	c := make([]float64, len(p.types))
@@ -147,13 +151,9 @@ func (s *solver) chooseTarget(p *pool, cands []*itInfo, first *class) *itInfo {
 		scores[si] = value / info.minPrice
 		top = math.Max(top, scores[si])
 	}
-	granule := p.granule
-	if s.opts.LargestAtTies {
-		granule = math.MaxInt64
-	}
 	var best *itInfo
 	for si, info := range short {
-		if scores[si] >= top*(1-nearTie) && (best == nil || preferSize(info, best, granule)) {
+		if scores[si] >= top*(1-nearTie) && (best == nil || preferSize(info, best, p.granule)) {
 			best = info
 		}
 	}
