@@ -1,6 +1,8 @@
 package disruption
 
 import (
+	"time"
+
 	"fmt"
 	"math"
 
@@ -248,6 +250,11 @@ func (d *decider) block(c *Candidate) {
 		now.Sub(c.NodeClaim.CreationTimestamp.Time) < *np.Spec.Disruption.ConsolidateAfter.Duration:
 		c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("launched by a disruption at %s, within consolidateAfter (%s) of now",
 			c.NodeClaim.CreationTimestamp.UTC().Format("15:04:05 UTC"), np.Spec.Disruption.ConsolidateAfter.String())}
+	case c.NodeClaim.Annotations[ReplacementAnnotationKey] != "" && d.opts.ReplacementSettle > 0:
+		if until := replacementSettled(c.NodeClaim, d.opts.ReplacementSettle); now.Before(until) {
+			c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("launched by a disruption, its pods may still be on their way (drained, then created again by their controllers); not before %s",
+				until.UTC().Format("15:04:05 UTC"))}
+		}
 	}
 	if c.noConsolidation.Message != "" || c.Empty() {
 		return
@@ -270,6 +277,16 @@ func (d *decider) block(c *Candidate) {
 	if !c.PriceKnown {
 		c.noConsolidation = Blocker{KindPrice, fmt.Sprintf("the price of %s is unknown: its instance type, zone or capacity type is no longer offered", c.Name())}
 	}
+}
+
+// replacementSettled is when a replacement stops waiting for the pods it was launched for: settle
+// after its machine was initialised (after its creation while that is unknown).
+func replacementSettled(nc *karpv1.NodeClaim, settle time.Duration) time.Time {
+	from := nc.CreationTimestamp.Time
+	if init := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeInitialized); init != nil && init.Status == metav1.ConditionTrue {
+		from = init.LastTransitionTime.Time
+	}
+	return from.Add(settle)
 }
 
 // nodePrice is the price of the machine's offering plus the pool's per-node cost.

@@ -401,6 +401,36 @@ func TestReplacementIsNotConsolidatedWithinConsolidateAfter(t *testing.T) {
 	}
 }
 
+// A replacement is bought for pods that come only after its candidates are drained and their
+// controllers create them again; with consolidateAfter 0s, emptiness took it in the seconds
+// between (a controller manager slow after an API server restart), and the provisioner bought
+// another machine when the pod came. It is held ReplacementSettle after its machine was
+// initialised, then emptiness may take it; a node no disruption launched is not held.
+func TestAnEmptyReplacementWaitsForThePodsItWasBoughtFor(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	n := c.node("default", "new", "l", karpv1.CapacityTypeOnDemand)
+	n.NodeClaim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(disruption.MethodDrift)}
+	n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-3 * time.Minute))
+	meta.FindStatusCondition(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized).LastTransitionTime = metav1.NewTime(t0.Add(-30 * time.Second))
+	c.node("default", "plain", "l", karpv1.CapacityTypeOnDemand)
+	d := c.decide(disruption.Options{})
+	if got := names(d.Command); !slices.Equal(got, []string{"plain"}) {
+		t.Fatalf("command = %v, want emptiness of plain only: new is a replacement initialised 30 s ago", got)
+	}
+	if _, msg := explanation(d, "new"); !strings.Contains(msg, "its pods may still be on their way") || !strings.Contains(msg, "not before 10:01:30 UTC") {
+		t.Errorf("explanation = %q", msg)
+	}
+	c.snap.Now = t0.Add(90 * time.Second)
+	if got := names(c.decide(disruption.Options{}).Command); !slices.Contains(got, "new") {
+		t.Errorf("command = %v, want the replacement taken once %s passed since it was initialised", got, disruption.DefaultReplacementSettle)
+	}
+	c.snap.Now = t0
+	if got := names(c.decide(disruption.Options{ReplacementSettle: -1}).Command); !slices.Contains(got, "new") {
+		t.Errorf("command = %v with the hold off, want the replacement taken", got)
+	}
+}
+
 func TestWhenEmptyLeavesBusyNodes(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", func(np *karpv1.NodePool) {

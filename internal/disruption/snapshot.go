@@ -116,6 +116,13 @@ type Options struct {
 	// EvictionMemory is how long a pod consolidation evicted protects the pod that replaced it
 	// from another consolidation (default one hour).
 	EvictionMemory time.Duration
+	// ReplacementSettle is how long after a replacement's machine is initialised (a NodeClaim a
+	// disruption launched) it is kept from consolidation, whatever consolidateAfter says (default
+	// 2 minutes; negative: only consolidateAfter from its creation). The pods it was bought for
+	// come only once its candidates are drained and their controllers create them again, which an
+	// API server restart or a busy controller manager delays by tens of seconds; taken as empty
+	// before then, it is gone when they arrive and the provisioner buys again.
+	ReplacementSettle time.Duration
 	// DisablePlanning turns off the look past budgets (Decision.Planned); benchmarks and replays
 	// compare with it.
 	DisablePlanning bool
@@ -160,6 +167,8 @@ const (
 	DefaultMaxScaleDownHold = 5 * time.Minute
 	// DefaultCalmAfterScaleDown is Options.CalmAfterScaleDown's default.
 	DefaultCalmAfterScaleDown = 10 * time.Minute
+	// DefaultReplacementSettle is Options.ReplacementSettle's default.
+	DefaultReplacementSettle = 2 * time.Minute
 	// MaxMultiNodeCandidates bounds the candidates one multi-node command disrupts (Karpenter's
 	// bound).
 	MaxMultiNodeCandidates = 100
@@ -196,6 +205,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CalmAfterScaleDown == 0 {
 		o.CalmAfterScaleDown = DefaultCalmAfterScaleDown
+	}
+	if o.ReplacementSettle == 0 {
+		o.ReplacementSettle = DefaultReplacementSettle
 	}
 	return o
 }

@@ -76,6 +76,9 @@ func Create(ctx context.Context, c client.Client, reader client.Reader, clk cloc
 		return fmt.Errorf("creating a nodeclaim of NodePool %q: no name (use nodeclaims.NewName)", nc.Labels[karpv1.NodePoolLabelKey])
 	}
 	err := c.Create(ctx, nc)
+	if apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
+		return ownedAlready(ctx, reader, nc, err)
+	}
 	if err == nil || !Ambiguous(err) || ctx.Err() != nil {
 		return err
 	}
@@ -108,6 +111,30 @@ func Create(ctx context.Context, c client.Client, reader client.Reader, clk cloc
 		case <-clk.After(b.Step()):
 		}
 	}
+}
+
+// ownedAlready settles a create answered AlreadyExists (exists). The name is this claim's own
+// and random, so the claim found is most likely this create's own earlier attempt: client-go
+// sends a create again, unasked, when the API server answers 429 or 5xx with Retry-After — and a
+// storage timeout (504, Retry-After) may come after etcd committed the write. Read by name:
+// the same origin, the create succeeded (nc updated, nil); another claim, exists is returned;
+// no answer, an *UnresolvedError (the claim may be this one). Taking every AlreadyExists for a
+// taken name made the provisioner create the claim again under another name: two machines.
+func ownedAlready(ctx context.Context, reader client.Reader, nc *karpv1.NodeClaim, exists error) error {
+	got := &karpv1.NodeClaim{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: nc.Name}, got); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted since: whoever's it was, this create did not make a claim that lives.
+			return exists
+		}
+		return &UnresolvedError{Name: nc.Name, Err: exists, Last: err}
+	}
+	if !sameOrigin(got, nc) {
+		return exists
+	}
+	got.DeepCopyInto(nc)
+	log.FromContext(ctx).Info("nodeclaim create answered exists: its own earlier attempt had been written", "NodeClaim", nc.Name)
+	return nil
 }
 
 // sameOrigin reports whether got, read back after a lost answer, is the claim nc asked for: it

@@ -322,6 +322,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 				DisablePlanning:    !o.ConsolidationPlanning,
 				UnderutilizedK:     underutilizedK(o.UnderutilizedConsolidationK),
 				CalmAfterScaleDown: calmAfterScaleDown(o.CalmAfterScaleDown),
+				ReplacementSettle:  calmAfterScaleDown(o.ReplacementSettle),
 				Solver:             solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 			},
 		}}
@@ -364,8 +365,8 @@ func underutilizedK(k float64) float64 {
 	return k
 }
 
-// calmAfterScaleDown is the decision core's CalmAfterScaleDown for the setting: 0 turns it off
-// (negative there; its zero means its default).
+// calmAfterScaleDown is the decision core's CalmAfterScaleDown (or ReplacementSettle) for the
+// setting: 0 turns it off (negative there; its zero means its default).
 func calmAfterScaleDown(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1

@@ -93,6 +93,10 @@ type Options struct {
 	// or Balanced) evicting its pods must score 4 (disruption.CalmK) instead of 1/k; 0 turns that
 	// off.
 	CalmAfterScaleDown time.Duration
+	// ReplacementSettle is how long after its machine was initialised a NodeClaim a disruption
+	// launched is kept from consolidation, waiting for the pods it was bought for; 0 turns that
+	// off (consolidateAfter alone applies).
+	ReplacementSettle time.Duration
 	// Help and Version are set when --help or --version was asked for.
 	Help, Version bool
 	// BuildVersion and BuildCommit describe the binary, for karpenter_build_info.
@@ -277,6 +281,7 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
 	envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
 	fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptioncore.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
+	dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptioncore.DefaultReplacementSettle, "for this long after a replacement a disruption launched is initialised, it is not consolidated (not even as empty): the pods it was bought for may still be on their way; 0 turns that off")
 	dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptioncore.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
 	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
 	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
@@ -383,6 +388,9 @@ func (o Options) Validate() error {
 	}
 	if o.UnderutilizedConsolidationK < 0 {
 		bad("underutilized-consolidation-k", "UNDERUTILIZED_CONSOLIDATION_K", o.UnderutilizedConsolidationK, "must not be negative")
+	}
+	if o.ReplacementSettle < 0 {
+		bad("replacement-settle", "REPLACEMENT_SETTLE", o.ReplacementSettle, "must not be negative")
 	}
 	if o.CalmAfterScaleDown < 0 {
 		bad("calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", o.CalmAfterScaleDown, "must not be negative")

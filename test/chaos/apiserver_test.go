@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,9 +63,13 @@ func TestAPIServerCrashes(t *testing.T) {
 		ok, err := h.Running(t, name, replicas)(ctx)
 		return ok && taintedIdle(t) == 0, err
 	})
-	created := len(claimLog.Seen())
+	seen := claimLog.Seen()
+	created := len(seen)
 	if created != 2*replicas {
-		t.Errorf("%d NodeClaims created over the run, want %d: one per pod, then one replacement per drifted node", created, 2*replicas)
+		// The names say who bought: the provisioner's are "<pool>-" and five characters, a
+		// disruption command's replacements "<pool>-<command>-<n>".
+		t.Errorf("%d NodeClaims created over the run, want %d: one per pod, then one replacement per drifted node; created: %s",
+			created, 2*replicas, strings.Join(slices.Sorted(maps.Keys(seen)), " "))
 	}
 	orphans, most := machinesOfClaims(t, name)
 	failed := failedRequests(t, from)

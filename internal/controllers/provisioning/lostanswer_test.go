@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -175,4 +179,66 @@ func directClient(t *testing.T) client.WithWatch {
 		t.Fatal(err)
 	}
 	return ww
+}
+
+// A create the API server wrote, answered with a storage timeout (504 with Retry-After): client-go
+// sends the create again by itself and that attempt is answered AlreadyExists — the claim is this
+// create's own. The provisioner counts it created and buys nothing more. (Taking AlreadyExists for
+// a taken name, it created the claim again under another: two machines for one pod.) Real
+// client-go through a proxy in front of the test API server that replaces the first NodeClaim
+// POST's answer, after forwarding it.
+func TestACreateRetriedByTheClientIsNotBoughtTwice(t *testing.T) {
+	np := pool("prov-retried", nil)
+	p, _ := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "retried", 1, "500m", nil)
+
+	upstream, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	forward.Transport = transport
+	var posts atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/nodeclaims") || posts.Add(1) != 1 {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		// Forward the first create, so the API server writes the claim, then answer as a
+		// storage timeout would.
+		forward.ServeHTTP(httptest.NewRecorder(), r)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Timeout","code":504,"details":{"retryAfterSeconds":1},"message":"Timeout: request did not complete within the allotted timeout"}`))
+	}))
+	t.Cleanup(proxy.Close)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host, cfg.TLSClientConfig = proxy.URL, rest.TLSClientConfig{}
+	cfg.CertData, cfg.KeyData, cfg.CAData, cfg.BearerToken = nil, nil, nil, ""
+	through, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Client, p.APIReader = through, env.Client
+
+	res, first := p.Provision(t.Context())
+	if n := posts.Load(); n < 2 {
+		t.Fatalf("%d NodeClaim POSTs through the proxy: client-go did not send the create again, the case is not exercised", n)
+	}
+	_, second := p.Provision(t.Context())
+	if got := len(claimsOf(t, "prov-retried")); got != 1 {
+		t.Fatalf("%d claims for one pending pod after a create retried by the client, want 1", got)
+	}
+	if first != nil || second != nil {
+		t.Fatalf("passes failed: %v; %v", first, second)
+	}
+	if len(res.Created) != 1 {
+		t.Fatalf("first pass created %d claims, want the one the retry found", len(res.Created))
+	}
 }
