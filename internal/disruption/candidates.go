@@ -1,6 +1,7 @@
 package disruption
 
 import (
+	"encoding/json"
 	"time"
 
 	"fmt"
@@ -250,6 +251,8 @@ func (d *decider) block(c *Candidate) {
 		now.Sub(c.NodeClaim.CreationTimestamp.Time) < *np.Spec.Disruption.ConsolidateAfter.Duration:
 		c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("launched by a disruption at %s, within consolidateAfter (%s) of now",
 			c.NodeClaim.CreationTimestamp.UTC().Format("15:04:05 UTC"), np.Spec.Disruption.ConsolidateAfter.String())}
+	case d.awaited[c.NodeClaim.Name] != "":
+		c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("launched by a disruption to take the pods of %s, which is still there", d.awaited[c.NodeClaim.Name])}
 	case c.NodeClaim.Annotations[ReplacementAnnotationKey] != "" && d.opts.ReplacementSettle > 0:
 		if until := replacementSettled(c.NodeClaim, d.opts.ReplacementSettle); now.Before(until) {
 			c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("launched by a disruption, its pods may still be on their way (drained, then created again by their controllers); not before %s",
@@ -277,6 +280,33 @@ func (d *decider) block(c *Candidate) {
 	if !c.PriceKnown {
 		c.noConsolidation = Blocker{KindPrice, fmt.Sprintf("the price of %s is unknown: its instance type, zone or capacity type is no longer offered", c.Name())}
 	}
+}
+
+// CommandAnnotationKey records a disruption command on its candidates' NodeClaims (a JSON object:
+// its id, method, reason, replacements' names, …), written before anything else the command
+// does, so that a restart finds the command in flight.
+const CommandAnnotationKey = "capstan.dev/disruption-command"
+
+// awaitedReplacements maps each replacement named by a command still recorded on a claim that is
+// there to that claim's name: until the candidate is gone its pods have not come over.
+func awaitedReplacements(nodes []*Node) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		v, ok := n.NodeClaim.Annotations[CommandAnnotationKey]
+		if !ok {
+			continue
+		}
+		var cmd struct {
+			Replacements []string `json:"replacements"`
+		}
+		if json.Unmarshal([]byte(v), &cmd) != nil {
+			continue
+		}
+		for _, r := range cmd.Replacements {
+			out[r] = n.NodeClaim.Name
+		}
+	}
+	return out
 }
 
 // replacementSettled is when a replacement stops waiting for the pods it was launched for: settle

@@ -177,6 +177,9 @@ type decider struct {
 	// shrunk are the owners seen shrinking within CalmAfterScaleDown: a scored consolidation
 	// evicting their pods must score 1/CalmK.
 	shrunk map[types.UID]bool
+	// awaited names, for each replacement whose command's candidates are still there (draining,
+	// or waiting for it), one of those candidates: the replacement's pods are still to come.
+	awaited map[string]string
 }
 
 // Decide runs one round: it tries the methods in order and returns the first command found (or
@@ -296,6 +299,7 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 		p := &snap.NodePools[i]
 		d.pools[p.NodePool.Name] = p
 	}
+	d.awaited = awaitedReplacements(snap.Nodes)
 	for _, sd := range snap.ScaleDowns {
 		if sd.UID != "" && d.opts.CalmAfterScaleDown > 0 && snap.Now.Sub(sd.At) < d.opts.CalmAfterScaleDown {
 			if d.shrunk == nil {

@@ -431,6 +431,30 @@ func TestAnEmptyReplacementWaitsForThePodsItWasBoughtFor(t *testing.T) {
 	}
 }
 
+// A replacement whose command's candidate is still there (its drain held by a PDB past the
+// settle time) waits for it, however long: the candidate's pods are still to come.
+func TestAReplacementWaitsWhileItsCandidateDrains(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	n := c.node("default", "new", "l", karpv1.CapacityTypeOnDemand)
+	n.NodeClaim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(disruption.MethodDrift)}
+	old := c.node("default", "old", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
+	old.NodeClaim.Annotations = map[string]string{disruption.CommandAnnotationKey: `{"id":"c1","method":"Drift","reason":"Drifted","replacements":["new"]}`}
+	deleting := metav1.NewTime(t0.Add(-10 * time.Minute))
+	old.NodeClaim.DeletionTimestamp = &deleting
+	d := c.decide(disruption.Options{})
+	if slices.Contains(names(d.Command), "new") {
+		t.Fatalf("command = %v, want the replacement kept while its candidate drains", names(d.Command))
+	}
+	if _, msg := explanation(d, "new"); !strings.Contains(msg, "to take the pods of old, which is still there") {
+		t.Errorf("explanation = %q", msg)
+	}
+	c.snap.Nodes = c.snap.Nodes[:1]
+	if got := names(c.decide(disruption.Options{}).Command); !slices.Contains(got, "new") {
+		t.Errorf("command = %v once the candidate is gone (and the settle time long past), want the empty replacement taken", got)
+	}
+}
+
 func TestWhenEmptyLeavesBusyNodes(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", func(np *karpv1.NodePool) {

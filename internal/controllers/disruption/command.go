@@ -27,8 +27,9 @@ import (
 )
 
 // CommandAnnotationKey is on the NodeClaims a disruption command is disrupting, with the
-// command's state (commandState as JSON), until they are deleted or the command rolls back.
-const CommandAnnotationKey = "capstan.dev/disruption-command"
+// command's state (commandState as JSON), until they are deleted or the command rolls back; the
+// decision core reads its replacements' names from it (disruption.CommandAnnotationKey).
+const CommandAnnotationKey = disruption.CommandAnnotationKey
 
 // commandState is a command in flight, as recorded on its candidates.
 type commandState struct {
