@@ -48,8 +48,17 @@ func randomInput(r *rand.Rand) solver.Input {
 	for d := range 3 + r.IntN(6) {
 		app := fmt.Sprintf("app-%d", d)
 		replicas := 1 + r.IntN(25)
-		kind := r.IntN(9)
+		kind := r.IntN(12)
 		cpu, mem := cpus[r.IntN(len(cpus))], mems[r.IntN(len(mems))]
+		// typeSubset is a random handful of the catalog's type names, for instance-type selectors.
+		typeSubset := func() []string {
+			var names []string
+			for range 1 + r.IntN(6) {
+				names = append(names, its[r.IntN(len(its))].Name)
+			}
+			return names
+		}
+		typesIn, typesNotIn := typeSubset(), typeSubset()
 		for i := range replicas {
 			p := workload.Pod(fmt.Sprintf("%s-%d", app, i), cpu, mem, map[string]string{"app": app})
 			sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}
@@ -79,11 +88,33 @@ func randomInput(r *rand.Rand) solver.Input {
 			case 8:
 				p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 					RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term(corev1.LabelTopologyZone)}}}
+			case 9:
+				// Each pod its own instance types (In): pods of one plan with different
+				// instance-type selectors share a claim only on types every one of them allows.
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: instanceTypes(corev1.NodeSelectorOpIn, typeSubset())}
+			case 10:
+				// The deployment's instance types, or not them (In / NotIn), alternating.
+				op, names := corev1.NodeSelectorOpIn, typesIn
+				if i%2 == 1 {
+					op, names = corev1.NodeSelectorOpNotIn, typesNotIn
+				}
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: instanceTypes(op, names)}
+			case 11:
+				// Required pod affinity to each other by zone, with instance-type selectors that
+				// no one machine meets for all: several machines in one zone.
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: instanceTypes(corev1.NodeSelectorOpIn, []string{its[i%3].Name}),
+					PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term(corev1.LabelTopologyZone)}}}
 			}
 			in.Pods = append(in.Pods, p)
 		}
 	}
 	return in
+}
+
+// instanceTypes is a required node affinity on the instance-type label.
+func instanceTypes(op corev1.NodeSelectorOperator, names []string) *corev1.NodeAffinity {
+	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelInstanceTypeStable, Operator: op, Values: names}}}}}}
 }
 
 func TestRandomPlansRespectEveryHardConstraint(t *testing.T) {

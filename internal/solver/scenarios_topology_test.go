@@ -352,3 +352,32 @@ func TestAffinityMustAcceptEveryTypeAnInFlightClaimMayTake(t *testing.T) {
 		}
 	}
 }
+
+// Pods that require each other's zone (pod affinity, zone topology) but select instance types no
+// one machine has for all of them: kube-scheduler places them on several machines of one zone, so
+// the plan buys those machines, all in one zone, and leaves none pending. (An independent suite
+// of Karpenter's scheduling cases reported one of two such pods left pending.)
+func TestZoneAffinityAcrossMachinesOfDifferentTypes(t *testing.T) {
+	its := workload.FakeInstanceTypes(6)
+	var ps []*corev1.Pod
+	for i := range 6 {
+		p := workload.Pod(fmt.Sprintf("db-%d", i), "500m", "512Mi", map[string]string{"app": "db"})
+		p.Spec.Affinity = &corev1.Affinity{
+			NodeAffinity: instanceTypes(corev1.NodeSelectorOpIn, []string{its[2+i%2].Name}),
+			PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				TopologyKey: zoneKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}}}
+		ps = append(ps, p)
+	}
+	r := solve(t, solver.Input{Pods: ps, NodePools: []solver.NodePool{poolOf(its)}}, solver.Options{})
+	wantAllPlaced(t, r)
+	if len(r.NodeClaims) < 2 {
+		t.Fatalf("%d claims, want at least two: the pods select two instance types", len(r.NodeClaims))
+	}
+	zones := map[string]bool{}
+	for _, nc := range r.NodeClaims {
+		zones[zoneOf(nc)] = true
+	}
+	if len(zones) != 1 || zones[""] {
+		t.Errorf("claims in zones %v, want one decided zone for all", zones)
+	}
+}
