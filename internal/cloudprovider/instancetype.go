@@ -57,6 +57,10 @@ type InstanceType struct {
 	Overhead corev1.ResourceList
 	// Offerings are the ways to buy it.
 	Offerings []Offering
+	// VolumeLimits are, per CSI driver, how many volumes a new machine of this type can attach —
+	// what its CSINode will publish, which the kube-scheduler enforces (Karpenter v1.15's
+	// per-instance-type volume attach limits). A driver not listed has no limit known.
+	VolumeLimits map[string]int64
 }
 
 // Allocatable is the capacity left for pods: Capacity − Overhead.

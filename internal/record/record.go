@@ -81,6 +81,8 @@ type InstanceType struct {
 	Capacity     corev1.ResourceList              `json:"capacity"`
 	Overhead     corev1.ResourceList              `json:"overhead,omitempty"`
 	Offerings    []Offering                       `json:"offerings"`
+	// VolumeLimits are the CSI volumes a new machine of the type attaches, per driver.
+	VolumeLimits map[string]int64 `json:"volumeLimits,omitempty"`
 }
 
 // Offering is a cloudprovider.Offering in the file.
@@ -171,7 +173,7 @@ func refKey(ref *karpv1.NodeClassReference) string {
 func fromInstanceTypes(its []*cloudprovider.InstanceType) []InstanceType {
 	out := make([]InstanceType, 0, len(its))
 	for _, it := range its {
-		t := InstanceType{Name: it.Name, Capacity: it.Capacity, Overhead: it.Overhead}
+		t := InstanceType{Name: it.Name, Capacity: it.Capacity, Overhead: it.Overhead, VolumeLimits: it.VolumeLimits}
 		it.Requirements.Each(func(r requirements.Requirement) {
 			for _, e := range r.Expressions() {
 				t.Requirements = append(t.Requirements, corev1.NodeSelectorRequirement{Key: e.Key,
@@ -192,7 +194,7 @@ func (t InstanceType) instanceType() (*cloudprovider.InstanceType, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instance type %s: requirements: %w", t.Name, err)
 	}
-	it := &cloudprovider.InstanceType{Name: t.Name, Requirements: reqs, Capacity: t.Capacity, Overhead: t.Overhead}
+	it := &cloudprovider.InstanceType{Name: t.Name, Requirements: reqs, Capacity: t.Capacity, Overhead: t.Overhead, VolumeLimits: t.VolumeLimits}
 	for _, o := range t.Offerings {
 		it.Offerings = append(it.Offerings, cloudprovider.Offering{Zone: o.Zone, CapacityType: o.CapacityType, Price: o.Price, Available: o.Available})
 	}

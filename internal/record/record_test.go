@@ -48,6 +48,7 @@ func source(t testing.TB) *record.Recording {
 			Requirements: []corev1.NodeSelectorRequirement{{Key: karpv1.InstanceTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"m5.large"}}},
 			Capacity:     corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 			Offerings:    []record.Offering{{Zone: "zone-a", CapacityType: "on-demand", Price: 0.096, Available: true}},
+			VolumeLimits: map[string]int64{"ebs.csi.aws.com": 26},
 		}}}},
 		NodePools: []karpv1.NodePool{np}, NodeClaims: []karpv1.NodeClaim{nc}, Nodes: []corev1.Node{node}, Pods: []corev1.Pod{pod},
 		ReplicaSets: []appsv1.ReplicaSet{rs}}
@@ -100,6 +101,8 @@ func TestRecordKeepsWhatDecisionsRead(t *testing.T) {
 	}
 	if len(r.InstanceTypes) != 1 || len(r.InstanceTypes[0].InstanceTypes) != 1 || r.InstanceTypes[0].InstanceTypes[0].Offerings[0].Price != 0.096 {
 		t.Errorf("offerings %+v, want the node class's m5.large at 0.096", r.InstanceTypes)
+	} else if got := r.InstanceTypes[0].InstanceTypes[0].VolumeLimits["ebs.csi.aws.com"]; got != 26 {
+		t.Errorf("EBS volume limit %d, want the type's 26", got)
 	}
 	if !r.RecordedAt.Time.Equal(at) {
 		t.Errorf("recorded at %s, want %s", r.RecordedAt.Time, at)

@@ -60,8 +60,8 @@ func (s *solver) noteAttachDim(name corev1.ResourceName) {
 	s.attachDims = append(s.attachDims, d)
 }
 
-// attachLimits sets a target's room for each driver's attachments: the node's published limit,
-// or no limit.
+// attachLimits sets a target's room for each driver's attachments: an existing node's published
+// limit, or a new machine's type's (InstanceType.VolumeLimits), or no limit.
 func (s *solver) attachLimits(alloc vec, limits map[string]int64) {
 	for _, d := range s.attachDims {
 		driver := strings.TrimPrefix(string(s.ri.names[d]), attachPrefix)

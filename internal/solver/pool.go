@@ -171,7 +171,7 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 			// The cached vectors are every Solve's; this one's are its own to change.
 			info.alloc, info.capacity = s.extend(t.alloc), s.extend(t.capacity)
 		}
-		s.attachLimits(info.alloc, nil)
+		s.attachLimits(info.alloc, t.it.VolumeLimits)
 		if limitsNodes {
 			// Every machine is one node of a limit on nodes.
 			info.capacity[nodes] = 1000

@@ -199,6 +199,19 @@ func (s *Server) describeImages(f form) (*el, *apiError) {
 	return E("", Set("imagesSet", items)), nil
 }
 
+// ebsLimit is the EBS attachment limit DescribeInstanceTypes reports: the type's own, else, for
+// Nitro types, the 28 attachments they share with network interfaces and instance-store volumes
+// (EC2's documented limit; the catalog has no per-type figure).
+func ebsLimit(it *instanceType) []*el {
+	switch {
+	case it.ebsAttachments > 0:
+		return []*el{T("attachmentLimitType", it.ebsLimitType), T("maximumEbsAttachments", strconv.FormatInt(it.ebsAttachments, 10))}
+	case it.hypervisor == "nitro":
+		return []*el{T("attachmentLimitType", "shared"), T("maximumEbsAttachments", "28")}
+	}
+	return nil
+}
+
 func (it *instanceType) xml() *el {
 	arch := it.arch
 	if arch == "amd64" {
@@ -216,8 +229,8 @@ func (it *instanceType) xml() *el {
 			E("efaInfo", T("maximumEfaInterfaces", strconv.FormatInt(it.efa, 10))),
 			Set("networkCards", []*el{E("", T("networkCardIndex", "0"), T("maximumNetworkInterfaces", strconv.FormatInt(it.enis, 10)),
 				T("baselineBandwidthInGbps", strconv.FormatFloat(float64(it.networkMbps)/1000, 'f', -1, 64)))})),
-		E("ebsInfo", E("ebsOptimizedInfo", T("maximumBandwidthInMbps", strconv.FormatInt(it.ebsMbps, 10)),
-			T("baselineBandwidthInMbps", strconv.FormatInt(it.ebsMbps, 10)))),
+		E("ebsInfo", append([]*el{E("ebsOptimizedInfo", T("maximumBandwidthInMbps", strconv.FormatInt(it.ebsMbps, 10)),
+			T("baselineBandwidthInMbps", strconv.FormatInt(it.ebsMbps, 10)))}, ebsLimit(it)...)...),
 		Set("supportedVirtualizationTypes", []*el{T("", "hvm")}))
 	if it.nvmeGB > 0 {
 		e.kids = append(e.kids, T("instanceStorageSupported", "true"),

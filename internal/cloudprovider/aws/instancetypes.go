@@ -620,7 +620,40 @@ func (p *Provider) buildTypes(m *market, nc *awsv1.EC2NodeClass) []*cloudprovide
 		}
 		r := p.reserved(info, nc)
 		capacity := p.Capacity(info, nc, r)
-		out = append(out, cloudprovider.NewInstanceType(name, labels, capacity, Overhead(capacity, r), offerings))
+		it := cloudprovider.NewInstanceType(name, labels, capacity, Overhead(capacity, r), offerings)
+		if n, ok := EBSVolumeLimit(info, nc); ok {
+			it.VolumeLimits = map[string]int64{EBSCSIDriver: n}
+		}
+		out = append(out, it)
 	}
 	return out
+}
+
+// EBSCSIDriver is the Amazon EBS CSI driver's name: the driver of the volume limit AWS instance
+// types carry.
+const EBSCSIDriver = "ebs.csi.aws.com"
+
+// EBSVolumeLimit is how many EBS volumes pods can attach on a new machine of the type with the
+// class, as the EBS CSI driver will publish on its CSINode: the type's EBS attachments
+// (DescribeInstanceTypes' MaximumEbsAttachments) less the class's block devices (the root volume
+// when it names none); where the type shares that limit with its other attachments (Nitro's
+// "shared"), less the primary network interface and the instance-store volumes too. ok is false
+// when EC2 gives no limit: the type is then not limited here (the node's CSINode still bounds it
+// once it exists). Network interfaces the VPC CNI attaches later lower the driver's figure
+// further on shared types; Capstan does not predict them.
+func EBSVolumeLimit(info ec2types.InstanceTypeInfo, nc *awsv1.EC2NodeClass) (int64, bool) {
+	eb := info.EbsInfo
+	if eb == nil || eb.MaximumEbsAttachments == nil {
+		return 0, false
+	}
+	n := int64(aws.ToInt32(eb.MaximumEbsAttachments)) - int64(max(1, len(nc.Spec.BlockDeviceMappings)))
+	if eb.AttachmentLimitType == ec2types.AttachmentLimitTypeShared {
+		n--
+		if si := info.InstanceStorageInfo; si != nil {
+			for _, d := range si.Disks {
+				n -= int64(aws.ToInt32(d.Count))
+			}
+		}
+	}
+	return max(n, 0), true
 }

@@ -481,6 +481,12 @@ func TestLabelsAndAllocatableMatchTheCatalog(t *testing.T) {
 		if !od {
 			t.Errorf("%s: no on-demand offering at the catalog's price %v: %+v", it.Name, e.OnDemandPriceUSD[catalog.Region], it.Offerings)
 		}
+		// The local EC2 endpoint reports Nitro's 28 shared attachments: less the root volume and
+		// the primary network interface, 26 EBS volumes for pods; no limit for the others.
+		limit, limited := it.VolumeLimits[aws.EBSCSIDriver]
+		if nitro := e.Labels[awsv1.LabelInstanceHypervisor] == "nitro"; limited != nitro || nitro && limit != 26 {
+			t.Errorf("%s (hypervisor %q): EBS volume limit %d (set %v), want 26 on Nitro, none otherwise", it.Name, e.Labels[awsv1.LabelInstanceHypervisor], limit, limited)
+		}
 	}
 }
 
