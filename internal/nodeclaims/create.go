@@ -87,15 +87,13 @@ func Create(ctx context.Context, c client.Client, reader client.Reader, clk cloc
 	b, start := ResolveBackoff, clk.Now()
 	var last error
 	for {
-		got := &karpv1.NodeClaim{}
-		last = reader.Get(ctx, client.ObjectKey{Name: nc.Name}, got)
+		var mine bool
+		mine, last = readBack(ctx, reader, nc)
 		switch {
+		case last == nil && !mine:
+			// Another writer's claim of the same name: this create was refused.
+			return apierrors.NewAlreadyExists(schema.GroupResource{Group: karpv1.SchemeGroupVersion.Group, Resource: "nodeclaims"}, nc.Name)
 		case last == nil:
-			if !sameOrigin(got, nc) {
-				// Another writer's claim of the same name: this create was refused.
-				return apierrors.NewAlreadyExists(schema.GroupResource{Group: karpv1.SchemeGroupVersion.Group, Resource: "nodeclaims"}, nc.Name)
-			}
-			got.DeepCopyInto(nc)
 			logger.Info("nodeclaim create whose answer was lost had succeeded")
 			return nil
 		case apierrors.IsNotFound(last):
@@ -121,20 +119,32 @@ func Create(ctx context.Context, c client.Client, reader client.Reader, clk cloc
 // no answer, an *UnresolvedError (the claim may be this one). Taking every AlreadyExists for a
 // taken name made the provisioner create the claim again under another name: two machines.
 func ownedAlready(ctx context.Context, reader client.Reader, nc *karpv1.NodeClaim, exists error) error {
-	got := &karpv1.NodeClaim{}
-	if err := reader.Get(ctx, client.ObjectKey{Name: nc.Name}, got); err != nil {
-		if apierrors.IsNotFound(err) {
-			// Deleted since: whoever's it was, this create did not make a claim that lives.
-			return exists
-		}
+	mine, err := readBack(ctx, reader, nc)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Deleted since: whoever's it was, this create did not make a claim that lives.
+		return exists
+	case err != nil:
 		return &UnresolvedError{Name: nc.Name, Err: exists, Last: err}
-	}
-	if !sameOrigin(got, nc) {
+	case !mine:
 		return exists
 	}
-	got.DeepCopyInto(nc)
 	log.FromContext(ctx).Info("nodeclaim create answered exists: its own earlier attempt had been written", "NodeClaim", nc.Name)
 	return nil
+}
+
+// readBack reads the claim named nc.Name from reader: mine when it is the claim nc asked for
+// (sameOrigin), nc then updated to it; err is the read's.
+func readBack(ctx context.Context, reader client.Reader, nc *karpv1.NodeClaim) (mine bool, err error) {
+	got := &karpv1.NodeClaim{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: nc.Name}, got); err != nil {
+		return false, err
+	}
+	if !sameOrigin(got, nc) {
+		return false, nil
+	}
+	got.DeepCopyInto(nc)
+	return true, nil
 }
 
 // sameOrigin reports whether got, read back after a lost answer, is the claim nc asked for: it

@@ -321,8 +321,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 				EvictionMemory:     churnMemory(o.ConsolidationChurnMemory),
 				DisablePlanning:    !o.ConsolidationPlanning,
 				UnderutilizedK:     underutilizedK(o.UnderutilizedConsolidationK),
-				CalmAfterScaleDown: calmAfterScaleDown(o.CalmAfterScaleDown),
-				ReplacementSettle:  calmAfterScaleDown(o.ReplacementSettle),
+				CalmAfterScaleDown: offWhenZero(o.CalmAfterScaleDown),
+				ReplacementSettle:  offWhenZero(o.ReplacementSettle),
 				Solver:             solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 			},
 		}}
@@ -365,9 +365,9 @@ func underutilizedK(k float64) float64 {
 	return k
 }
 
-// calmAfterScaleDown is the decision core's CalmAfterScaleDown (or ReplacementSettle) for the
-// setting: 0 turns it off (negative there; its zero means its default).
-func calmAfterScaleDown(d time.Duration) time.Duration {
+// offWhenZero is the decision core's value of a duration setting whose 0 turns it off
+// (CalmAfterScaleDown, ReplacementSettle): negative there, since its zero means its default.
+func offWhenZero(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}

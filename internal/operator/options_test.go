@@ -324,12 +324,12 @@ func TestSimFaults(t *testing.T) {
 
 func TestCalmAfterScaleDown(t *testing.T) {
 	o, err := Parse(nil, env(nil))
-	if err != nil || o.CalmAfterScaleDown != 10*time.Minute || calmAfterScaleDown(o.CalmAfterScaleDown) != 10*time.Minute {
+	if err != nil || o.CalmAfterScaleDown != 10*time.Minute || offWhenZero(o.CalmAfterScaleDown) != 10*time.Minute {
 		t.Fatalf("default: %v, err %v; want 10m", o.CalmAfterScaleDown, err)
 	}
 	o, err = Parse(nil, env(map[string]string{"CALM_AFTER_SCALE_DOWN": "0s"}))
-	if err != nil || calmAfterScaleDown(o.CalmAfterScaleDown) >= 0 {
-		t.Fatalf("CALM_AFTER_SCALE_DOWN=0s: %v, err %v; want the rule off", calmAfterScaleDown(o.CalmAfterScaleDown), err)
+	if err != nil || offWhenZero(o.CalmAfterScaleDown) >= 0 {
+		t.Fatalf("CALM_AFTER_SCALE_DOWN=0s: %v, err %v; want the rule off", offWhenZero(o.CalmAfterScaleDown), err)
 	}
 	o, err = Parse([]string{"--calm-after-scale-down=3m"}, env(map[string]string{"CALM_AFTER_SCALE_DOWN": "20m"}))
 	if err != nil || o.CalmAfterScaleDown != 3*time.Minute {

@@ -199,17 +199,14 @@ func (s *Server) describeImages(f form) (*el, *apiError) {
 	return E("", Set("imagesSet", items)), nil
 }
 
-// ebsLimit is the EBS attachment limit DescribeInstanceTypes reports: the type's own, else, for
-// Nitro types, the 28 attachments they share with network interfaces and instance-store volumes
-// (EC2's documented limit; the catalog has no per-type figure).
+// ebsLimit is the EBS attachment limit DescribeInstanceTypes reports: for Nitro types the 28
+// attachments they share with network interfaces and instance-store volumes (EC2's documented
+// limit; the catalog has no per-type figure), none for the others.
 func ebsLimit(it *instanceType) []*el {
-	switch {
-	case it.ebsAttachments > 0:
-		return []*el{T("attachmentLimitType", it.ebsLimitType), T("maximumEbsAttachments", strconv.FormatInt(it.ebsAttachments, 10))}
-	case it.hypervisor == "nitro":
-		return []*el{T("attachmentLimitType", "shared"), T("maximumEbsAttachments", "28")}
+	if it.hypervisor != "nitro" {
+		return nil
 	}
-	return nil
+	return []*el{T("attachmentLimitType", "shared"), T("maximumEbsAttachments", "28")}
 }
 
 func (it *instanceType) xml() *el {

@@ -107,16 +107,12 @@ type instanceType struct {
 	ebsMbps, networkMbps, nvmeGB int64
 	encryption, current          bool
 	hypervisor                   string
-	// ebsAttachments and ebsLimitType ("shared", "dedicated") are the type's EBS attachment
-	// limit, when set (else Nitro's shared 28).
-	ebsAttachments           int64
-	ebsLimitType             string
-	gpuName, gpuManufacturer string
-	gpuCount, gpuMemMiB      int64
-	neuronName               string
-	efa                      int64
-	neuronCount, neuronCores int64
-	onDemand                 float64
+	gpuName, gpuManufacturer     string
+	gpuCount, gpuMemMiB          int64
+	neuronName                   string
+	efa                          int64
+	neuronCount, neuronCores     int64
+	onDemand                     float64
 }
 
 // fromCatalog turns a catalog entry back into DescribeInstanceTypes facts. The pod capacity the
