@@ -57,7 +57,7 @@ test: verify ## Run all tests (unit, API validation on a real API server, local 
 
 .PHONY: chaos
 chaos: ## Run the chaos suite's full scenarios (test/chaos, test/chaos/aws; SCENARIO=regexp picks some) and print their figures; make test runs the short ones.
-	CAPSTAN_CHAOS=full go test -p 1 -count=1 -timeout 60m -v -run '$(or $(SCENARIO),.)' ./test/chaos/... | tee /dev/stderr | grep '^chaos: '
+	hack/chaos.sh '$(or $(SCENARIO),.)'
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME ?= 30s
 

@@ -30,8 +30,8 @@ var disruptionPoints = []string{crashpoint.DisruptionRecorded, crashpoint.Disrup
 // machine is left without a claim, and every pod runs on a node of the new template.
 func TestCrashDuringDisruption(t *testing.T) {
 	seed := setting("DISRUPT_SEED", 1, 1)
-	kills := setting("DISRUPT_KILLS", 10, 18)
-	replicas := setting("DISRUPT_PODS", 8, 24)
+	kills := setting("DISRUPT_KILLS", 10, 24)
+	replicas := setting("DISRUPT_PODS", 8, 40)
 	rng := rand.New(rand.NewPCG(uint64(seed), 11))
 	const name = "crash-disrupt"
 	pool(t, name, func(snc *simv1alpha1.SimNodeClass) {

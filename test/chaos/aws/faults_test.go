@@ -21,7 +21,7 @@ import (
 func TestEC2Faults(t *testing.T) {
 	errorsPct := setting("FAULT_ERRORS", 25, 20)
 	hangsPct := setting("FAULT_HANGS", -1, 3)
-	n := setting("FAULT_PODS", 8, 20)
+	n := setting("FAULT_PODS", 8, 30)
 	rates := awsfake.FaultRates{ErrorPercent: errorsPct, HangPercent: max(hangsPct, 0)}
 	const name = "ec2-faults"
 	pool(t, name, karpv1.CapacityTypeOnDemand, nil)

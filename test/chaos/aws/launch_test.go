@@ -20,8 +20,8 @@ import (
 // without a NodeClaim; every pod runs.
 func TestCrashDuringLaunchesOnAWS(t *testing.T) {
 	seed := setting("SEED", 1, 1)
-	kills := setting("AWS_KILLS", 8, 15)
-	replicas := setting("AWS_CLAIMS", 16, 60)
+	kills := setting("AWS_KILLS", 8, 30)
+	replicas := setting("AWS_CLAIMS", 16, 500)
 	rng := rand.New(rand.NewPCG(uint64(seed), 13))
 	const name = "crash-launch-aws"
 	pool(t, name, karpv1.CapacityTypeOnDemand, nil)

@@ -77,8 +77,11 @@ func (c *Controller) Sync(ctx context.Context) error {
 	// keep vanished claims and released nodes waiting behind it.
 	var errs []error
 	alive := map[string]bool{}
+	// claimOf is the NodeClaim each machine was launched for, by provider ID.
+	claimOf := map[string]string{}
 	for _, m := range machines {
 		alive[m.Status.ProviderID] = true
+		claimOf[m.Status.ProviderID] = m.Name
 		if byProvider[m.Status.ProviderID] {
 			continue
 		}
@@ -117,6 +120,13 @@ func (c *Controller) Sync(ctx context.Context) error {
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		if !controllerutil.ContainsFinalizer(n, karpv1.TerminationFinalizer) || byProvider[n.Spec.ProviderID] {
+			continue
+		}
+		if _, claimed := byName[claimOf[n.Spec.ProviderID]]; claimed && alive[n.Spec.ProviderID] {
+			// The machine's claim exists but has not recorded it (yet, or again: Capstan killed
+			// after adopting the node and before writing the claim's status, the claim's launch
+			// and registration are redone after the restart). Released, the node would be
+			// deleted under its kubelet, which registers it again with the unregistered taint.
 			continue
 		}
 		// The claims were listed before the nodes, and the two caches lag separately: a node

@@ -173,15 +173,11 @@ func readyNode(t *testing.T, name, providerID string, ready corev1.ConditionStat
 	return n
 }
 
-// A Node that registered a moment ago may be ahead of the cache's copy of its claim (the claims
-// are listed first, and the caches lag separately): it is released only once it has had the
-// grace window to be matched. (A 1,000-machine burst lost four live nodes to this.)
-func TestFreshNodeIsNotReleasedBeforeItsClaimIsSeen(t *testing.T) {
-	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gc"}, Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large"}}})
-	sc := simtest.New(t, env.Client)
-	gc := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock}
-	sc.Clock.SetTime(time.Now())
-	n := readyNode(t, "fresh-node", "sim:///unrecorded", corev1.ConditionTrue)
+// finalizedNode is a Ready Node carrying Capstan's termination finalizer, as registration
+// leaves it; the finalizer is dropped at the end of the test.
+func finalizedNode(t *testing.T, name, providerID string) *corev1.Node {
+	t.Helper()
+	n := readyNode(t, name, providerID, corev1.ConditionTrue)
 	n.Finalizers = []string{karpv1.TerminationFinalizer}
 	if err := env.Client.Update(t.Context(), n); err != nil {
 		t.Fatal(err)
@@ -193,6 +189,18 @@ func TestFreshNodeIsNotReleasedBeforeItsClaimIsSeen(t *testing.T) {
 			_ = env.Client.Update(context.Background(), cur)
 		}
 	})
+	return n
+}
+
+// A Node that registered a moment ago may be ahead of the cache's copy of its claim (the claims
+// are listed first, and the caches lag separately): it is released only once it has had the
+// grace window to be matched. (A 1,000-machine burst lost four live nodes to this.)
+func TestFreshNodeIsNotReleasedBeforeItsClaimIsSeen(t *testing.T) {
+	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gc"}, Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large"}}})
+	sc := simtest.New(t, env.Client)
+	gc := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock}
+	sc.Clock.SetTime(time.Now())
+	n := finalizedNode(t, "fresh-node", "sim:///unrecorded")
 	if err := gc.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +214,51 @@ func TestFreshNodeIsNotReleasedBeforeItsClaimIsSeen(t *testing.T) {
 	}
 	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: n.Name}, cur); err == nil && cur.DeletionTimestamp.IsZero() {
 		t.Fatal("a node without a claim past the grace window was not released")
+	}
+}
+
+// A Node whose machine's NodeClaim exists but has not recorded the machine is kept past the
+// grace window: Capstan killed after adopting the node and before writing the claim's status
+// redoes the claim's launch and registration after its restart, which may take longer than the
+// window in a burst. Released, the node was deleted under its kubelet, which registered it again
+// with the unregistered taint (the chaos suite's crash during launches on AWS).
+func TestANodeWhoseClaimHasNotRecordedItsMachineIsKept(t *testing.T) {
+	simtest.NodeClass(t, env.Client, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gc"}, Spec: simv1alpha1.SimNodeClassSpec{InstanceTypes: []string{"m5.large"}}})
+	sc := simtest.New(t, env.Client)
+	gc := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock}
+	sc.Clock.SetTime(time.Now())
+	nc := claim("unrecorded")
+	if err := env.Client.Create(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseClaim("unrecorded"); _ = env.Client.Delete(context.Background(), nc) })
+	// The machine is launched; the claim's status (its provider ID) was never written.
+	launched, err := sc.Provider.Create(t.Context(), nc.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := finalizedNode(t, "unrecorded-node", launched.Status.ProviderID)
+	sc.Clock.Step(GracePeriod + time.Second)
+	if err := gc.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cur := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: n.Name}, cur); err != nil || !cur.DeletionTimestamp.IsZero() {
+		t.Fatalf("the node of a machine whose claim exists was released (err %v)", err)
+	}
+	if len(sc.Cloud.Instances()) != 1 {
+		t.Fatalf("%d machines left, want the claim's one", len(sc.Cloud.Instances()))
+	}
+	// Once the claim is gone, the node is released.
+	releaseClaim("unrecorded")
+	if err := env.Client.Delete(t.Context(), nc); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	if err := gc.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: n.Name}, cur); err == nil && cur.DeletionTimestamp.IsZero() {
+		t.Fatal("the node of a machine whose claim is gone was not released")
 	}
 }
 

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -210,5 +211,84 @@ func TestNeverRegisteringMachineIsGivenUpAfterTheTTL(t *testing.T) {
 	}
 	if n := len(f.cloud.Instances()); n != 0 {
 		t.Fatalf("%d machines left after the claim of a never-registering machine was terminated", n)
+	}
+}
+
+// A kubelet whose Node object is deleted registers it again, with the taints it registers with
+// (the unregistered taint among them). The claim is registered already, so before this rule
+// nothing lifted that taint and the node took no pod for ever (the chaos suite's crash during
+// launches on AWS: a node released while its claim's status write was lost to a kill).
+func TestANodeRegisteredAgainIsAdoptedAgain(t *testing.T) {
+	f := setup(t, "readopt", simv1alpha1.Failures{})
+	startup := corev1.Taint{Key: "node.cilium.io/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+	newClaim(t, "readopt-1", "readopt", startup)
+	f.reconcile(t, "readopt-1")
+	f.clk.Step(3 * time.Second)
+	if err := f.joiner.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t, "readopt-1")
+	setReady(t, "readopt-1")
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "readopt-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.Key == startup.Key })
+	if err := env.Client.Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	nc := f.reconcile(t, "readopt-1")
+	if !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeReady) {
+		t.Fatalf("claim not ready: %v", conditions(nc))
+	}
+
+	// The Node object is deleted and the kubelet registers it again.
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "readopt-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	providerID := node.Spec.ProviderID
+	node.Finalizers = nil
+	if err := env.Client.Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	again := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "readopt-1", Labels: map[string]string{corev1.LabelHostname: "readopt-1"}},
+		Spec: corev1.NodeSpec{ProviderID: providerID, Taints: []corev1.Taint{
+			{Key: karpv1.UnregisteredTaintKey, Effect: corev1.TaintEffectNoExecute}, startup}}}
+	if err := env.Client.Create(t.Context(), again); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cur := &corev1.Node{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: "readopt-1"}, cur) == nil {
+			cur.Finalizers = nil
+			_ = env.Client.Update(context.Background(), cur)
+			_ = env.Client.Delete(context.Background(), cur)
+		}
+	})
+	setReady(t, "readopt-1")
+
+	nc = f.reconcile(t, "readopt-1")
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "readopt-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.Key == karpv1.UnregisteredTaintKey }) {
+		t.Fatalf("the node registered again keeps the unregistered taint: %v", node.Spec.Taints)
+	}
+	if node.Labels["team"] != "orders" || node.Labels[karpv1.NodeRegisteredLabelKey] != "true" || node.Labels[karpv1.NodeInitializedLabelKey] != "true" ||
+		!slices.Contains(node.Finalizers, karpv1.TerminationFinalizer) || len(node.OwnerReferences) != 1 {
+		t.Fatalf("the node registered again is not adopted: %+v", node.ObjectMeta)
+	}
+	if !slices.ContainsFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "workload" }) {
+		t.Fatalf("the claim's taint is not on the node registered again: %v", node.Spec.Taints)
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(x corev1.Taint) bool { return x.Key != startup.Key })); n != 1 {
+		t.Fatalf("startup taint %d times on the node, want the kubelet's one: %v", n, node.Spec.Taints)
+	}
+	want := []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized, karpv1.ConditionTypeReady}
+	if got := conditions(nc); !slices.Equal(got, want) {
+		t.Fatalf("conditions %v, want %v", got, want)
 	}
 }

@@ -26,14 +26,18 @@ func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1
 }
 
 // register adopts the claim's Node: labels, annotations, taints, owner reference and finalizer,
-// then lifts the unregistered taint.
+// then lifts the unregistered taint. A registered claim's Node is adopted again when it is not
+// (any more): a kubelet whose Node object was deleted registers it again, with the unregistered
+// taint, and nothing else would ever lift it.
 func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, reconcile.Result, error) {
-	if isTrue(nc, karpv1.ConditionTypeRegistered) {
-		return true, reconcile.Result{}, nil
-	}
+	registered := isTrue(nc, karpv1.ConditionTypeRegistered)
 	node, err := c.nodeFor(ctx, nc)
 	if err != nil {
 		return false, reconcile.Result{}, err
+	}
+	if registered && (node == nil || adopted(node, nc) || !node.DeletionTimestamp.IsZero()) {
+		// A registered claim's node that is gone is garbage collection's and node repair's.
+		return true, reconcile.Result{}, nil
 	}
 	if node == nil {
 		launched := nc.CreationTimestamp.Time
@@ -64,6 +68,9 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 	}
 	maps.Copy(node.Labels, nc.Labels)
 	node.Labels[karpv1.NodeRegisteredLabelKey] = "true"
+	if registered && isTrue(nc, karpv1.ConditionTypeInitialized) {
+		node.Labels[karpv1.NodeInitializedLabelKey] = "true"
+	}
 	if len(nc.Annotations) > 0 {
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
@@ -71,7 +78,13 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 		maps.Copy(node.Annotations, nc.Annotations)
 	}
 	if node.Labels[karpv1.NodeDoNotSyncTaintsLabelKey] != "true" {
-		for _, t := range append(slices.Clone(nc.Spec.Taints), nc.Spec.StartupTaints...) {
+		taints := slices.Clone(nc.Spec.Taints)
+		if !isTrue(nc, karpv1.ConditionTypeInitialized) {
+			// Startup taints are put on once: a node adopted again after its claim was
+			// initialized has had them lifted by whatever owns them.
+			taints = append(taints, nc.Spec.StartupTaints...)
+		}
+		for _, t := range taints {
 			if !slices.ContainsFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.MatchTaint(&t) }) {
 				node.Spec.Taints = append(node.Spec.Taints, t)
 			}
@@ -90,6 +103,12 @@ func (c *Controller) register(ctx context.Context, nc *karpv1.NodeClaim) (bool, 
 			return false, reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
 		return false, reconcile.Result{}, fmt.Errorf("syncing node %s: %w", node.Name, err)
+	}
+	if registered {
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Registered", "Register", "Node %s registered again; adopted it again", node.Name)
+		log.FromContext(ctx).Info("adopted the node of a registered nodeclaim again", "provider-id", nc.Status.ProviderID, "Node", node.Name)
+		nc.Status.NodeName = node.Name
+		return true, reconcile.Result{}, nil
 	}
 	nc.Status.NodeName = node.Name
 	c.setCondition(nc, karpv1.ConditionTypeRegistered, metav1.ConditionTrue, "Registered", "")
