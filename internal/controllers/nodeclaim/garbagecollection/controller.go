@@ -77,7 +77,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 	// keep vanished claims and released nodes waiting behind it.
 	var errs []error
 	alive := map[string]bool{}
-	// claimOf is the NodeClaim each machine was launched for, by provider ID.
+	// claimOf is the NodeClaim each machine the cloud runs was launched for, by provider ID.
 	claimOf := map[string]string{}
 	for _, m := range machines {
 		alive[m.Status.ProviderID] = true
@@ -122,7 +122,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 		if !controllerutil.ContainsFinalizer(n, karpv1.TerminationFinalizer) || byProvider[n.Spec.ProviderID] {
 			continue
 		}
-		if _, claimed := byName[claimOf[n.Spec.ProviderID]]; claimed && alive[n.Spec.ProviderID] {
+		if _, claimed := byName[claimOf[n.Spec.ProviderID]]; claimed {
 			// The machine's claim exists but has not recorded it (yet, or again: Capstan killed
 			// after adopting the node and before writing the claim's status, the claim's launch
 			// and registration are redone after the restart). Released, the node would be
