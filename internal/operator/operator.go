@@ -302,7 +302,8 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	if o.FeatureGates["StaticCapacity"] {
 		if err := (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
 			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m,
-			NodeRepair: o.FeatureGates["NodeRepair"], RepairPolicies: RepairPolicies(o.CloudProvider)}).Register(mgr); err != nil {
+			NodeRepair: o.FeatureGates["NodeRepair"], RepairPolicies: RepairPolicies(o.CloudProvider),
+			TerminateFirstDrift: o.FeatureGates["TerminateFirstDrift"]}).Register(mgr); err != nil {
 			return nil, err
 		}
 	}

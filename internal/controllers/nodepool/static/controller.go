@@ -56,6 +56,10 @@ type Controller struct {
 	// (disruption.DefaultRepairPolicies when nil).
 	NodeRepair     bool
 	RepairPolicies []disruption.RepairPolicy
+	// TerminateFirstDrift is the gate of that name: a drifted node holding a machine of a
+	// capacity reservation, in a pool that has no other machine to launch its replacement on, is
+	// deleted before the replacement is launched.
+	TerminateFirstDrift bool
 }
 
 // Pauses between reconciles of a static pool.
@@ -114,7 +118,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	switch {
 	case len(live) < replicas:
-		return c.launch(ctx, np, min(replicas-len(live), room), replicas-len(live))
+		return c.launch(ctx, np, list.Items, min(replicas-len(live), room), replicas-len(live))
 	case len(live) > replicas:
 		return c.remove(ctx, np, live, len(live)-replicas)
 	}
@@ -123,7 +127,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return res, err
 		}
 	}
-	return c.replaceDrifted(ctx, np, live, len(list.Items)-len(live), room)
+	return c.replaceDrifted(ctx, np, list.Items, live, len(list.Items)-len(live), room)
 }
 
 // repair deletes the static pool's node unhealthy longest past its repair policy's toleration,
@@ -195,33 +199,143 @@ func (c *Controller) repair(ctx context.Context, np *karpv1.NodePool, live []*ka
 	return reconcile.Result{}, false, nil
 }
 
-// launch creates n NodeClaims from the pool's template (want of them were needed).
-func (c *Controller) launch(ctx context.Context, np *karpv1.NodePool, n, want int) (reconcile.Result, error) {
+// launch creates n NodeClaims from the pool's template (want of them were needed); own are the
+// pool's claims, being deleted or not, as the API server has them.
+func (c *Controller) launch(ctx context.Context, np *karpv1.NodePool, own []karpv1.NodeClaim, n, want int) (reconcile.Result, error) {
 	if n <= 0 {
 		c.event(np, corev1.EventTypeWarning, "NodeLimitReached", "Launch",
 			fmt.Sprintf("static NodePool needs %d more node(s) to reach %d replicas, and limits.nodes leaves room for none", want, *np.Spec.Replicas))
 		return reconcile.Result{RequeueAfter: Waiting}, nil
 	}
-	reqs, err := nodepools.Requirements(np)
+	p, err := c.plan(ctx, np, own, n)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	reqs.Add(requirements.Single(karpv1.NodePoolLabelKey, np.Name))
-	for range n {
-		// No pods and no instance types: the cloud launches the cheapest type the template's
-		// requirements allow, as Karpenter does for static pools.
+	return c.create(ctx, np, p.claims, n, want)
+}
+
+// create creates a NodeClaim of each of claims' requirements; n were asked for, want needed.
+func (c *Controller) create(ctx context.Context, np *karpv1.NodePool, claims []requirements.Requirements, n, want int) (reconcile.Result, error) {
+	for _, reqs := range claims {
+		// No pods and no instance types: the cloud launches the cheapest type the requirements
+		// allow, as Karpenter does for static pools.
 		nc := planning.NewNodeClaim(np, &solver.PlannedNodeClaim{NodePool: np.Name, Requirements: reqs})
 		nc.Annotations[planning.LaunchedForAnnotationKey] = fmt.Sprintf("static NodePool %s keeps %d replicas", np.Name, *np.Spec.Replicas)
 		if err := nodeclaims.Create(ctx, c.Client, c.APIReader, c.Clock, nc); err != nil {
 			return reconcile.Result{}, fmt.Errorf("creating nodeclaim for static nodepool %s: %w", np.Name, err)
 		}
 		c.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
-		log.FromContext(ctx).Info("created nodeclaim", "NodePool", np.Name, "NodeClaim", nc.Name, "replicas", *np.Spec.Replicas)
+		log.FromContext(ctx).Info("created nodeclaim", "NodePool", np.Name, "NodeClaim", nc.Name, "replicas", *np.Spec.Replicas,
+			"reservation", cloudprovider.PinnedReservation(nc))
+	}
+	if short := n - len(claims); short > 0 {
+		c.event(np, corev1.EventTypeWarning, EventReservationsFull, "Launch",
+			fmt.Sprintf("static NodePool needs %d more node(s) to reach %d replicas: its capacity reservations have no machine left, and its requirements allow no other capacity", short, *np.Spec.Replicas))
+		return reconcile.Result{RequeueAfter: Waiting}, nil
 	}
 	if n < want {
 		return reconcile.Result{RequeueAfter: Waiting}, nil
 	}
 	return reconcile.Result{RequeueAfter: Resync}, nil
+}
+
+// EventReservationsFull is the NodePool event of a static pool that may launch only into
+// capacity reservations (capacity type reserved alone, or a reservation asked for by id) when
+// they have no machine left for its missing nodes.
+const EventReservationsFull = "ReservationsFull"
+
+// launchPlan is the requirements of the claims a static pool can launch now, and the capacity
+// reservations its pool is offered (whether or not they have a machine left).
+type launchPlan struct {
+	claims  []requirements.Requirements
+	offered map[string]bool
+}
+
+// plan gives each of n new claims of the pool a machine of one of its capacity reservations,
+// the cheapest offering first, when its template allows capacity type reserved: the claim is
+// pinned to it (capacity type reserved, the reservation's zone, type and id), as the solver pins
+// a dynamic pool's claims — the provider launches into a reservation only a claim that names it.
+// A reservation's machines are counted by the NodeClaims pinned to it: own, the pool's, as the
+// API server has them, and the other pools' from the cache. A claim that finds no machine left is kept off reserved offerings when the
+// template allows another capacity type the pool is offered, and not planned otherwise (fewer
+// claims than n).
+func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1.NodeClaim, n int) (launchPlan, error) {
+	reqs, err := nodepools.Requirements(np)
+	if err != nil {
+		return launchPlan{}, err
+	}
+	reqs.Add(requirements.Single(karpv1.NodePoolLabelKey, np.Name))
+	p := launchPlan{offered: map[string]bool{}}
+	ct, hasCT := reqs.Get(karpv1.CapacityTypeLabelKey)
+	if hasCT && !ct.Allows(karpv1.CapacityTypeReserved) {
+		for range n {
+			p.claims = append(p.claims, reqs)
+		}
+		return p, nil
+	}
+	its, err := c.Cloud.GetInstanceTypes(ctx, np)
+	if err != nil {
+		return launchPlan{}, fmt.Errorf("instance types of static nodepool %s: %w", np.Name, err)
+	}
+	all := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, all); err != nil {
+		return launchPlan{}, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	claims := slices.DeleteFunc(all.Items, func(nc karpv1.NodeClaim) bool { return nc.Labels[karpv1.NodePoolLabelKey] == np.Name })
+	its = cloudprovider.LessPinned(its, append(claims, own...))
+	zone, hasZone := reqs.Get(karpv1.ZoneLabelKey)
+	rid, hasRID := reqs.Get(cloudprovider.ReservationIDLabelKey)
+	type reserved struct {
+		it string
+		o  cloudprovider.Offering
+	}
+	var offers []reserved
+	left := map[string]int{}
+	other := false
+	for _, it := range its {
+		if it.Requirements.Intersects(reqs) != nil {
+			continue
+		}
+		for _, o := range it.Offerings {
+			switch {
+			case hasZone && !zone.Allows(o.Zone):
+			case o.ReservationID == "":
+				other = other || o.Available && (!hasCT || ct.Allows(o.CapacityType))
+			case hasRID && !rid.Allows(o.ReservationID):
+			default:
+				p.offered[o.ReservationID] = true
+				if o.Available && o.ReservationCapacity > 0 {
+					offers = append(offers, reserved{it.Name, o})
+					left[o.ReservationID] = o.ReservationCapacity
+				}
+			}
+		}
+	}
+	slices.SortFunc(offers, func(a, b reserved) int {
+		return cmp.Or(cmp.Compare(a.o.Price, b.o.Price), cmp.Compare(a.it, b.it), cmp.Compare(a.o.ReservationID, b.o.ReservationID))
+	})
+	for range n {
+		i := slices.IndexFunc(offers, func(r reserved) bool { return left[r.o.ReservationID] > 0 })
+		if i < 0 {
+			break
+		}
+		r := offers[i]
+		left[r.o.ReservationID]--
+		pinned := reqs.Clone()
+		pinned.Add(requirements.Single(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved))
+		pinned.Add(requirements.Single(karpv1.ZoneLabelKey, r.o.Zone))
+		pinned.Add(requirements.Single(karpv1.InstanceTypeLabelKey, r.it))
+		pinned.Add(requirements.Single(cloudprovider.ReservationIDLabelKey, r.o.ReservationID))
+		p.claims = append(p.claims, pinned)
+	}
+	if len(p.claims) < n && other && !hasRID {
+		off := reqs.Clone()
+		off.Add(requirements.MustNew(karpv1.CapacityTypeLabelKey, requirements.NotIn, karpv1.CapacityTypeReserved))
+		for len(p.claims) < n {
+			p.claims = append(p.claims, off)
+		}
+	}
+	return p, nil
 }
 
 // remove deletes n of the live claims, those that cost least to remove first: drifted ones, then
@@ -283,9 +397,11 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 // replaceDrifted starts replacing the longest-drifted node when the pool is at its count, settled
 // (nothing starting or going) and its Drifted budget allows one: it launches the replacement
 // first, and remove deletes the drifted node once the replacement is initialised. When
-// limits.nodes leaves no room for the extra node (limits.nodes == replicas, aws#8873), the
-// drifted node is deleted first and the pool refilled after.
-func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, deleting, room int) (reconcile.Result, error) {
+// limits.nodes leaves no room for the extra node (limits.nodes == replicas, aws#8873), or, with
+// TerminateFirstDrift, the replacement could only launch into the capacity reservation machine
+// the drifted node holds, the drifted node is deleted first and the pool refilled after; without
+// the gate such a replacement waits for a machine of the reservations (EventReservationsFull).
+func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, own []karpv1.NodeClaim, live []*karpv1.NodeClaim, deleting, room int) (reconcile.Result, error) {
 	var oldest *karpv1.NodeClaim
 	for _, nc := range live {
 		if !initialized(nc) {
@@ -310,11 +426,20 @@ func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, li
 			fmt.Sprintf("drifted nodeclaim %s waits: the NodePool's Drifted budget allows no disruption now", oldest.Name))
 		return reconcile.Result{RequeueAfter: Resync}, nil
 	}
+	why := "limits.nodes leaves no room for its replacement"
 	if room >= 1 {
-		return c.launch(ctx, np, 1, 1)
+		p, err := c.plan(ctx, np, own, 1)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		id := cloudprovider.PinnedReservation(oldest)
+		if len(p.claims) == 1 || !c.TerminateFirstDrift || !p.offered[id] {
+			return c.create(ctx, np, p.claims, 1, 1)
+		}
+		// Its reservation's machine is the only one the replacement could have.
+		why = "its replacement can only launch into capacity reservation " + id + "'s machine it holds (TerminateFirstDrift)"
 	}
-	log.FromContext(ctx).Info("replacing a drifted nodeclaim by deleting it first: limits.nodes leaves no room for its replacement",
-		"NodePool", np.Name, "NodeClaim", oldest.Name)
+	log.FromContext(ctx).Info("replacing a drifted nodeclaim by deleting it first: "+why, "NodePool", np.Name, "NodeClaim", oldest.Name)
 	if err := c.Client.Delete(ctx, oldest); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, fmt.Errorf("deleting drifted nodeclaim %s: %w", oldest.Name, err)
 	}
