@@ -67,6 +67,17 @@ func (rs *Requirements) Add(r Requirement) {
 	rs.m[r.Key] = r
 }
 
+// Pin narrows key to the one value: the requirement becomes its intersection with key In [value],
+// with no minValues (one value is all a pinned key keeps open — a claim pinned to a capacity
+// reservation's type and zone — and an API requirement whose minValues exceeds its values is
+// invalid).
+func (rs *Requirements) Pin(key, value string) {
+	rs.Add(Single(key, value))
+	r := rs.m[key]
+	r.MinValues = 0
+	rs.m[key] = r
+}
+
 // Set puts r in the set in place of any requirement of its key.
 func (rs *Requirements) Set(r Requirement) {
 	if rs.m == nil {

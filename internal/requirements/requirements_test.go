@@ -336,3 +336,26 @@ func TestOverlapsAgreesWithIntersects(t *testing.T) {
 		t.Fatalf("random sets were %d overlapping and %d conflicting: the test checks one side only", overlapping, conflicting)
 	}
 }
+
+// Pin narrows a key to one value and drops its minValues; other keys keep theirs.
+func TestPinNarrowsAndDropsMinValues(t *testing.T) {
+	types := MustNew("type", In, "a", "b", "c")
+	types.MinValues = 2
+	zones := MustNew("zone", In, "z1", "z2")
+	zones.MinValues = 2
+	var rs Requirements
+	rs.Add(types)
+	rs.Add(zones)
+	rs.Pin("type", "b")
+	got, _ := rs.Get("type")
+	if !got.Allows("b") || got.Allows("a") || got.MinValues != 0 {
+		t.Fatalf("pinned: %v, minValues %d; want In [b] without minValues", got, got.MinValues)
+	}
+	if z, _ := rs.Get("zone"); z.MinValues != 2 {
+		t.Fatalf("another key's minValues: %d, want 2", z.MinValues)
+	}
+	rs.Pin("type", "a")
+	if got, _ := rs.Get("type"); got.Allows("a") || got.Allows("b") {
+		t.Fatalf("pinned again to another value: %v, want nothing allowed", got)
+	}
+}

@@ -86,10 +86,10 @@ func (s *solver) reserve(t *target) error {
 	if bestOff != nil {
 		s.slots[bestOff.ReservationID]--
 		t.reqs = t.reqs.Clone() // it may be shared with the pool's cached fit
-		t.reqs.Add(requirements.Single(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved))
-		t.reqs.Add(requirements.Single(karpv1.ZoneLabelKey, bestOff.Zone))
-		t.reqs.Add(requirements.Single(karpv1.InstanceTypeLabelKey, best.it.Name))
-		t.reqs.Add(requirements.Single(cloudprovider.ReservationIDLabelKey, bestOff.ReservationID))
+		t.reqs.Pin(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved)
+		t.reqs.Pin(karpv1.ZoneLabelKey, bestOff.Zone)
+		t.reqs.Pin(karpv1.InstanceTypeLabelKey, best.it.Name)
+		t.reqs.Pin(cloudprovider.ReservationIDLabelKey, bestOff.ReservationID)
 		t.candidates = []*itInfo{best}
 		return nil
 	}

@@ -187,3 +187,53 @@ func TestAReservationOfThreeTakesThreeOfFiveMachines(t *testing.T) {
 		t.Fatalf("%d reserved and %d on-demand machines for %d NodeClaims, want 3, 2 and 5", reserved, onDemand, len(claimsOf(t, "prov-m7i")))
 	}
 }
+
+// instanceTypeMinValues is the minValues of a claim's instance-type requirement, and its values.
+func instanceTypeMinValues(nc *karpv1.NodeClaim) (int, []string) {
+	for _, r := range nc.Spec.Requirements {
+		if r.Key == karpv1.InstanceTypeLabelKey && r.Operator == karpv1.NodeSelectorOpIn {
+			if r.MinValues == nil {
+				return 0, r.Values
+			}
+			return *r.MinValues, r.Values
+		}
+	}
+	return 0, nil
+}
+
+// A pool asking for two instance types at least (minValues, Karpenter's flexibility for spot and
+// on-demand launches) may still use its capacity reservation: the claim pinned to it names the
+// reservation's one type without minValues (the API refuses a requirement with fewer values
+// than its minValues, and every provisioning pass failed on it), and the pool's other claims keep
+// their minValues.
+func TestAReservationPinsAClaimOfAPoolWithMinValues(t *testing.T) {
+	two := 2
+	np := pool("prov-minvalues", func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{
+			{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}},
+			{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large", "m5.xlarge"}, MinValues: &two}}
+	})
+	p, _ := setup(t, np)
+	reserve(t, np, simv1alpha1.SimCapacityReservation{ID: "cr-minvalues", InstanceType: "m5.large", Zone: "zone-a", Count: 1})
+	reserve(t, np, simv1alpha1.SimCapacityReservation{ID: "cr-minvaluesx", InstanceType: "m5.xlarge", Zone: "zone-a", Count: 1})
+	ns := namespace(t)
+	pendingPods(t, ns, "flex", 3, "1", func(p *corev1.Pod) {
+		p.Labels["app"] = "flex"
+		oneHostPerPod("flex")(p)
+	})
+	if _, err := p.Provision(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	claims := claimsOf(t, "prov-minvalues")
+	held, total := pinnedClaims(t, "prov-minvalues")
+	if total != 3 || held["cr-minvalues"] != 1 || held["cr-minvaluesx"] != 1 {
+		t.Fatalf("%v pinned of %d claims: want one claim in each reservation and one more", held, total)
+	}
+	for i := range claims {
+		mv, values := instanceTypeMinValues(&claims[i])
+		pinned := cloudprovider.PinnedReservation(&claims[i]) != ""
+		if pinned && (mv != 0 || len(values) != 1) || !pinned && (mv != 2 || len(values) < 2) {
+			t.Errorf("claim %s (pinned %v): instance types %v with minValues %d", claims[i].Name, pinned, values, mv)
+		}
+	}
+}

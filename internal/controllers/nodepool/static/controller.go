@@ -322,10 +322,10 @@ func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1
 		r := offers[i]
 		left[r.o.ReservationID]--
 		pinned := reqs.Clone()
-		pinned.Add(requirements.Single(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved))
-		pinned.Add(requirements.Single(karpv1.ZoneLabelKey, r.o.Zone))
-		pinned.Add(requirements.Single(karpv1.InstanceTypeLabelKey, r.it))
-		pinned.Add(requirements.Single(cloudprovider.ReservationIDLabelKey, r.o.ReservationID))
+		pinned.Pin(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved)
+		pinned.Pin(karpv1.ZoneLabelKey, r.o.Zone)
+		pinned.Pin(karpv1.InstanceTypeLabelKey, r.it)
+		pinned.Pin(cloudprovider.ReservationIDLabelKey, r.o.ReservationID)
 		p.claims = append(p.claims, pinned)
 	}
 	if len(p.claims) < n && other && !hasRID {

@@ -190,3 +190,43 @@ func TestDriftedReservedStaticNodeTerminatesFirstWithTheGate(t *testing.T) {
 		})
 	}
 }
+
+// A static pool asking for two instance types at least (minValues) pins a claim to its
+// reservation's one type without minValues — the API refuses a requirement with fewer values
+// than its minValues — and its other claims keep theirs.
+func TestStaticPoolWithMinValuesLaunchesIntoItsReservation(t *testing.T) {
+	two := 2
+	f := setup(t, 2, func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{
+			{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeReserved, karpv1.CapacityTypeOnDemand}},
+			{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large", "m5.xlarge"}, MinValues: &two}}
+	})
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: f.np.Spec.Template.Spec.NodeClassRef.Name}, snc); err != nil {
+		t.Fatal(err)
+	}
+	snc.Spec.InstanceTypes = append(snc.Spec.InstanceTypes, "m5.xlarge")
+	if err := env.Client.Update(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	f.reserve("cr-staticmv", 1)
+	f.reconcile()
+	claims := f.claims()
+	if held, off := pinned(claims); len(claims) != 2 || held["cr-staticmv"] != 1 || off != 1 {
+		t.Fatalf("%d claims, %v pinned, %d off reserved capacity: want 2, 1, 1", len(claims), held, off)
+	}
+	for _, nc := range claims {
+		for _, r := range nc.Spec.Requirements {
+			if r.Key != karpv1.InstanceTypeLabelKey {
+				continue
+			}
+			mv := 0
+			if r.MinValues != nil {
+				mv = *r.MinValues
+			}
+			if pin := cloudprovider.PinnedReservation(&nc) != ""; pin && (mv != 0 || len(r.Values) != 1) || !pin && mv != 2 {
+				t.Errorf("claim %s (pinned %v): instance types %v with minValues %d", nc.Name, pin, r.Values, mv)
+			}
+		}
+	}
+}
