@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -194,9 +195,10 @@ func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1
 		labels[k] = v
 	}
 	annotations := map[string]string{
-		karpv1.NodePoolHashAnnotationKey:        nodepools.Hash(np),
-		karpv1.NodePoolHashVersionAnnotationKey: nodepools.HashVersion,
-		LaunchedForAnnotationKey:                LaunchedFor(planned),
+		karpv1.NodePoolHashAnnotationKey:              nodepools.Hash(np),
+		karpv1.NodePoolHashVersionAnnotationKey:       nodepools.HashVersion,
+		LaunchedForAnnotationKey:                      LaunchedFor(planned),
+		karpv1.NodeClaimMinValuesRelaxedAnnotationKey: strconv.FormatBool(planned.MinValuesRelaxed),
 	}
 	for k, v := range t.ObjectMeta.Annotations {
 		annotations[k] = v

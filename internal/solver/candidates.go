@@ -73,15 +73,21 @@ func minValuesShortfall(cands []*itInfo, reqs requirements.Requirements) string 
 		if r.MinValues == 0 || msg != "" {
 			return
 		}
-		seen := map[string]bool{}
-		for _, info := range cands {
-			if v, ok := info.typeLabels()[r.Key]; ok && r.Allows(v) {
-				seen[v] = true
-			}
-		}
-		if len(seen) < r.MinValues {
-			msg = fmt.Sprintf("minValues %d of %s not met: only %d value(s) among fitting instance types", r.MinValues, r.Key, len(seen))
+		if n := typeValues(cands, r); n < r.MinValues {
+			msg = fmt.Sprintf("minValues %d of %s not met: only %d value(s) among fitting instance types", r.MinValues, r.Key, n)
 		}
 	})
 	return msg
+}
+
+// typeValues counts the distinct values of r's key, among those r allows, that the candidates'
+// labels have: what minValues counts.
+func typeValues(cands []*itInfo, r requirements.Requirement) int {
+	seen := map[string]bool{}
+	for _, info := range cands {
+		if v, ok := info.typeLabels()[r.Key]; ok && r.Allows(v) {
+			seen[v] = true
+		}
+	}
+	return len(seen)
 }

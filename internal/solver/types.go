@@ -144,6 +144,9 @@ type PlannedNodeClaim struct {
 	// Price is the hourly price of the cheapest instance type and offering, plus the pool's
 	// NodeCost.
 	Price float64
+	// MinValuesRelaxed: with Options.MinValuesBestEffort, a requirement's minValues was lowered
+	// to the values its instance types have (Karpenter's nodeclaim-min-values-relaxed).
+	MinValuesRelaxed bool
 }
 
 // SetInstanceTypes makes its the claim's instance types and narrows its requirements to their

@@ -124,10 +124,12 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 		}
 	}
 	crashpoint.Hit(crashpoint.DisruptionTainted)
-	for _, nc := range claims {
+	for i, nc := range claims {
 		err := nodeclaims.Create(ctx, c.Client, c.APIReader, c.Clock, nc)
 		switch {
 		case err == nil || apierrors.IsAlreadyExists(err):
+			// Counted as Karpenter counts a disruption's replacements: by the reason, lower case.
+			c.Metrics.Created(cmd.Replacements[i].NodePool, strings.ToLower(string(st.Reason)), cmd.Replacements[i].MinValuesRelaxed)
 		case nodeclaims.IsUnresolved(err):
 			// The replacement may exist: the command goes on, and its next step reads the
 			// replacement from the API server (gone: rolled back; there: carried on).

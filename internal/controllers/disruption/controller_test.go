@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +20,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
@@ -68,12 +71,21 @@ func TestValidationAbandonsACommandThatNoLongerHolds(t *testing.T) {
 
 func TestReplaceLaunchesFirstAndSurvivesARestart(t *testing.T) {
 	f := newFixture(t, "replace", nil)
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ctrl.Metrics = m
 	// A 2xlarge with one small pod: an m5.large holds it for a quarter of the price.
 	f.node("replace-big", "m5.2xlarge", "500m")
 	f.round(f.ctrl)
 	repl := f.replacements()
 	if len(repl) != 1 {
 		t.Fatalf("%d replacements, want 1", len(repl))
+	}
+	// Counted as Karpenter counts a disruption's replacements: by its reason, lower case.
+	if got := testutil.ToFloat64(m.NodeClaimsCreated.WithLabelValues("underutilized", repl[0].Labels[karpv1.NodePoolLabelKey], "false")); got != 1 {
+		t.Errorf("karpenter_nodeclaims_created_total{reason=underutilized}: %v, want 1", got)
 	}
 	// The replacement keeps its room for the pod it is launched for (the provisioner reads it).
 	movingPod := &corev1.Pod{}

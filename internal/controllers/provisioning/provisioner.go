@@ -461,7 +461,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}
 		planned, np := plan.NodeClaims[i], st.ByName[plan.NodeClaims[i].NodePool]
 		res.Created = append(res.Created, nc)
-		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)
+		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, planned.MinValuesRelaxed)
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", planning.TypeList(planned.InstanceTypes), "pods", len(planned.Pods))
 		p.nominatedEvent(planned.Pods, nc.Name)
