@@ -204,10 +204,17 @@ func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1
 		annotations[k] = v
 	}
 	reqs := planned.Requirements.Clone()
-	// The pool's name and template labels become labels, not requirements.
 	var api []karpv1.NodeSelectorRequirementWithMinValues
 	for _, r := range nodepools.ToAPI(reqs) {
+		// The pool's name and template labels become labels, not requirements.
 		if _, isLabel := labels[r.Key]; isLabel && r.Operator == karpv1.NodeSelectorOpIn && len(r.Values) == 1 && r.Key != karpv1.NodePoolLabelKey {
+			continue
+		}
+		// A pod's NotIn or DoesNotExist on a key the API refuses in a NodeClaim's requirements
+		// (kubernetes.io/hostname NotIn [node-1], a k8s.io label that must be absent) holds on the
+		// new machine, which carries no label of that key: it is left off, or the whole claim
+		// would be refused and every pod planned onto it would wait.
+		if (r.Operator == karpv1.NodeSelectorOpNotIn || r.Operator == karpv1.NodeSelectorOpDoesNotExist) && karpv1.RestrictedRequirementKey(r.Key) != "" {
 			continue
 		}
 		api = append(api, r)

@@ -1,5 +1,7 @@
 package v1
 
+import "strings"
+
 // NodeSelectorOperator is a requirement's operator: Kubernetes' node-selector operators plus the
 // inclusive comparisons Gte and Lte.
 //
@@ -52,4 +54,36 @@ type NodeSelectorRequirementWithMinValues struct {
 	// +kubebuilder:validation:Maximum=50
 	// +optional
 	MinValues *int `json:"minValues,omitempty"`
+}
+
+// requirementKeysAllowed are the keys the restricted domains let a requirement name.
+var requirementKeysAllowed = map[string]bool{
+	"beta.kubernetes.io/instance-type": true, "failure-domain.beta.kubernetes.io/region": true, "beta.kubernetes.io/os": true,
+	"beta.kubernetes.io/arch": true, "failure-domain.beta.kubernetes.io/zone": true, "topology.kubernetes.io/zone": true,
+	"topology.kubernetes.io/region": true, "node.kubernetes.io/instance-type": true, "kubernetes.io/arch": true, "kubernetes.io/os": true,
+	"node.kubernetes.io/windows-build": true, CapacityTypeLabelKey: true, NodePoolLabelKey: true,
+}
+
+// RestrictedRequirementKey says why a NodePool's or NodeClaim's requirement may not name key (the
+// message of the CRD's validation rule that refuses it), or "" when it may: the Go form of the
+// rules on NodeSelectorRequirementWithMinValues.Key.
+func RestrictedRequirementKey(key string) string {
+	if key == "kubernetes.io/hostname" {
+		return `label "kubernetes.io/hostname" is restricted`
+	}
+	domain, _, _ := strings.Cut(key, "/")
+	under := func(d string) bool { return strings.HasSuffix(domain, d) }
+	switch {
+	case requirementKeysAllowed[key]:
+		return ""
+	case under("kubernetes.io") && !under("node.kubernetes.io") && !under("node-restriction.kubernetes.io"):
+		return `label domain "kubernetes.io" is restricted`
+	case under("k8s.io") && !under("kops.k8s.io"):
+		return `label domain "k8s.io" is restricted`
+	case under("karpenter.sh"):
+		return `label domain "karpenter.sh" is restricted`
+	case under("karpenter.k8s.aws") && !strings.HasPrefix(key, "karpenter.k8s.aws/instance-") && !strings.HasPrefix(key, "karpenter.k8s.aws/capacity-reservation-"):
+		return `label domain "karpenter.k8s.aws" is restricted`
+	}
+	return ""
 }
