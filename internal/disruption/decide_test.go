@@ -810,3 +810,45 @@ func TestFallingLoadBar(t *testing.T) {
 		t.Errorf("Balanced: score %v, want the bar of 1/2", s)
 	}
 }
+
+// A replacement keeps the pool's minValues: the types cheaper than the candidate must meet it
+// (Strict: no replacement, and the node says why), or, under BestEffort, the claim's minValues is
+// lowered to what they have and it says so — never a claim whose requirement asks for more values
+// than it lists, which the API server refuses (the command then rolled back, round after round).
+func TestReplacementsKeepMinValues(t *testing.T) {
+	for _, tc := range []struct {
+		minValues  int
+		bestEffort bool
+		want       int // types the replacement lists; 0: no replacement
+	}{{2, false, 2}, {3, false, 0}, {3, true, 2}} {
+		c := newCluster(t)
+		c.pool("default", func(np *karpv1.NodePool) {
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{
+				{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}},
+				{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpExists, MinValues: &tc.minValues}}
+		})
+		// An l (0.20 $/h) with one small pod: s and m are cheaper.
+		c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "500m"))
+		opts := disruption.Options{}
+		opts.Solver.MinValuesBestEffort = tc.bestEffort
+		d := c.decide(opts)
+		if tc.want == 0 {
+			if d.Command != nil {
+				t.Fatalf("minValues %d: command %v, want none", tc.minValues, names(d.Command))
+			}
+			if _, msg := explanation(d, "big"); !strings.Contains(msg, "minValues asks for 3") {
+				t.Errorf("minValues %d: explanation %q", tc.minValues, msg)
+			}
+			continue
+		}
+		if d.Command == nil || len(d.Command.Replacements) != 1 {
+			t.Fatalf("minValues %d, best effort %v: command %+v, want one replacement", tc.minValues, tc.bestEffort, d.Command)
+		}
+		r := d.Command.Replacements[0]
+		its, _ := r.Requirements.Get(karpv1.InstanceTypeLabelKey)
+		if len(r.InstanceTypes) != tc.want || its.MinValues > len(r.InstanceTypes) || r.MinValuesRelaxed != tc.bestEffort {
+			t.Errorf("minValues %d, best effort %v: %d types, requirement minValues %d, relaxed %v", tc.minValues, tc.bestEffort,
+				len(r.InstanceTypes), its.MinValues, r.MinValuesRelaxed)
+		}
+	}
+}

@@ -60,14 +60,31 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 		if spot && single && len(kept) < MinSpotToSpotTypes {
 			return nil, Blocker{KindSpot, fmt.Sprintf("spot-to-spot consolidation needs %d spot types cheaper than %s, and %d are", MinSpotToSpotTypes, fmtPrice(before), len(kept))}
 		}
-		if spot && len(kept) > MinSpotToSpotTypes {
-			kept = kept[:MinSpotToSpotTypes]
-		}
 		// The claim's requirements name only the kept types: the launch picks among what the
 		// NodeClaim allows, not among the plan's list.
 		out := *r
 		out.Requirements = reqs
 		out.SetInstanceTypes(kept)
+		if spot && len(kept) > MinSpotToSpotTypes {
+			// The cheapest MinSpotToSpotTypes, or as many as the pool's minValues need.
+			n := MinSpotToSpotTypes
+			for ; n < len(kept); n++ {
+				out.Requirements = reqs.Clone()
+				out.SetInstanceTypes(kept[:n])
+				if key, _, _ := out.MinValuesShortfall(); key == "" {
+					break
+				}
+			}
+			out.Requirements = reqs.Clone()
+			out.SetInstanceTypes(kept[:n])
+		}
+		if key, want, have := out.MinValuesShortfall(); key != "" {
+			if !d.opts.Solver.MinValuesBestEffort {
+				return nil, Blocker{KindPrice, fmt.Sprintf("the instance types cheaper than %s have %d value(s) of %s, and its NodePool's minValues asks for %d",
+					fmtPrice(before), have, key, want)}
+			}
+			out.RelaxMinValues()
+		}
 		out.Price = low
 		return &out, Blocker{}
 	}

@@ -217,26 +217,10 @@ func (s *solver) plannedClaim(t *target) *PlannedNodeClaim {
 	}
 	nc.SetInstanceTypes(its)
 	if s.opts.MinValuesBestEffort {
-		nc.MinValuesRelaxed = relaxMinValues(&nc.Requirements, final)
+		// As Karpenter's BestEffort: a NodeClaim whose requirement asks for more values than it
+		// lists is refused by the API server.
+		nc.RelaxMinValues()
 	}
 	t.setCandidates(final)
 	return nc
-}
-
-// relaxMinValues lowers each requirement's minValues that the claim's instance types do not meet
-// to the number of values they have, as Karpenter's BestEffort policy does (a NodeClaim whose
-// requirement asks for more values than it lists is refused by the API server), and reports
-// whether it lowered any.
-func relaxMinValues(reqs *requirements.Requirements, its []*itInfo) bool {
-	var lowered []requirements.Requirement
-	reqs.Each(func(r requirements.Requirement) {
-		if n := typeValues(its, r); r.MinValues > n {
-			r.MinValues = n
-			lowered = append(lowered, r)
-		}
-	})
-	for _, r := range lowered {
-		reqs.Set(r)
-	}
-	return len(lowered) > 0
 }

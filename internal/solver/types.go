@@ -161,6 +161,53 @@ func (nc *PlannedNodeClaim) SetInstanceTypes(its []*cloudprovider.InstanceType) 
 	nc.Requirements.Add(requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, names...))
 }
 
+// MinValuesShortfall names the first requirement (by key) whose minValues the claim's instance
+// types do not meet — its key, the minValues and how many of its values the types have — or
+// returns "" when every one is met.
+func (nc *PlannedNodeClaim) MinValuesShortfall() (key string, want, have int) {
+	nc.Requirements.Each(func(r requirements.Requirement) {
+		if key != "" || r.MinValues == 0 {
+			return
+		}
+		if n := labelValues(nc.InstanceTypes, r); n < r.MinValues {
+			key, want, have = r.Key, r.MinValues, n
+		}
+	})
+	return key, want, have
+}
+
+// RelaxMinValues lowers every minValues the claim's instance types do not meet to what they have
+// (Options.MinValuesBestEffort), records it in MinValuesRelaxed, and reports whether it lowered any.
+func (nc *PlannedNodeClaim) RelaxMinValues() bool {
+	var lowered []requirements.Requirement
+	nc.Requirements.Each(func(r requirements.Requirement) {
+		if r.MinValues == 0 {
+			return
+		}
+		if n := labelValues(nc.InstanceTypes, r); r.MinValues > n {
+			r.MinValues = n
+			lowered = append(lowered, r)
+		}
+	})
+	for _, r := range lowered {
+		nc.Requirements.Set(r)
+	}
+	nc.MinValuesRelaxed = nc.MinValuesRelaxed || len(lowered) > 0
+	return len(lowered) > 0
+}
+
+// labelValues counts the distinct values of r's key, among those r allows, that the types' labels
+// have: what minValues counts.
+func labelValues(its []*cloudprovider.InstanceType, r requirements.Requirement) int {
+	seen := map[string]bool{}
+	for _, it := range its {
+		if v, ok := it.Requirements.Labels()[r.Key]; ok && r.Allows(v) {
+			seen[v] = true
+		}
+	}
+	return len(seen)
+}
+
 // Binding places a pod on an existing node.
 type Binding struct {
 	Pod  *corev1.Pod
