@@ -2,11 +2,14 @@ package eventkey_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -21,9 +24,8 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-// record sends the messages as events on one pod through a real broadcaster, with the action
-// each gets, and returns the notes of the Events stored.
-func record(t *testing.T, pod *corev1.Pod, action func(string) string, messages ...string) []string {
+// recorder is a real broadcaster's recorder, writing to the test API server until the test ends.
+func recorder(t *testing.T) events.EventRecorder {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -31,9 +33,16 @@ func record(t *testing.T, pod *corev1.Pod, action func(string) string, messages 
 	}
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	b.StartRecordingToSink(ctx.Done())
-	rec := b.NewRecorder(env.Scheme, "eventkey-test")
+	return b.NewRecorder(env.Scheme, "eventkey-test")
+}
+
+// record sends the messages as events on one pod through a real broadcaster, with the action
+// each gets, and returns the notes of the Events stored.
+func record(t *testing.T, pod *corev1.Pod, action func(string) string, messages ...string) []string {
+	t.Helper()
+	rec := recorder(t)
 	for _, m := range messages {
 		rec.Eventf(pod, nil, corev1.EventTypeWarning, "FailedScheduling", action(m), "%s", m)
 		time.Sleep(100 * time.Millisecond) // in order, as passes are
@@ -80,5 +89,40 @@ func TestNewMessagesAreNewEvents(t *testing.T) {
 				t.Fatalf("notes %q, want both messages", notes)
 			}
 		})
+	}
+}
+
+// The events API refuses a note over 1 KiB; through Clipping a longer message arrives, cut to
+// MaxNote with "…".
+func TestLongNotesAreClippedToWhatTheAPIStores(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-long", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	if err := env.Client.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	long := strings.Repeat("node-é, ", 300)
+	refused := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "p-long.raw", Namespace: "default"}, EventTime: metav1.NowMicro(),
+		Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: pod.Name, UID: pod.UID}, Type: corev1.EventTypeNormal,
+		Reason: "Disrupting", Action: "Disrupt", ReportingController: "eventkey-test", ReportingInstance: "eventkey-test", Note: long}
+	if err := env.Client.Create(t.Context(), refused); !apierrors.IsInvalid(err) {
+		t.Fatalf("a %d-byte note: %v, want the API server to refuse it", len(long), err)
+	}
+	eventkey.Clipping(recorder(t)).Eventf(pod, nil, corev1.EventTypeNormal, "Disrupting", "Disrupt", "Disrupting %s", long)
+	var note string
+	_ = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		l := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, l, client.InNamespace(pod.Namespace)); err != nil {
+			return false, err
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == pod.Name && e.Reason == "Disrupting" {
+				note = e.Note
+			}
+		}
+		return note != "", nil
+	})
+	if len(note) > eventkey.MaxNote || !strings.HasPrefix(note, "Disrupting node-é") || !strings.HasSuffix(note, "…") || !utf8.ValidString(note) {
+		t.Fatalf("stored note of %d bytes: %.40q…; want the message clipped to %d bytes", len(note), note, eventkey.MaxNote)
 	}
 }

@@ -56,19 +56,19 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 		DisableReservedCapacity: !o.FeatureGates["ReservedCapacity"],
 		KubernetesVersion:       func(context.Context) (string, error) { return kubeMinorVersion(dc) },
 	})
-	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
+	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: recorder(mgr),
 		Resync: o.NodeClassResync()}).Register(mgr); err != nil {
 		return nil, err
 	}
 	if o.InterruptionQueue != "" {
 		if err := mgr.Add(&interruption.Controller{Client: mgr.GetClient(), SQS: clients.SQS, Queue: o.InterruptionQueue, Clock: clk,
-			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance}); err != nil {
+			Recorder: recorder(mgr), Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance}); err != nil {
 			return nil, err
 		}
 	}
 	// EC2's status checks are read with or without a queue.
 	if err := mgr.Add(&interruption.Health{Client: mgr.GetClient(), EC2: clients.EC2, Clock: clk,
-		Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m}); err != nil {
+		Recorder: recorder(mgr), Metrics: m}); err != nil {
 		return nil, err
 	}
 	return p, nil

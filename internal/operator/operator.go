@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,6 +50,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/simnodeclass"
 	"capstan.dev/capstan/internal/defaultspread"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/overlay"
@@ -256,7 +258,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	spread := &defaultspread.Applier{Reader: c, Constraints: o.SchedulerConfig.Constraints()}
 	launches := &nodeclaims.Launches{}
 	health := &registration.Tracker{}
-	op.Provisioner = &provisioning.Provisioner{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"),
+	op.Provisioner = &provisioning.Provisioner{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr),
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
 		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
 		NodeCost:      o.NodeCost,
@@ -287,9 +289,9 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
 		&provisioning.PodTrigger{Provisioner: op.Provisioner},
-		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches, Health: health, Nominated: op.Provisioner},
-		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Launches: launches},
-		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m},
+		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Health: health, Nominated: op.Provisioner},
+		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches},
+		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
 		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates["StaticCapacity"], Health: health},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
@@ -301,14 +303,14 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}
 	if o.FeatureGates["StaticCapacity"] {
 		if err := (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
-			Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m,
+			Recorder: recorder(mgr), Metrics: m,
 			NodeRepair: o.FeatureGates["NodeRepair"], RepairPolicies: RepairPolicies(o.CloudProvider),
 			TerminateFirstDrift: o.FeatureGates["TerminateFirstDrift"]}).Register(mgr); err != nil {
 			return nil, err
 		}
 	}
 	dis := &disruptionctl.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
-		Recorder: mgr.GetEventRecorder("karpenter"), Metrics: m, Options: disruptionctl.Options{
+		Recorder: recorder(mgr), Metrics: m, Options: disruptionctl.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
 			DefaultSpread:   spread,
@@ -339,7 +341,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, err
 	}
 	if o.FeatureGates["ReservedCapacity"] {
-		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: mgr.GetEventRecorder("karpenter")}); err != nil {
+		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr)}); err != nil {
 			return nil, err
 		}
 	}
@@ -390,4 +392,10 @@ func RepairPolicies(cloud string) []disruptioncore.RepairPolicy {
 		out = append(out, disruptioncore.NodeMonitoringAgentPolicies...)
 	}
 	return out
+}
+
+// recorder is the recorder the controllers write events with: Karpenter's reporting controller
+// name, notes clipped to what the events API stores (it refuses a longer event).
+func recorder(mgr manager.Manager) events.EventRecorder {
+	return eventkey.Clipping(mgr.GetEventRecorder("karpenter"))
 }

@@ -156,15 +156,27 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 
 // describe is a command as events tell it.
 func describe(st *commandState, cmd *disruption.Command) string {
-	s := fmt.Sprintf("Disrupting %s: %s/%s", strings.Join(st.candidates, ", "), st.Reason, st.decision())
+	s := fmt.Sprintf("Disrupting %s: %s/%s", few(st.candidates), st.Reason, st.decision())
 	if len(st.Replacements) > 0 {
 		var types []string
 		for _, r := range cmd.Replacements {
 			types = append(types, r.InstanceTypes[0].Name)
 		}
-		s += fmt.Sprintf(", replacing with %s (%s)", strings.Join(st.Replacements, ", "), strings.Join(types, ", "))
+		s += fmt.Sprintf(", replacing with %s (%s)", few(st.Replacements), few(types))
 	}
 	return s + fmt.Sprintf(", $%.4f/h → $%.4f/h, %d pod(s) evicted; %s", st.PriceBefore, st.PriceAfter, len(cmd.Pods()), cmd.Rule())
+}
+
+// shown is how many names an event lists before "and N more": a command over a hundred nodes
+// would otherwise fill the event (the events API keeps 1 KiB) before its prices and rule.
+const shown = 5
+
+// few lists the names, the first shown of them when there are more.
+func few(names []string) string {
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 // advance carries the command in flight one step: it deletes the candidates once every

@@ -12,6 +12,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -106,8 +107,8 @@ func TestUnschedulableMessageFitsAnEvent(t *testing.T) {
 	u.Pools[37].Stage = solver.MissResources
 	u.Pools[37].Reason = "no instance type has cpu 96 (the largest has cpu 64)"
 	msg := UnschedulableMessage(u)
-	if len(msg) > maxEventMessage {
-		t.Fatalf("message of %d bytes, want at most %d", len(msg), maxEventMessage)
+	if len(msg) > eventkey.MaxNote {
+		t.Fatalf("message of %d bytes, want at most %d", len(msg), eventkey.MaxNote)
 	}
 	if !strings.HasPrefix(msg, "Failed to schedule pod, closest NodePool pool-37: no instance type has cpu 96 (the largest has cpu 64); other NodePools: pool-00: ") {
 		t.Errorf("message %q does not start with the closest pool", msg)

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -575,16 +574,13 @@ func splitDRA(pending []*corev1.Pod) (rest, dra []*corev1.Pod) {
 	return rest, dra
 }
 
-// maxEventMessage is the longest message an event carries (the events API's limit is 1 KiB).
-const maxEventMessage = 1024
-
 // UnschedulableMessage is the FailedScheduling event's message for a pod the solver could not
 // place: the closest NodePool (the one the pod got furthest with) and its one reason first, then
 // the other NodePools, closest first, as many as fit in an event.
 func UnschedulableMessage(u solver.PodError) string {
 	c, ok := u.Closest()
 	if !ok {
-		return clip("Failed to schedule pod, " + u.Reason)
+		return eventkey.Clip("Failed to schedule pod, " + u.Reason)
 	}
 	msg := fmt.Sprintf("Failed to schedule pod, closest NodePool %s: %s", c.NodePool, c.Reason)
 	others := u.Ranked()[1:]
@@ -598,24 +594,12 @@ func UnschedulableMessage(u solver.PodError) string {
 		if i < len(others)-1 {
 			more = fmt.Sprintf(" and %d more", len(others)-i-1)
 		}
-		if len(msg)+len(part)+len(more) > maxEventMessage {
-			return clip(strings.TrimSuffix(msg, ";") + fmt.Sprintf(" and %d more", len(others)-i))
+		if len(msg)+len(part)+len(more) > eventkey.MaxNote {
+			return eventkey.Clip(strings.TrimSuffix(msg, ";") + fmt.Sprintf(" and %d more", len(others)-i))
 		}
 		msg += part
 	}
-	return clip(strings.TrimSuffix(msg, ";"))
-}
-
-// clip cuts a message to maxEventMessage bytes on a character boundary, ending it with "…".
-func clip(msg string) string {
-	if len(msg) <= maxEventMessage {
-		return msg
-	}
-	cut := maxEventMessage - len("…")
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + "…"
+	return eventkey.Clip(strings.TrimSuffix(msg, ";"))
 }
 
 // nominatedEvent tells each pod, within the events' budget, which claim it should schedule on.
