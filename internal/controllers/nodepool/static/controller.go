@@ -256,9 +256,9 @@ type launchPlan struct {
 // pinned to it (capacity type reserved, the reservation's zone, type and id), as the solver pins
 // a dynamic pool's claims — the provider launches into a reservation only a claim that names it.
 // A reservation's machines are counted by the NodeClaims pinned to it: own, the pool's, as the
-// API server has them, and the other pools' from the cache. A claim that finds no machine left is kept off reserved offerings when the
-// template allows another capacity type the pool is offered, and not planned otherwise (fewer
-// claims than n).
+// API server has them, and the other pools' from the cache. A claim that finds no machine left
+// is kept off reserved offerings when the template allows another capacity type the pool is
+// offered, and not planned otherwise (fewer claims than n).
 func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1.NodeClaim, n int) (launchPlan, error) {
 	reqs, err := nodepools.Requirements(np)
 	if err != nil {
@@ -300,7 +300,7 @@ func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1
 			switch {
 			case hasZone && !zone.Allows(o.Zone):
 			case o.ReservationID == "":
-				other = other || o.Available && (!hasCT || ct.Allows(o.CapacityType))
+				other = other || !hasCT || ct.Allows(o.CapacityType)
 			case hasRID && !rid.Allows(o.ReservationID):
 			default:
 				p.offered[o.ReservationID] = true
@@ -400,7 +400,7 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 // limits.nodes leaves no room for the extra node (limits.nodes == replicas, aws#8873), or, with
 // TerminateFirstDrift, the replacement could only launch into the capacity reservation machine
 // the drifted node holds, the drifted node is deleted first and the pool refilled after; without
-// the gate such a replacement waits for a machine of the reservations (EventReservationsFull).
+// the gate such a replacement waits for a machine of the reservations (DisruptionBlocked).
 func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, own []karpv1.NodeClaim, live []*karpv1.NodeClaim, deleting, room int) (reconcile.Result, error) {
 	var oldest *karpv1.NodeClaim
 	for _, nc := range live {
@@ -432,9 +432,14 @@ func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, ow
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		id := cloudprovider.PinnedReservation(oldest)
-		if len(p.claims) == 1 || !c.TerminateFirstDrift || !p.offered[id] {
+		if len(p.claims) == 1 {
 			return c.create(ctx, np, p.claims, 1, 1)
+		}
+		id := cloudprovider.PinnedReservation(oldest)
+		if !c.TerminateFirstDrift || !p.offered[id] {
+			c.event(np, corev1.EventTypeNormal, "DisruptionBlocked", "Drift",
+				fmt.Sprintf("drifted nodeclaim %s waits: its replacement has no machine (the capacity reservations are full, and the NodePool's requirements allow no other capacity)", oldest.Name))
+			return reconcile.Result{RequeueAfter: Waiting}, nil
 		}
 		// Its reservation's machine is the only one the replacement could have.
 		why = "its replacement can only launch into capacity reservation " + id + "'s machine it holds (TerminateFirstDrift)"

@@ -159,7 +159,7 @@ func TestDriftedReservedStaticNodeTerminatesFirstWithTheGate(t *testing.T) {
 				if len(claims) != 1 || claims[0].Name != old.Name {
 					t.Fatalf("%v: want the drifted claim alone, waiting", names(claims))
 				}
-				f.expectEvent(EventReservationsFull)
+				f.expectEvent("DisruptionBlocked", "capacity reservations are full")
 				return
 			}
 			if len(claims) != 0 {
