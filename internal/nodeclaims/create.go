@@ -24,12 +24,20 @@ import (
 // gives ("<pool>-" and five random characters). Capstan names its claims itself rather than
 // through generateName so that a create whose answer was lost can be looked up by name.
 func NewName(pool string) string {
-	// As generateName does, the base is cut so that the name stays within 63 characters.
-	const maxBase = 63 - 5 - 1
-	if len(pool) > maxBase {
-		pool = pool[:maxBase]
+	return NameFor(pool, utilrand.String(5))
+}
+
+// MaxName is the longest NodeClaim name Capstan makes: a node is often named after its claim
+// (the simulated cloud's are), and its kubernetes.io/hostname label value may not be longer.
+const MaxName = 63
+
+// NameFor is the pool's name, cut as generateName cuts a base, then "-" and suffix: at most
+// MaxName characters (suffix shorter than MaxName).
+func NameFor(pool, suffix string) string {
+	if base := MaxName - len(suffix) - 1; len(pool) > base {
+		pool = pool[:max(base, 0)]
 	}
-	return pool + "-" + utilrand.String(5)
+	return pool + "-" + suffix
 }
 
 // ResolveBackoff is how often Create asks the API server whether a claim whose create answer was

@@ -49,3 +49,18 @@ func TestNewName(t *testing.T) {
 		}
 	}
 }
+
+// A disruption's replacement is named after its pool, command and index, cut to what a node's
+// hostname label holds: a pool of 63 characters (the most its nodepool label holds) gave a
+// 74-character name, which as its simulated node's hostname label value the API server refuses.
+func TestNameForFitsAHostnameLabel(t *testing.T) {
+	pool := strings.Repeat("p", 63)
+	for suffix, want := range map[string]string{"abcdefgh-0": pool[:52] + "-abcdefgh-0", "x": pool[:61] + "-x"} {
+		if got := NameFor(pool, suffix); got != want || len(got) > MaxName {
+			t.Errorf("NameFor(%d characters, %q) = %q, want %q", len(pool), suffix, got, want)
+		}
+	}
+	if got := NameFor("default", "abcdefgh-1"); got != "default-abcdefgh-1" {
+		t.Errorf("NameFor(default, abcdefgh-1) = %q", got)
+	}
+}

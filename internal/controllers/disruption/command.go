@@ -97,7 +97,7 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 			return opts.PollPeriod, fmt.Errorf("replacement from NodePool %s, which is not in the snapshot", r.NodePool)
 		}
 		nc := planning.NewNodeClaim(np, r)
-		nc.Name = fmt.Sprintf("%s-%s-%d", np.Name, st.ID, len(claims))
+		nc.Name = nodeclaims.NameFor(np.Name, fmt.Sprintf("%s-%d", st.ID, len(claims)))
 		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)
 		nodeclaims.ReservePods(nc, r.Pods)
 		claims = append(claims, nc)
