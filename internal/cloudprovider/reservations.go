@@ -6,6 +6,7 @@ import (
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/requirements"
 )
 
 // PinnedReservation is the capacity reservation a NodeClaim holds: the one its machine launched
@@ -21,6 +22,17 @@ func PinnedReservation(nc *karpv1.NodeClaim) string {
 		}
 	}
 	return ""
+}
+
+// PinReservation narrows reqs to a machine of the reserved offering o of the instance type named
+// it: capacity type reserved, o's zone, the type and o's reservation id, each one value without
+// minValues (requirements.Pin) — the requirements PinnedReservation reads back, and the only ones
+// a provider launches into a reservation.
+func PinReservation(reqs *requirements.Requirements, it string, o Offering) {
+	reqs.Pin(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved)
+	reqs.Pin(karpv1.ZoneLabelKey, o.Zone)
+	reqs.Pin(karpv1.InstanceTypeLabelKey, it)
+	reqs.Pin(ReservationIDLabelKey, o.ReservationID)
 }
 
 // WithOfferings returns a copy of it with more offerings (reserved ones, say), its zone,

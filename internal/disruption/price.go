@@ -64,20 +64,18 @@ func (d *decider) cheaper(set []*Candidate, before float64, r *solver.PlannedNod
 		// NodeClaim allows, not among the plan's list.
 		out := *r
 		out.Requirements = reqs
-		out.SetInstanceTypes(kept)
 		if spot && len(kept) > MinSpotToSpotTypes {
 			// The cheapest MinSpotToSpotTypes, or as many as the pool's minValues need.
 			n := MinSpotToSpotTypes
 			for ; n < len(kept); n++ {
-				out.Requirements = reqs.Clone()
-				out.SetInstanceTypes(kept[:n])
+				out.InstanceTypes = kept[:n]
 				if key, _, _ := out.MinValuesShortfall(); key == "" {
 					break
 				}
 			}
-			out.Requirements = reqs.Clone()
-			out.SetInstanceTypes(kept[:n])
+			kept = kept[:n]
 		}
+		out.SetInstanceTypes(kept)
 		if key, want, have := out.MinValuesShortfall(); key != "" {
 			if !d.opts.Solver.MinValuesBestEffort {
 				return nil, Blocker{KindPrice, fmt.Sprintf("the instance types cheaper than %s have %d value(s) of %s, and its NodePool's minValues asks for %d",

@@ -86,10 +86,7 @@ func (s *solver) reserve(t *target) error {
 	if bestOff != nil {
 		s.slots[bestOff.ReservationID]--
 		t.reqs = t.reqs.Clone() // it may be shared with the pool's cached fit
-		t.reqs.Pin(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved)
-		t.reqs.Pin(karpv1.ZoneLabelKey, bestOff.Zone)
-		t.reqs.Pin(karpv1.InstanceTypeLabelKey, best.it.Name)
-		t.reqs.Pin(cloudprovider.ReservationIDLabelKey, bestOff.ReservationID)
+		cloudprovider.PinReservation(&t.reqs, best.it.Name, *bestOff)
 		t.candidates = []*itInfo{best}
 		return nil
 	}

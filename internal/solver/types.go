@@ -201,8 +201,9 @@ func (nc *PlannedNodeClaim) RelaxMinValues() bool {
 func labelValues(its []*cloudprovider.InstanceType, r requirements.Requirement) int {
 	seen := map[string]bool{}
 	for _, it := range its {
-		if v, ok := it.Requirements.Labels()[r.Key]; ok && r.Allows(v) {
-			seen[v] = true
+		// A label of the type: its requirement on the key has exactly one value.
+		if q, ok := it.Requirements.Get(r.Key); ok && q.IsFinite() && len(q.Values()) == 1 && r.Allows(q.Values()[0]) {
+			seen[q.Values()[0]] = true
 		}
 	}
 	return len(seen)

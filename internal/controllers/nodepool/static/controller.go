@@ -322,10 +322,7 @@ func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1
 		r := offers[i]
 		left[r.o.ReservationID]--
 		pinned := reqs.Clone()
-		pinned.Pin(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeReserved)
-		pinned.Pin(karpv1.ZoneLabelKey, r.o.Zone)
-		pinned.Pin(karpv1.InstanceTypeLabelKey, r.it)
-		pinned.Pin(cloudprovider.ReservationIDLabelKey, r.o.ReservationID)
+		cloudprovider.PinReservation(&pinned, r.it, r.o)
 		p.claims = append(p.claims, pinned)
 	}
 	if len(p.claims) < n && other && !hasRID {
