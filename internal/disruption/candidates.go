@@ -127,10 +127,38 @@ func (idx *pdbIndex) blocks(p *corev1.Pod) string {
 		return fmt.Sprintf("pod %s/%s is covered by %d PodDisruptionBudgets (%s/%s, %s/%s); the Eviction API refuses it",
 			p.Namespace, p.Name, len(covering), covering[0].Namespace, covering[0].Name, covering[1].Namespace, covering[1].Name)
 	}
-	if len(covering) == 1 && covering[0].Status.DisruptionsAllowed <= 0 {
+	if len(covering) == 1 && covering[0].Status.DisruptionsAllowed <= 0 && !evictableUnhealthy(p, covering[0]) {
 		return fmt.Sprintf("pdb %s/%s allows no disruption", covering[0].Namespace, covering[0].Name)
 	}
 	return ""
+}
+
+// evictableUnhealthy reports whether the Eviction API evicts the pod whatever its budget's
+// disruptionsAllowed, as it does a pod that is not Ready when the budget's
+// unhealthyPodEvictionPolicy is AlwaysAllow, or — under the default IfHealthyBudget — while the
+// budget's healthy pods are as many as it wants (the pod, not Ready, is not one of them). A
+// pending pod is evicted whatever the budget too.
+func evictableUnhealthy(p *corev1.Pod, pdb *policyv1.PodDisruptionBudget) bool {
+	if p.Status.Phase == corev1.PodPending {
+		return true
+	}
+	if podReady(p) {
+		return false
+	}
+	if pol := pdb.Spec.UnhealthyPodEvictionPolicy; pol != nil && *pol == policyv1.AlwaysAllow {
+		return true
+	}
+	return pdb.Status.DesiredHealthy > 0 && pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy
+}
+
+// podReady reports whether the pod's Ready condition is True.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Blocker is why a node is not disrupted: a kind (what sort of rule — the events' action, so
@@ -199,11 +227,15 @@ func newCandidate(n *Node, pool *Pool) *Candidate {
 	return c
 }
 
-// counted reports whether the node counts towards its pool's size for budgets: initialized
-// (a replacement still starting does not inflate a percentage) and its instance not yet gone.
+// registered reports whether the node has registered and its instance is not yet gone.
+func registered(n *Node) bool {
+	return n.Node != nil && !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInstanceTerminating)
+}
+
+// counted reports whether the node counts towards its pool's size for budgets: registered and
+// initialized (a replacement still starting does not inflate a percentage).
 func counted(n *Node) bool {
-	return n.Node != nil && meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) &&
-		!meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInstanceTerminating)
+	return registered(n) && meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
 }
 
 // disrupting reports whether the node is already being disrupted or is unhealthy: being deleted,
@@ -223,6 +255,20 @@ func disrupting(n *Node) bool {
 	return true
 }
 
+// podBlocker is the first of the candidate's pods that blocks its disruption — do-not-disrupt, or
+// a PodDisruptionBudget the Eviction API would refuse it through — and why.
+func podBlocker(c *Candidate, pdbs *pdbIndex, now time.Time) (Blocker, bool) {
+	for _, p := range c.Reschedulable {
+		if pods.DoNotDisrupt(p, now) {
+			return Blocker{KindDoNotDisrupt, fmt.Sprintf("pod %s/%s has %s", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)}, true
+		}
+		if why := pdbs.blocks(p); why != "" {
+			return Blocker{KindPodDisruptionBudget, why}, true
+		}
+	}
+	return Blocker{}, false
+}
+
 // block records what keeps the candidate from voluntary disruption and from consolidation.
 func (d *decider) block(c *Candidate) {
 	pdbs, moved := d.pdbs, d.moved
@@ -231,15 +277,9 @@ func (d *decider) block(c *Candidate) {
 		c.blocked = Blocker{KindDoNotDisrupt, fmt.Sprintf("node %s has %s", c.Name(), karpv1.DoNotDisruptAnnotationKey)}
 		return
 	}
-	for _, p := range c.Reschedulable {
-		if pods.DoNotDisrupt(p, now) {
-			c.blocked = Blocker{KindDoNotDisrupt, fmt.Sprintf("pod %s/%s has %s", p.Namespace, p.Name, karpv1.DoNotDisruptAnnotationKey)}
-			return
-		}
-		if why := pdbs.blocks(p); why != "" {
-			c.blocked = Blocker{KindPodDisruptionBudget, why}
-			return
-		}
+	if b, ok := podBlocker(c, pdbs, now); ok {
+		c.blocked = b
+		return
 	}
 	np := c.Pool.NodePool
 	switch {

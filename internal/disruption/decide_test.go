@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -96,6 +97,64 @@ func TestBlockers(t *testing.T) {
 			}
 			if _, msg := explanation(d, "big"); !strings.Contains(msg, tc.want) {
 				t.Errorf("explanation = %q, want it to name %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+// The Eviction API evicts a pod that is not Ready whatever its budget's disruptionsAllowed when
+// the budget's unhealthyPodEvictionPolicy is AlwaysAllow, or while its healthy pods are as many as
+// it wants (IfHealthyBudget, the default), and a Pending pod always: consolidation counts on those
+// evictions as the drain will get them (Karpenter v1.15's disruption suite: AlwaysAllow with pods
+// not Ready). A Ready pod, or an unhealthy one under a budget short of healthy pods, still blocks.
+func TestPDBLetsThePodsTheEvictionAPIEvicts(t *testing.T) {
+	always := policyv1.AlwaysAllow
+	notReady := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	}
+	ready := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	for _, tc := range []struct {
+		name    string
+		pod     func(*corev1.Pod)
+		pdb     func(*policyv1.PodDisruptionBudget)
+		blocked bool
+	}{
+		{"not Ready, AlwaysAllow", notReady, func(b *policyv1.PodDisruptionBudget) { b.Spec.UnhealthyPodEvictionPolicy = &always }, false},
+		{"Ready, AlwaysAllow", ready, func(b *policyv1.PodDisruptionBudget) { b.Spec.UnhealthyPodEvictionPolicy = &always }, true},
+		{"not Ready, IfHealthyBudget, healthy as wanted", notReady, func(b *policyv1.PodDisruptionBudget) {
+			b.Status.CurrentHealthy, b.Status.DesiredHealthy = 2, 2
+		}, false},
+		{"not Ready, IfHealthyBudget, short of healthy pods", notReady, func(b *policyv1.PodDisruptionBudget) {
+			b.Status.CurrentHealthy, b.Status.DesiredHealthy = 1, 2
+		}, true},
+		{"Pending", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.pool("default", nil)
+			n := c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("web-0", "web", "1"))
+			tc.pod(n.Pods[0])
+			c.pdb("web", 0)
+			if tc.pdb != nil {
+				tc.pdb(c.snap.PDBs[0])
+			}
+			d := c.decide(disruption.Options{})
+			if tc.blocked {
+				if d.Command != nil {
+					t.Fatalf("command %v, want the PDB to hold the node", names(d.Command))
+				}
+				if _, msg := explanation(d, "big"); !strings.Contains(msg, "pdb default/web allows no disruption") {
+					t.Errorf("explanation = %q, want the PDB named", msg)
+				}
+				return
+			}
+			if d.Command == nil {
+				_, msg := explanation(d, "big")
+				t.Fatalf("no command (%q); the Eviction API would evict the pod", msg)
 			}
 		})
 	}

@@ -102,17 +102,25 @@ func (d *decider) repair() *Command {
 		policies = DefaultRepairPolicies
 	}
 	now := d.snap.Now
-	total, sick, leaving := map[string]int{}, map[string]int{}, map[string]int{}
+	// total and leaving count the initialized nodes, which the budgets pace; all and sick count
+	// the registered ones too, for the correlated-failure share: a node that registered and never
+	// initialized runs no workload, and is repaired without using up a budget (as Karpenter).
+	total, all, sick, leaving := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	var due []unhealthy
 	for _, n := range d.snap.Nodes {
 		pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
-		if pool == nil || !counted(n) {
+		if pool == nil || !registered(n) {
 			continue
 		}
 		name := pool.NodePool.Name
-		total[name]++
+		all[name]++
+		if counted(n) {
+			total[name]++
+		}
 		if !n.NodeClaim.DeletionTimestamp.IsZero() || !n.Node.DeletionTimestamp.IsZero() || nodeclaims.Disrupted(n.Node) {
-			leaving[name]++
+			if counted(n) {
+				leaving[name]++
+			}
 			continue
 		}
 		p, since, ok := MatchRepair(n.Node, policies)
@@ -138,20 +146,23 @@ func (d *decider) repair() *Command {
 			d.explain(c, EventDisruptionBlocked, Blocker{KindDoNotRepair, fmt.Sprintf("%s, but the node has %s", what, karpv1.DoNotRepairAnnotationKey)})
 			continue
 		}
-		if why := CorrelatedFailure(np.Name, sick[np.Name], total[np.Name]); why != "" {
+		if why := CorrelatedFailure(np.Name, sick[np.Name], all[np.Name]); why != "" {
 			d.explain(c, EventNodeRepairBlocked, Blocker{KindUnhealthyShare, what + ", but " + why})
 			continue
 		}
-		a := allowance(np, karpv1.DisruptionReasonUnhealthy, now, total[np.Name], leaving[np.Name])
-		d.out.Allowances[np.Name][karpv1.DisruptionReasonUnhealthy] = a
-		if a.Allowed < 1 {
-			d.explain(c, EventDisruptionBlocked, Blocker{KindDisruptionBudget, fmt.Sprintf("%s, but NodePool %s's Unhealthy budget allows no disruption now", what, np.Name)})
-			continue
+		if counted(u.n) {
+			a := allowance(np, karpv1.DisruptionReasonUnhealthy, now, total[np.Name], leaving[np.Name])
+			d.out.Allowances[np.Name][karpv1.DisruptionReasonUnhealthy] = a
+			if a.Allowed < 1 {
+				d.explain(c, EventDisruptionBlocked, Blocker{KindDisruptionBudget, fmt.Sprintf("%s, but NodePool %s's Unhealthy budget allows no disruption now", what, np.Name)})
+				continue
+			}
 		}
-		d.block(c)
-		if (c.blocked.Kind == KindDoNotDisrupt || c.blocked.Kind == KindPodDisruptionBudget) && c.NodeClaim.Spec.TerminationGracePeriod == nil {
-			d.explain(c, EventDisruptionBlocked, Blocker{c.blocked.Kind, fmt.Sprintf(
-				"%s, but %s, and its NodeClaim has no terminationGracePeriod to bound the wait", what, c.blocked.Message)})
+		// Only pods block repair (a node's karpenter.sh/do-not-disrupt does not: do-not-repair is
+		// the node's veto), and only without a grace period to bound their wait (as Karpenter).
+		if b, blocked := podBlocker(c, d.pdbs, now); blocked && c.NodeClaim.Spec.TerminationGracePeriod == nil {
+			d.explain(c, EventDisruptionBlocked, Blocker{b.Kind, fmt.Sprintf(
+				"%s, but %s, and its NodeClaim has no terminationGracePeriod to bound the wait", what, b.Message)})
 			continue
 		}
 		cond := fmt.Sprintf("%s=%s since %s", u.policy.ConditionType, u.policy.ConditionStatus, u.since.UTC().Format("15:04:05 UTC"))

@@ -178,3 +178,37 @@ func TestTerminateFirstRepairFreesTheReservationsMachine(t *testing.T) {
 		t.Fatalf("validation: %v (%s)", cmd, why)
 	}
 }
+
+// A node's own karpenter.sh/do-not-disrupt does not hold its repair, without a grace period too:
+// only pods that block eviction need one to bound their wait, and do-not-repair is the node's
+// veto (as Karpenter v1.15).
+func TestANodesDoNotDisruptDoesNotHoldRepair(t *testing.T) {
+	c, nodes := repairFleet(t, nil)
+	unready(nodes[0], corev1.ConditionFalse, time.Hour)
+	nodes[0].Node.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
+	d := c.decide(disruption.Options{NodeRepair: true})
+	if !slices.Equal(names(d.Command), []string{"a"}) {
+		_, msg := explanation(d, "a")
+		t.Fatalf("command %v (%q), want a repaired", names(d.Command), msg)
+	}
+}
+
+// A node that registered and never initialized, then stays not Ready past its toleration, is
+// repaired — without using up the Unhealthy budget, which paces the initialized nodes (as
+// Karpenter v1.15). Before, only initialized nodes were looked at: it stayed for good.
+func TestANodeThatNeverInitializedIsRepaired(t *testing.T) {
+	c, nodes := repairFleet(t, func(np *karpv1.NodePool) {
+		np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "0", Reasons: []karpv1.DisruptionReason{karpv1.DisruptionReasonUnhealthy}}}
+	})
+	n := nodes[4]
+	n.Pods = nil
+	n.NodeClaim.Status.Conditions = slices.DeleteFunc(n.NodeClaim.Status.Conditions, func(c metav1.Condition) bool {
+		return c.Type == karpv1.ConditionTypeInitialized
+	})
+	unready(n, corev1.ConditionFalse, 30*time.Minute)
+	d := c.decide(disruption.Options{NodeRepair: true})
+	if !slices.Equal(names(d.Command), []string{"e"}) || d.Command.Method != disruption.MethodRepair {
+		_, msg := explanation(d, "e")
+		t.Fatalf("command %v (%q), want e repaired", names(d.Command), msg)
+	}
+}

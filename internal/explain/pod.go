@@ -45,6 +45,10 @@ type PodAnswer struct {
 	Closest *solver.PoolMiss  `json:"closest,omitempty"`
 	// Reason is the solver's whole answer for a pod that fits nowhere.
 	Reason string `json:"reason,omitempty"`
+	// Held are the NodeClaims bought for the pod whose nodes came up without it, when provisioning
+	// buys no more for it (planning.MissedAnnotationKey); HeldReason says why and until when.
+	Held       []string `json:"heldAfter,omitempty"`
+	HeldReason string   `json:"heldReason,omitempty"`
 }
 
 // Launch is a machine provisioning would launch.
@@ -84,6 +88,9 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 	st, err := planning.ReadState(ctx, c, cloud, nodeCost, bound, nil)
 	if err != nil {
 		return nil, err
+	}
+	if missed := planning.Missed(pod, st.Inputs); len(missed) >= planning.MaxMissedMachines {
+		a.Held, a.HeldReason = missed, planning.HeldMessage(missed)
 	}
 	r := solver.Solve(solver.Input{Pods: []*corev1.Pod{pod}, NodePools: st.Pools, Nodes: st.Nodes, DaemonSetPods: st.DaemonSetPods,
 		WellKnownLabels: cloud.WellKnownLabels()}, solver.Options{})
@@ -150,6 +157,10 @@ func (a *PodAnswer) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "Pod %s is pending: %s.\n", a.Pod, a.Waiting)
 	case a.FitsOn != "":
 		fmt.Fprintf(&b, "Pod %s is pending; node %s has room for it now: the scheduler binds it there (Capstan launches nothing).\n", a.Pod, a.FitsOn)
+	case a.Launch != nil && len(a.Held) > 0:
+		fmt.Fprintf(&b, "Pod %s is pending and held: it %s.\n"+
+			"Without the hold it would launch from NodePool %s: %s (%.4f $/h).\n",
+			a.Pod, strings.TrimPrefix(a.HeldReason, "Pod "), a.Launch.NodePool, typeList(a.Launch.InstanceTypes), a.Launch.Price)
 	case a.Launch != nil:
 		fmt.Fprintf(&b, "Pod %s is pending; provisioning launches a machine for it from NodePool %s: %s (%.4f $/h).\n",
 			a.Pod, a.Launch.NodePool, typeList(a.Launch.InstanceTypes), a.Launch.Price)

@@ -16,6 +16,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -71,6 +72,16 @@ func TestExplainPendingPods(t *testing.T) {
 		create(t, p)
 		return p
 	}
+	// held marks the pod as its two machines came up without it, on the cluster's current inputs
+	// (in memory, as dra).
+	held := func(p *corev1.Pod) *corev1.Pod {
+		st, err := planning.ReadState(t.Context(), env.Client, sim.Provider, 0, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations = map[string]string{planning.MissedAnnotationKey: planning.MissedValue(st.Inputs, []string{"search-a", "search-b"})}
+		return p
+	}
 	// dra gives the pod a resource claim (in memory: the answer reads the pod it is given).
 	dra := func(p *corev1.Pod) *corev1.Pod {
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
@@ -93,6 +104,7 @@ Closest: NodePool explain-small (resources): no instance type has cpu 3 (the lar
 To fit there: request less, or let the NodePool use larger instance types.
 `},
 		{pod("indexer", "search", "1"), `Pod default/indexer is pending; provisioning launches a machine for it from NodePool explain-open: m5.large, m5.xlarge, m5.2xlarge`},
+		{held(pod("retried", "search", "1")), `Pod default/retried is pending and held: it did not schedule on the 2 machines bought for it (nodeclaim/search-a, nodeclaim/search-b)`},
 		{dra(pod("gpu-claim", "search", "1")), `Pod default/gpu-claim is pending: the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it`},
 	} {
 		a, err := Pod(t.Context(), env.Client, sim.Provider, 0, tc.pod)

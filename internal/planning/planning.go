@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -64,22 +63,6 @@ func SplitPods(pods []corev1.Pod) (pending []*corev1.Pod, bound map[string][]*co
 		}
 	}
 	return pending, bound
-}
-
-// DaemonSetPods are one pod per DaemonSet, its template, as the solver charges them to machines;
-// DaemonSets whose pods ask for DRA devices are left out, as Karpenter leaves them out.
-func DaemonSetPods(dss []appsv1.DaemonSet) []*corev1.Pod {
-	out := make([]*corev1.Pod, 0, len(dss))
-	for i := range dss {
-		ds := &dss[i]
-		if pods.HasDRARequirements(&corev1.Pod{Spec: ds.Spec.Template.Spec}) {
-			// Its devices are not modelled; neither is its overhead (as Karpenter does).
-			continue
-		}
-		out = append(out, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ds.Namespace, Name: ds.Name, Labels: ds.Spec.Template.Labels},
-			Spec: ds.Spec.Template.Spec})
-	}
-	return out
 }
 
 // Pool is a NodePool new machines may come from, and the same pool in the solver's terms.

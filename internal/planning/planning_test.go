@@ -53,7 +53,7 @@ func TestDaemonSetsWithDRARequirementsAreNotOverhead(t *testing.T) {
 		}
 		return d
 	}
-	got := DaemonSetPods([]appsv1.DaemonSet{ds("logs", false), ds("dra-driver", true)})
+	got := DaemonSetPods([]appsv1.DaemonSet{ds("logs", false), ds("dra-driver", true)}, nil, nil)
 	if len(got) != 1 || got[0].Name != "logs" {
 		t.Fatalf("overhead pods %v, want logs alone", got)
 	}

@@ -26,16 +26,21 @@ type State struct {
 	DaemonSetPods []*corev1.Pod
 	// InFlight indexes, by claim name, the Nodes that are NodeClaims without a Node yet.
 	InFlight map[string]int
+	// Registered are the NodeClaims whose Node has registered, by name.
+	Registered map[string]bool
+	// Inputs fingerprints the NodePools, DaemonSets and LimitRanges (planning.Inputs).
+	Inputs string
 }
 
 // ReadState lists the NodePools, NodeClaims (passed through claims, which may add the ones the
-// caller created and its cache does not list yet; nil: as listed), Nodes and DaemonSets, and
+// caller created and its cache does not list yet; nil: as listed), Nodes, DaemonSets and
+// LimitRanges, and
 // builds the solver's view: the pools with their instance types and limits left, every node
 // with the pods bound there (bound, by node name) and the pods moving to it, and the in-flight
 // claims as nodes.
 func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, bound map[string][]*corev1.Pod,
 	claims func([]karpv1.NodeClaim) []karpv1.NodeClaim) (*State, error) {
-	st := &State{ByName: map[string]*karpv1.NodePool{}, InFlight: map[string]int{}}
+	st := &State{ByName: map[string]*karpv1.NodePool{}, InFlight: map[string]int{}, Registered: map[string]bool{}}
 	nps := &karpv1.NodePoolList{}
 	if err := c.List(ctx, nps); err != nil {
 		return nil, fmt.Errorf("listing nodepools: %w", err)
@@ -55,7 +60,16 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	if err := c.List(ctx, dss); err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
-	st.DaemonSetPods = DaemonSetPods(dss.Items)
+	lrs := &corev1.LimitRangeList{}
+	if err := c.List(ctx, lrs); err != nil {
+		return nil, fmt.Errorf("listing limitranges: %w", err)
+	}
+	var observed []*corev1.Pod
+	for _, pods := range bound {
+		observed = append(observed, pods...)
+	}
+	st.DaemonSetPods = DaemonSetPods(dss.Items, observed, lrs.Items)
+	st.Inputs = Inputs(nps.Items, dss.Items, lrs.Items)
 
 	pools := Pools(ctx, cloud, nodeCost, nps.Items, ncs.Items)
 	its := map[string][]*cloudprovider.InstanceType{}
@@ -89,10 +103,11 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	// for them are still pending and will be placed on them again.
 	for i := range ncs.Items {
 		nc := &ncs.Items[i]
-		if !nc.DeletionTimestamp.IsZero() {
+		if nc.Status.ProviderID != "" && byProvider[nc.Status.ProviderID] != nil {
+			st.Registered[nc.Name] = true
 			continue
 		}
-		if nc.Status.ProviderID != "" && byProvider[nc.Status.ProviderID] != nil {
+		if !nc.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if en, ok := nodeclaims.InFlight(nc, its[nc.Labels[karpv1.NodePoolLabelKey]], st.DaemonSetPods); ok {

@@ -1,9 +1,9 @@
 // Package record saves what Capstan's decisions read from a cluster — NodePools, the offerings
 // their node classes resolve to, NodeClaims, Nodes, pods' scheduling fields, PodDisruptionBudgets,
-// DaemonSets, the owners of pods and namespaces' labels — into one versioned file, and serves it
-// back as a read-only client and cloud provider, so that explain and simulate give on a recording
-// the answers they give on the live cluster. Recordings keep no container images, commands,
-// environment or volumes other than claims, and may hash every name (Anonymize).
+// DaemonSets, the owners of pods, namespaces' labels and LimitRanges — into one versioned file,
+// and serves it back as a read-only client and cloud provider, so that explain and simulate give
+// on a recording the answers they give on the live cluster. Recordings keep no container images,
+// commands, environment or volumes other than claims, and may hash every name (Anonymize).
 package record
 
 import (
@@ -65,6 +65,8 @@ type Recording struct {
 	ReplicaSets  []appsv1.ReplicaSet        `json:"replicaSets,omitempty"`
 	StatefulSets []appsv1.StatefulSet       `json:"statefulSets,omitempty"`
 	Namespaces   []corev1.Namespace         `json:"namespaces,omitempty"`
+	// LimitRanges give the DaemonSets' pods their defaults where none of them runs yet.
+	LimitRanges []corev1.LimitRange `json:"limitRanges,omitempty"`
 }
 
 // NodeClassInstanceType lists the instance types a node class offered, with their offerings.
@@ -117,6 +119,7 @@ func Record(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvi
 		{"pods", &corev1.PodList{}}, {"poddisruptionbudgets", &policyv1.PodDisruptionBudgetList{}},
 		{"daemonsets", &appsv1.DaemonSetList{}}, {"replicasets", &appsv1.ReplicaSetList{}},
 		{"statefulsets", &appsv1.StatefulSetList{}}, {"namespaces", &corev1.NamespaceList{}},
+		{"limitranges", &corev1.LimitRangeList{}},
 	}
 	for _, l := range lists {
 		if err := c.List(ctx, l.list); err != nil {
@@ -132,6 +135,7 @@ func Record(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvi
 	r.ReplicaSets = lists[6].list.(*appsv1.ReplicaSetList).Items
 	r.StatefulSets = lists[7].list.(*appsv1.StatefulSetList).Items
 	r.Namespaces = lists[8].list.(*corev1.NamespaceList).Items
+	r.LimitRanges = lists[9].list.(*corev1.LimitRangeList).Items
 	overlays := &karpv1alpha1.NodeOverlayList{}
 	if err := c.List(ctx, overlays); err != nil && !meta.IsNoMatchError(err) {
 		return nil, fmt.Errorf("listing nodeoverlays: %w", err)
@@ -283,6 +287,9 @@ func (r *Recording) trim() {
 	for i := range r.Namespaces {
 		trimMeta(&r.Namespaces[i].ObjectMeta)
 	}
+	for i := range r.LimitRanges {
+		trimMeta(&r.LimitRanges[i].ObjectMeta)
+	}
 }
 
 // anonymize replaces names by salted hashes, consistently: a pod's nodeName and a node's name,
@@ -343,6 +350,9 @@ func (r *Recording) anonymize() error {
 	}
 	for i := range r.Namespaces {
 		obj(&r.Namespaces[i].ObjectMeta)
+	}
+	for i := range r.LimitRanges {
+		obj(&r.LimitRanges[i].ObjectMeta)
 	}
 	return nil
 }

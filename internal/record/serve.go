@@ -62,6 +62,9 @@ func (r *Recording) Reader(scheme *runtime.Scheme) client.Reader {
 	for i := range r.NodeOverlays {
 		add(&r.NodeOverlays[i])
 	}
+	for i := range r.LimitRanges {
+		add(&r.LimitRanges[i])
+	}
 	return &reader{scheme: scheme, objs: objs}
 }
 

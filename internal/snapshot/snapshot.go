@@ -93,7 +93,12 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 
-	snap := &disruption.Snapshot{Now: o.Now, DaemonSetPods: planning.DaemonSetPods(dss.Items),
+	lrs := &corev1.LimitRangeList{}
+	if err := c.List(ctx, lrs); err != nil {
+		return nil, fmt.Errorf("listing limitranges: %w", err)
+	}
+
+	snap := &disruption.Snapshot{Now: o.Now,
 		WellKnownLabels: cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: o.Evictions}
 	wait := o.ScaleDownWait
 	if wait <= 0 {
@@ -126,6 +131,11 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)
 		}
 	}
+	var observed []*corev1.Pod
+	for _, ps := range bound {
+		observed = append(observed, ps...)
+	}
+	snap.DaemonSetPods = planning.DaemonSetPods(dss.Items, observed, lrs.Items)
 	snap.Pending = o.DefaultSpread.Apply(ctx, snap.Pending)
 	if o.Buffers != nil {
 		buf, err := o.Buffers(ctx)

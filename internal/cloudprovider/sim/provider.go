@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -115,6 +116,21 @@ func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference
 	}
 	if !snc.DeletionTimestamp.IsZero() {
 		return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("SimNodeClass %q is being deleted", ref.Name)}
+	}
+	return snc, nil
+}
+
+// readyNodeClass is nodeClass for what launches: a class whose Ready condition is False (its
+// instance types cannot be resolved, or an operator says so) gives a NodeClassNotReadyError with
+// the condition's message. A class with no Ready condition yet is ready: nothing needs resolving
+// before a simulated launch.
+func (p *Provider) readyNodeClass(ctx context.Context, ref *karpv1.NodeClassReference) (*simv1alpha1.SimNodeClass, error) {
+	snc, err := p.nodeClass(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if c := meta.FindStatusCondition(snc.Status.Conditions, simv1alpha1.ConditionTypeReady); c != nil && c.Status == metav1.ConditionFalse {
+		return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("SimNodeClass %q is not ready: %s: %s", ref.Name, c.Reason, c.Message)}
 	}
 	return snc, nil
 }
@@ -383,7 +399,7 @@ func anyMatch(sels []simv1alpha1.OfferingSelector, it, zone, ct string) bool {
 
 // GetInstanceTypes implements CloudProvider.
 func (p *Provider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
-	snc, err := p.nodeClass(ctx, np.Spec.Template.Spec.NodeClassRef)
+	snc, err := p.readyNodeClass(ctx, np.Spec.Template.Spec.NodeClassRef)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +427,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		}
 		return p.toNodeClaim(inst), nil
 	}
-	snc, err := p.nodeClass(ctx, nc.Spec.NodeClassRef)
+	snc, err := p.readyNodeClass(ctx, nc.Spec.NodeClassRef)
 	if err != nil {
 		return nil, err
 	}

@@ -58,11 +58,14 @@ func (n nominations) to(claim string) []types.NamespacedName {
 }
 
 // split returns the pending pods still to plan and, per in-flight claim, the pods nominated to
-// it; nominations of pods no longer pending or to claims no longer in flight are forgotten.
-func (n nominations) split(pending []*corev1.Pod, inFlight map[string]int) ([]*corev1.Pod, map[string][]*corev1.Pod) {
+// it; nominations of pods no longer pending or to claims no longer in flight are forgotten. Of
+// these, cameUp are the still pending pods whose claim's Node registered (registered), with that
+// claim: the machine bought for them came up, and they are not bound to it yet — or never will be.
+func (n nominations) split(pending []*corev1.Pod, inFlight map[string]int, registered map[string]bool) (toPlan []*corev1.Pod,
+	byClaim map[string][]*corev1.Pod, cameUp map[types.UID]string) {
 	stillPending := make(map[types.UID]bool, len(pending))
-	toPlan := pending[:0:0]
-	byClaim := map[string][]*corev1.Pod{}
+	toPlan = pending[:0:0]
+	byClaim = map[string][]*corev1.Pod{}
 	for _, pod := range pending {
 		stillPending[pod.UID] = true
 		if nom, ok := n[pod.UID]; ok && flying(inFlight, nom.claim) {
@@ -73,10 +76,16 @@ func (n nominations) split(pending []*corev1.Pod, inFlight map[string]int) ([]*c
 	}
 	for uid, nom := range n {
 		if !stillPending[uid] || !flying(inFlight, nom.claim) {
+			if stillPending[uid] && registered[nom.claim] {
+				if cameUp == nil {
+					cameUp = map[types.UID]string{}
+				}
+				cameUp[uid] = nom.claim
+			}
 			delete(n, uid)
 		}
 	}
-	return toPlan, byClaim
+	return toPlan, byClaim, cameUp
 }
 
 func flying(inFlight map[string]int, claim string) bool {

@@ -90,6 +90,9 @@ type Provisioner struct {
 	// unschedulable is what the last pass said of each pod it could not place, so that a pod's
 	// log line is written when its answer changes, not on every pass.
 	unschedulable map[types.UID]string
+	// missed remembers, per pending pod, the claims bought for it whose nodes came up while it
+	// stayed pending (the runaway guard, missed.go).
+	missed map[types.UID]missedClaims
 }
 
 // Nominated events on pods are bounded: one event per pod is the API server's largest write load
@@ -375,8 +378,9 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if p.nominated == nil {
 		p.nominated = nominations{}
 	}
-	pending, waiting := p.nominated.split(pending, st.InFlight)
+	pending, waiting, cameUp := p.nominated.split(pending, st.InFlight, st.Registered)
 	p.nominatedMu.Unlock()
+	pending, missed := p.guard(ctx, pending, st.Inputs, cameUp, said)
 	outcomes := bufferOutcomes(virtual, waiting)
 	defer func() {
 		if len(outcomes) > 0 {
@@ -402,6 +406,11 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	start := time.Now()
 	plan := solver.Solve(in, p.SolverOptions)
+	if rest := p.heldFrom(ctx, plan, pending, st.Inputs, missed, said); rest != nil {
+		// Pods held by the runaway guard: the plan without them.
+		pending, in.Pods = rest, rest
+		plan = solver.Solve(in, p.SolverOptions)
+	}
 	p.Metrics.Scheduled(p.Name(), time.Since(start).Seconds(), len(pending), len(plan.Unschedulable))
 	res := &Result{Plan: plan, Buffered: len(virtual)}
 	countPlaced(outcomes, plan)
@@ -464,6 +473,13 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", planning.TypeList(planned.InstanceTypes), "pods", len(planned.Pods))
 		p.nominatedEvent(planned.Pods, nc.Name)
+		for _, pod := range planned.Pods {
+			if claims := missed[pod.UID]; claims != nil {
+				// Another machine for a pod whose first came up without it: the count survives a
+				// restart.
+				p.recordMissed(ctx, pod, st.Inputs, claims)
+			}
+		}
 	}
 	if len(plan.NodeClaims) > 0 {
 		// One line per pass with the counts: in a burst the per-claim lines are sampled away.

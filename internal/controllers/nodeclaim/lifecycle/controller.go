@@ -234,16 +234,19 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		c.Metrics.Disrupted(nc, metrics.ReasonInsufficientCapacity)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case cloudprovider.IsNodeClassNotReady(err):
+		// Missing or not ready, the claim is deleted, as Karpenter deletes it: the provisioner
+		// plans no claim onto a pool whose class is not ready, so its pods wait, told why, and
+		// get a claim again once the class is ready.
 		var nf *cloudprovider.NodeClassNotReadyError
 		if errors.As(err, &nf) && nf.NotFound {
 			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClaimFailedToResolveNodeClass", "Launch", "Failed to resolve NodeClass: %s", err)
 			log.FromContext(ctx).Info("deleting nodeclaim: nodeclass not found", "error", err.Error())
-			c.Metrics.Disrupted(nc, metrics.ReasonNodeClassNotReady)
-			return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
+		} else {
+			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", "NodeClass is not ready: %s", truncate(err.Error()))
+			log.FromContext(ctx).Info("deleting nodeclaim: nodeclass not ready", "error", err.Error())
 		}
-		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "NodeClassNotReady", err.Error())
-		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", "NodeClass is not ready: %s", truncate(err.Error()))
-		return false, reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		c.Metrics.Disrupted(nc, metrics.ReasonNodeClassNotReady)
+		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case err != nil:
 		// Retried until LaunchTTL; the condition, event and log say why.
 		c.setCondition(nc, karpv1.ConditionTypeLaunched, metav1.ConditionFalse, "LaunchFailed", truncate(err.Error()))

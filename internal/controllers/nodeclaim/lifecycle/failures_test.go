@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -227,40 +228,67 @@ func TestClaimOfAnotherProvidersKindIsLeftAlone(t *testing.T) {
 	}
 }
 
-// A NodeClass that exists but is not ready (here: being deleted) holds the launch with a
-// condition and a NodeClassNotReady event; the claim is kept.
-func TestNodeClassNotReadyHoldsTheLaunch(t *testing.T) {
-	f := setup(t, "going", simv1alpha1.Failures{})
-	snc := &simv1alpha1.SimNodeClass{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "going"}, snc); err != nil {
-		t.Fatal(err)
-	}
-	snc.Finalizers = []string{"example.com/hold"}
-	if err := env.Client.Update(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		got := &simv1alpha1.SimNodeClass{}
-		if env.Client.Get(context.Background(), client.ObjectKey{Name: "going"}, got) == nil {
-			got.Finalizers = nil
-			_ = env.Client.Update(context.Background(), got)
-		}
-	})
-	if err := env.Client.Delete(t.Context(), snc); err != nil {
-		t.Fatal(err)
-	}
-	newClaim(t, "going-1", "going")
-	nc := f.reconcile(t, "going-1")
-	if !nc.DeletionTimestamp.IsZero() {
-		t.Fatal("the claim was deleted while its NodeClass is only not ready")
-	}
-	c := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeLaunched)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "NodeClassNotReady" {
-		t.Fatalf("Launched condition %+v, want False NodeClassNotReady", c)
-	}
-	evs := drainEvents(f.ctrl.Recorder.(*events.FakeRecorder))
-	if !slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, "NodeClassNotReady") }) {
-		t.Fatalf("events %q lack NodeClassNotReady", evs)
+// A NodeClass that exists but is not ready — being deleted, or its Ready condition False (as
+// Karpenter's regression spec "should delete a NodeClaim if it references a NodeClass that isn't
+// Ready" sets it) — deletes the claim unlaunched, with a NodeClassNotReady event, as Karpenter
+// does. Before, the claim waited and, with a Ready=False class, launched.
+func TestNodeClassNotReadyDeletesTheClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		unready func(t *testing.T, snc *simv1alpha1.SimNodeClass)
+	}{
+		{"being deleted", func(t *testing.T, snc *simv1alpha1.SimNodeClass) {
+			snc.Finalizers = []string{"example.com/hold"}
+			if err := env.Client.Update(t.Context(), snc); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				got := &simv1alpha1.SimNodeClass{}
+				if env.Client.Get(context.Background(), client.ObjectKey{Name: snc.Name}, got) == nil {
+					got.Finalizers = nil
+					_ = env.Client.Update(context.Background(), got)
+				}
+			})
+			if err := env.Client.Delete(t.Context(), snc); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Ready=False", func(t *testing.T, snc *simv1alpha1.SimNodeClass) {
+			meta.SetStatusCondition(&snc.Status.Conditions, metav1.Condition{Type: simv1alpha1.ConditionTypeReady, Status: metav1.ConditionFalse,
+				Reason: "TestingNotReady", Message: "NodeClass is not ready"})
+			if err := env.Client.Status().Update(t.Context(), snc); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "unready-" + strings.ToLower(strings.ReplaceAll(tc.name, "=", "-"))
+			name = strings.ReplaceAll(name, " ", "-")
+			f := setup(t, name, simv1alpha1.Failures{})
+			snc := &simv1alpha1.SimNodeClass{}
+			if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, snc); err != nil {
+				t.Fatal(err)
+			}
+			tc.unready(t, snc)
+			newClaim(t, name+"-1", name)
+			if _, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name + "-1"}}); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			nc := &karpv1.NodeClaim{}
+			err := env.Client.Get(t.Context(), client.ObjectKey{Name: name + "-1"}, nc)
+			if err == nil && nc.DeletionTimestamp.IsZero() {
+				t.Fatalf("the claim was kept (conditions %v) while its NodeClass is not ready", conditions(nc))
+			} else if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if n := len(f.cloud.Instances()); n != 0 {
+				t.Fatalf("%d machine(s) launched for a claim whose NodeClass is not ready", n)
+			}
+			evs := drainEvents(f.ctrl.Recorder.(*events.FakeRecorder))
+			if !slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, "NodeClassNotReady") }) {
+				t.Fatalf("events %q lack NodeClassNotReady", evs)
+			}
+		})
 	}
 }
 
