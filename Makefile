@@ -48,12 +48,24 @@ release: image tools ## Push the image and the capstan-crd and capstan charts at
 verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout checks.
 	@hack/verify.sh
 
+# The specs of Karpenter's regression suite `make test` runs against Capstan (a Ginkgo regexp):
+# those that pass and together take well under a minute; `make conformance` runs them all.
+CONFORMANCE_QUICK ?= LimitRange|references a NodeClass that (isn't Ready|doesn't exist)
+
 .PHONY: test
-test: verify ## Run all tests (unit, API validation on a real API server, local cluster, every fuzz target for 3s, the image under podman).
+test: verify ## Run all tests (unit, API validation on a real API server, local cluster, every fuzz target for 3s, the image under podman, specs of Karpenter's own suites).
 	hack/ensure-awscli.sh
 	go test $(GO_TEST_FLAGS) ./...
 	hack/fuzz.sh 3s
 	$(MAKE) --no-print-directory image-smoke
+	hack/conformance.sh regression '$(CONFORMANCE_QUICK)'
+
+# The suite `make conformance` runs, and the specs it picks (FOCUS) and leaves out (SKIP).
+SUITE ?= regression
+
+.PHONY: conformance
+conformance: tools ## Run Karpenter v1.15's own end-to-end suite SUITE (regression or disruption; FOCUS, SKIP: Ginkgo regexps) against Capstan on a fresh local cluster; one line per spec.
+	hack/conformance.sh $(SUITE) '$(FOCUS)'
 
 .PHONY: chaos
 chaos: ## Run the chaos suite's full scenarios (test/chaos, test/chaos/aws; SCENARIO=regexp picks some) and print their figures; make test runs the short ones.

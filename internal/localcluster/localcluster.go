@@ -326,8 +326,17 @@ func newEnvironment(opts Options) (*envtest.Environment, error) {
 // bound, which makes a PodDisruptionBudget nearly impossible to break.
 const ReadyDelayAnnotation = "pod-ready.stage.kwok.x-k8s.io/delay"
 
-// withReadinessDelay returns the stage file to give kwok for path: kwok's pod-ready stage with a
-// delay read from ReadyDelayAnnotation (none without it), written into dir; any other file as is.
+// DeleteDelayAnnotation on a pod delays kwok's removing it once it is deleted by a duration
+// ("30s"): what a container's preStop hook and grace period take on a real kubelet. Karpenter's
+// end-to-end suites set it on pods with a preStop sleep; without it a deleted pod is gone at once.
+const DeleteDelayAnnotation = "pod-delete.stage.kwok.x-k8s.io/delay"
+
+// stageDelays are the stages given a delay read from an annotation, by stage name.
+var stageDelays = map[string]string{"pod-ready": ReadyDelayAnnotation, "pod-delete": DeleteDelayAnnotation}
+
+// withReadinessDelay returns the stage file to give kwok for path: kwok's pod-ready and
+// pod-delete stages with a delay read from ReadyDelayAnnotation and DeleteDelayAnnotation (none
+// without it), written into dir; any other file as is.
 func withReadinessDelay(path, dir string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -339,12 +348,14 @@ func withReadinessDelay(path, dir string) (string, error) {
 	}
 	meta, _ := stage["metadata"].(map[string]any)
 	spec, _ := stage["spec"].(map[string]any)
-	if meta == nil || meta["name"] != "pod-ready" || spec == nil || spec["delay"] != nil {
+	name, _ := meta["name"].(string)
+	annotation, ok := stageDelays[name]
+	if !ok || spec == nil || spec["delay"] != nil {
 		return path, nil
 	}
 	spec["delay"] = map[string]any{
 		"durationMilliseconds": 0,
-		"durationFrom":         map[string]any{"expressionFrom": `.metadata.annotations["` + ReadyDelayAnnotation + `"]`},
+		"durationFrom":         map[string]any{"expressionFrom": `.metadata.annotations["` + annotation + `"]`},
 	}
 	out, err := yaml.Marshal(stage)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -121,8 +122,9 @@ func TestAFailedComponentStopsEverythingStarted(t *testing.T) {
 }
 
 // A pod annotated with a readiness delay is not made Ready before it, while one without is made
-// Ready at once; both are bound to a kwok node by hand.
-func TestReadinessDelayAnnotation(t *testing.T) {
+// Ready at once; one annotated with a delete delay is not removed before it once deleted, while
+// one without is; all are bound to a kwok node by hand.
+func TestDelayAnnotations(t *testing.T) {
 	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: t.TempDir(), AssetsDir: assets(t), Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +169,28 @@ func TestReadinessDelayAnnotation(t *testing.T) {
 	}
 	if ready("delayed") {
 		t.Errorf("the pod annotated %s: 1h is Ready", localcluster.ReadyDelayAnnotation)
+	}
+
+	// Deleted, a pod annotated with a delete delay stays (terminating) while one without goes.
+	pod("lingering", map[string]string{localcluster.DeleteDelayAnnotation: "1h"})
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return ready("lingering"), nil
+	}); err != nil {
+		t.Fatalf("the pod with a delete delay never turned Ready: %v", err)
+	}
+	for _, name := range []string{"lingering", "prompt"} {
+		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, "prompt", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the deleted pod without a delay was never removed: %v", err)
+	}
+	if p, err := cs.CoreV1().Pods("default").Get(ctx, "lingering", metav1.GetOptions{}); err != nil || p.DeletionTimestamp.IsZero() {
+		t.Errorf("the pod annotated %s: 1h: %v (deletion %v), want it terminating still", localcluster.DeleteDelayAnnotation, err, p.GetDeletionTimestamp())
 	}
 }
 

@@ -155,6 +155,15 @@ func (s *Server) describeSecurityGroups(f form) (*el, *apiError) {
 
 func (s *Server) describeImages(f form) (*el, *apiError) {
 	ids, owners, fs := f.List("ImageId"), f.List("Owner"), f.filters()
+	if err := knownFilters("DescribeImages", fs, "image-id", "name", "owner-id", "architecture", "state"); err != nil {
+		return nil, err
+	}
+	// EC2 refuses a call that names an image it does not have (a filter on image-id does not).
+	for _, id := range ids {
+		if s.images[id] == nil {
+			return nil, errorf("InvalidAMIID.NotFound", "The image id '[%s]' does not exist", id)
+		}
+	}
 	var items []*el
 	for _, id := range sortedKeys(s.images) {
 		im := s.images[id]
@@ -633,6 +642,10 @@ const terminatedVisibility = time.Hour
 
 func (s *Server) describeInstances(f form) (*el, *apiError) {
 	ids, fs := f.List("InstanceId"), f.filters()
+	if err := knownFilters("DescribeInstances", fs, "instance-state-name", "instance-id", "instance-type", "availability-zone",
+		"client-token", "capacity-reservation-id"); err != nil {
+		return nil, err
+	}
 	for _, id := range ids {
 		if s.instances[id] == nil {
 			return nil, errorf("InvalidInstanceID.NotFound", "The instance ID '%s' does not exist", id)

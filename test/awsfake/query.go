@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,6 +88,19 @@ func (f form) filters() []filter {
 		out = append(out, filter{Name: s.Str("Name"), Values: s.List("Value")})
 	}
 	return out
+}
+
+// knownFilters refuses, as EC2 does, a filter name the call does not know: tag filters
+// ("tag:<key>", "tag-key", "tag-value") and the names given. EC2 answers InvalidParameterValue
+// where a lenient fake would answer an empty list, which a caller would take for "none".
+func knownFilters(call string, fs []filter, names ...string) *apiError {
+	for _, f := range fs {
+		if strings.HasPrefix(f.Name, "tag:") || f.Name == "tag-key" || f.Name == "tag-value" || slices.Contains(names, f.Name) {
+			continue
+		}
+		return errorf("InvalidParameterValue", "The filter '%s' is invalid (%s)", f.Name, call)
+	}
+	return nil
 }
 
 // attributes answers a filter name with the resource's values for it (nil when it has none).

@@ -219,3 +219,22 @@ func TestKubeletFieldsPassThroughTheAPIServer(t *testing.T) {
 		t.Errorf("conditions %+v: want ValidationSucceeded False naming spec.kubelet.podPidLimit, and not Ready", bad.Status.Conditions)
 	}
 }
+
+// TestAnAliasWhoseParameterNamesAMissingImageResolves: one of an alias's SSM parameters still
+// names an image EC2 no longer has (deregistered, or not shared to the account). EC2 refuses a
+// DescribeImages that names it (InvalidAMIID.NotFound), so the images are looked up by filter:
+// the class resolves with the images that exist. Before, the whole class failed to resolve.
+func TestAnAliasWhoseParameterNamesAMissingImageResolves(t *testing.T) {
+	f := awstest.New(t, env.Client)
+	f.AWS.SetParameter("/aws/service/eks/optimized-ami/1.37/amazon-linux-2023/arm64/standard/recommended/image_id", "ami-0deregistered00001")
+	nc, _ := f.Orders(t)
+	nc.Spec.AMISelectorTerms = []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}}
+	nc = resolved(t, f, nc)
+	var ids []string
+	for _, a := range nc.Status.AMIs {
+		ids = append(ids, a.ID)
+	}
+	if len(ids) == 0 || slices.Contains(ids, "ami-0deregistered00001") {
+		t.Fatalf("status.amis %v, want the alias's images that exist", ids)
+	}
+}

@@ -226,7 +226,9 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 				empty = append(empty, what)
 				continue
 			}
-			in.ImageIds = ids
+			// By filter, not ImageIds: EC2 refuses a whole call that names one image it does not
+			// have (InvalidAMIID.NotFound), as when a parameter still names a deregistered image.
+			in.Filters = []ec2types.Filter{{Name: aws.String("image-id"), Values: ids}}
 		case t.ID != "":
 			in.Filters, what = []ec2types.Filter{{Name: aws.String("image-id"), Values: []string{t.ID}}}, "id "+t.ID
 		default:
