@@ -911,3 +911,38 @@ func TestReplacementsKeepMinValues(t *testing.T) {
 		}
 	}
 }
+
+// Karpenter v1.15: consolidation moves no pod onto a node still inside its NodePool's
+// consolidateAfter (a pod arrived or left there, or it initialized, less than that ago). Here a
+// candidate's pod fits on a node that just took a pod: it is not moved there (the candidate is
+// replaced by a cheaper machine instead, or kept); a minute later it is.
+func TestConsolidationMovesNoPodOntoANodeInsideConsolidateAfter(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(30 * time.Second) })
+	c.node("default", "old", "m", karpv1.CapacityTypeOnDemand, pod("a-0", "a", "1"))
+	// fresh, a large node that just took a pod, has room for old's; it is not consolidatable itself
+	// (its condition follows the same window).
+	fresh := c.node("default", "fresh", "l", karpv1.CapacityTypeOnDemand, pod("b-0", "b", "1"))
+	fresh.NodeClaim.Status.LastPodEventTime = metav1.NewTime(t0.Add(-5 * time.Second))
+	meta.RemoveStatusCondition(&fresh.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+	on := func(d *disruption.Decision, node string) bool {
+		if d.Command == nil {
+			return false
+		}
+		for _, b := range d.Command.Bindings {
+			if b.Node == node {
+				return true
+			}
+		}
+		return false
+	}
+	d := c.decide(disruption.Options{})
+	if on(d, "fresh") {
+		t.Fatalf("command %v moves a pod onto fresh, 5 s into its 30 s consolidateAfter", names(d.Command))
+	}
+	fresh.NodeClaim.Status.LastPodEventTime = metav1.NewTime(t0.Add(-time.Minute))
+	d = c.decide(disruption.Options{})
+	if !on(d, "fresh") {
+		t.Fatalf("command %+v, want old's pod moved onto fresh past its consolidateAfter", d.Command)
+	}
+}

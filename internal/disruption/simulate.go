@@ -6,6 +6,9 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/capacitybuffer"
@@ -70,6 +73,7 @@ func newSimulation(d *decider) *simulation {
 		if !ok {
 			continue
 		}
+		en.RefusesMoved = d.underConsolidateAfter(n)
 		s.index[n] = len(s.nodes)
 		s.nodes = append(s.nodes, en)
 	}
@@ -163,6 +167,9 @@ func (s *simulation) runOne(set []*Candidate) simResult {
 func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResult {
 	out := make(map[int]bool, len(set))
 	required := map[*corev1.Pod]bool{}
+	// The candidates' pods go nowhere inside its consolidateAfter; those of nodes already leaving
+	// and pending pods may (as Karpenter v1.15).
+	moved := map[types.UID]bool{}
 	pods := make([]*corev1.Pod, 0, len(s.moving)+len(s.pending))
 	for _, c := range set {
 		if i, ok := s.index[c.Node]; ok {
@@ -170,6 +177,7 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 		}
 		for _, p := range c.Reschedulable {
 			required[p] = true
+			moved[p.UID] = true
 			pods = append(pods, p)
 		}
 	}
@@ -195,7 +203,7 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 			nodes = append(nodes, s.nodes[i])
 		}
 	}
-	plan := s.solve(pods, nodes, pools)
+	plan := s.solveMoving(pods, nodes, pools, moved)
 	for _, u := range plan.Unschedulable {
 		if required[u.Pod] && capacitybuffer.IsVirtual(u.Pod) {
 			return simResult{failed: fmt.Sprintf("the room CapacityBuffer %s keeps would not fit elsewhere: %s", capacitybuffer.Key(u.Pod), u.Reason)}
@@ -251,9 +259,35 @@ func (s *simulation) placeable() int {
 
 // solve runs the solver on the decision's shared input and counts the solve.
 func (s *simulation) solve(pods []*corev1.Pod, nodes []solver.ExistingNode, pools []solver.NodePool) *solver.Result {
+	return s.solveMoving(pods, nodes, pools, nil)
+}
+
+// solveMoving is solve with the pods a consolidation moves off its candidates (moved, by UID),
+// which the nodes still inside their consolidateAfter do not take.
+func (s *simulation) solveMoving(pods []*corev1.Pod, nodes []solver.ExistingNode, pools []solver.NodePool, moved map[types.UID]bool) *solver.Result {
 	s.solves++
 	opts := s.d.opts.Solver
 	opts.Cache = s.cache
 	return solver.Solve(solver.Input{Pods: pods, Nodes: nodes, NodePools: pools, DaemonSetPods: s.d.snap.DaemonSetPods,
-		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown}, opts)
+		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown, Moved: moved}, opts)
+}
+
+// underConsolidateAfter reports whether the node is still inside its NodePool's consolidateAfter:
+// initialized, and a pod arrived or left (or it initialized) less than consolidateAfter ago. A
+// consolidation moves no pod onto such a node (Karpenter v1.15): a node just filled is the one
+// most likely to be reshuffled next.
+func (d *decider) underConsolidateAfter(n *Node) bool {
+	pool := d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]]
+	if pool == nil || pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration == nil || *pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration == 0 {
+		return false
+	}
+	init := meta.FindStatusCondition(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
+	if init == nil || init.Status != metav1.ConditionTrue {
+		return false
+	}
+	since := init.LastTransitionTime.Time
+	if t := n.NodeClaim.Status.LastPodEventTime.Time; t.After(since) {
+		since = t
+	}
+	return d.snap.Now.Sub(since) < *pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration
 }

@@ -245,7 +245,7 @@ func (s *solver) place(it podItem) podMiss {
 }
 
 func (s *solver) tryExisting(v *variant, t *target, pod *corev1.Pod) bool {
-	if t.existing.Unschedulable || !t.used.fitsWith(v.class.req, t.alloc) {
+	if t.existing.Unschedulable || !t.used.fitsWith(v.class.req, t.alloc) || t.existing.RefusesMoved && s.in.Moved[pod.UID] {
 		return false
 	}
 	if _, bad := untoleratedTaint(v.class.tolerations, t.existing.Taints, v.avoidPreferNoS); bad {

@@ -35,6 +35,9 @@ type Input struct {
 	// existing node holds at most its VolumeLimits of a driver; a new machine's limit is not
 	// known before it registers, so it is not limited.
 	Attachments map[types.UID]map[string]int64
+	// Moved are the pods (by UID) that a consolidation moves off the nodes it removes: a node
+	// with RefusesMoved takes none of them.
+	Moved map[types.UID]bool
 }
 
 // NodePool is a pool as the solver sees it.
@@ -85,6 +88,10 @@ type ExistingNode struct {
 	Undecided map[string][]string
 	// Unschedulable nodes (cordoned or being deleted) take no pods but count for topology.
 	Unschedulable bool
+	// RefusesMoved nodes take none of the input's Moved pods (pending pods they take): a node
+	// still inside its NodePool's consolidateAfter receives no pod a consolidation moves
+	// (Karpenter v1.15).
+	RefusesMoved bool
 	// VolumeLimits are the most CSI volumes of each driver the node can attach (its CSINode's
 	// allocatable counts); a driver not listed is not limited.
 	VolumeLimits map[string]int64

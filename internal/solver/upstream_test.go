@@ -1,0 +1,84 @@
+package solver_test
+
+// Karpenter v1.15's own scheduling scenarios (pkg/controllers/provisioning/scheduling in its
+// module), translated exactly: the instance types of its fake cloud provider, rebuilt here from
+// their published facts (names, resources, 100m/10Mi reserved, offerings in test-zone-1..3, price
+// 0.1 per CPU plus 0.1 per GB of memory), and each spec's pool and pods.
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/requirements"
+	"capstan.dev/capstan/internal/solver"
+)
+
+// upstreamType is one of the fake cloud provider's instance types: cpu and memory in whole units,
+// pods, its architecture, spot in two zones and on-demand in three.
+func upstreamType(name string, cpu, memGi, pods int64, arch string) *cloudprovider.InstanceType {
+	price := 0.1*float64(cpu) + 0.1*float64(memGi<<30)/1e9
+	var offerings []cloudprovider.Offering
+	for z := 1; z <= 3; z++ {
+		zone := fmt.Sprintf("test-zone-%d", z)
+		if z <= 2 {
+			offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeSpot, Price: price, Available: true})
+		}
+		offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true})
+	}
+	return cloudprovider.NewInstanceType(name, map[string]string{karpv1.ArchLabelKey: arch, karpv1.OSLabelKey: karpv1.OSLinux},
+		corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(cpu, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(memGi<<30, resource.BinarySI), corev1.ResourcePods: *resource.NewQuantity(pods, resource.DecimalSI)},
+		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("10Mi")},
+		offerings)
+}
+
+// upstreamTypes are the fake cloud provider's default instance types (GPU types left out: no
+// scenario here asks for a GPU).
+func upstreamTypes() []*cloudprovider.InstanceType {
+	return []*cloudprovider.InstanceType{
+		upstreamType("default-instance-type", 4, 4, 5, karpv1.ArchitectureAmd64),
+		upstreamType("small-instance-type", 2, 2, 5, karpv1.ArchitectureAmd64),
+		upstreamType("arm-instance-type", 16, 128, 5, karpv1.ArchitectureArm64),
+		upstreamType("single-pod-instance-type", 4, 4, 1, karpv1.ArchitectureAmd64),
+	}
+}
+
+func upstreamPod(name string, selector map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name)},
+		Spec: corev1.PodSpec{NodeSelector: selector, Containers: []corev1.Container{{Name: "c"}}}}
+}
+
+// "should launch pods with different instance type node selectors on different instances": one
+// pod selects small-instance-type through the deprecated beta label, one default-instance-type
+// through the stable one. Each gets a machine of its own type.
+func TestUpstreamDifferentInstanceTypeSelectorsGetDifferentMachines(t *testing.T) {
+	pool := poolOf(upstreamTypes())
+	pool.Requirements.Add(requirements.MustNew(karpv1.ArchLabelKey, requirements.In, karpv1.ArchitectureArm64, karpv1.ArchitectureAmd64))
+	pods := []*corev1.Pod{
+		upstreamPod("beta", map[string]string{corev1.LabelInstanceType: "small-instance-type"}),
+		upstreamPod("stable", map[string]string{corev1.LabelInstanceTypeStable: "default-instance-type"}),
+	}
+	r := solve(t, solver.Input{Pods: pods, NodePools: []solver.NodePool{pool}}, solver.Options{})
+	wantAllPlaced(t, r)
+	if len(r.NodeClaims) != 2 {
+		t.Fatalf("%d claims, want 2", len(r.NodeClaims))
+	}
+	for _, nc := range r.NodeClaims {
+		want := map[string]string{"beta": "small-instance-type", "stable": "default-instance-type"}[nc.Pods[0].Name]
+		for _, it := range nc.InstanceTypes {
+			if it.Name != want {
+				t.Errorf("pod %s's claim may launch %s, want only %s", nc.Pods[0].Name, it.Name, want)
+			}
+		}
+		if len(nc.Pods) != 1 {
+			t.Errorf("claim with %d pods, want one each", len(nc.Pods))
+		}
+	}
+}
