@@ -6,11 +6,9 @@ package solver_test
 // 0.1 per CPU plus 0.1 per GB of memory), and each spec's pool and pods.
 
 import (
-	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -18,25 +16,13 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
+	"capstan.dev/capstan/internal/solver/workload"
 )
 
-// upstreamType is one of the fake cloud provider's instance types: cpu and memory in whole units,
-// pods, its architecture, spot in two zones and on-demand in three.
+// upstreamType is one of the fake cloud provider's instance types: its price is 0.1 per CPU plus
+// 0.1 per GB (10^9 bytes) of memory.
 func upstreamType(name string, cpu, memGi, pods int64, arch string) *cloudprovider.InstanceType {
-	price := 0.1*float64(cpu) + 0.1*float64(memGi<<30)/1e9
-	var offerings []cloudprovider.Offering
-	for z := 1; z <= 3; z++ {
-		zone := fmt.Sprintf("test-zone-%d", z)
-		if z <= 2 {
-			offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeSpot, Price: price, Available: true})
-		}
-		offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true})
-	}
-	return cloudprovider.NewInstanceType(name, map[string]string{karpv1.ArchLabelKey: arch, karpv1.OSLabelKey: karpv1.OSLinux},
-		corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(cpu, resource.DecimalSI),
-			corev1.ResourceMemory: *resource.NewQuantity(memGi<<30, resource.BinarySI), corev1.ResourcePods: *resource.NewQuantity(pods, resource.DecimalSI)},
-		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("10Mi")},
-		offerings)
+	return workload.FakeInstanceType(name, cpu, memGi, pods, arch, 0.1*float64(cpu)+0.1*float64(memGi<<30)/1e9)
 }
 
 // upstreamTypes are the fake cloud provider's default instance types (GPU types left out: no

@@ -47,6 +47,15 @@ func cameUp(t *testing.T, ns string, nc *karpv1.NodeClaim, filler string) {
 	}
 }
 
+// m5LargePool is a pool of on-demand m5.large machines only: cameUp's node is one.
+func m5LargePool(name string) *karpv1.NodePool {
+	return pool(name, func(np *karpv1.NodePool) {
+		np.Spec.Template.Spec.Requirements = karpv1.Requirements{
+			{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+			{Key: corev1.LabelInstanceTypeStable, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large"}}}
+	})
+}
+
 // heldEvents drains the recorder and returns its LaunchHeld events.
 func heldEvents(rec *events.FakeRecorder) []string {
 	var out []string
@@ -72,11 +81,7 @@ func missedOn(t *testing.T, ns, name string) string {
 // an event and kept on the pod, so a restarted provisioner keeps it — until an input of the plan
 // changes (here the NodePool). Before the guard, each pass bought another machine for good.
 func TestAPodItsMachinesCameUpWithoutGetsOneMoreThenWaits(t *testing.T) {
-	np := pool("prov-missed", func(np *karpv1.NodePool) {
-		np.Spec.Template.Spec.Requirements = karpv1.Requirements{
-			{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-			{Key: corev1.LabelInstanceTypeStable, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large"}}}
-	})
+	np := m5LargePool("prov-missed")
 	p, rec := setup(t, np)
 	ns := namespace(t)
 	pendingPods(t, ns, "app", 1, "1", nil)
@@ -140,11 +145,7 @@ func TestAPodItsMachinesCameUpWithoutGetsOneMoreThenWaits(t *testing.T) {
 // A machine that came up before the scheduler bound its pod is the common case, not a miss: the
 // pod fits on it, nothing more is bought and nothing is written on the pod.
 func TestAPodNotBoundYetToItsMachineIsNoMiss(t *testing.T) {
-	np := pool("prov-notyet", func(np *karpv1.NodePool) {
-		np.Spec.Template.Spec.Requirements = karpv1.Requirements{
-			{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-			{Key: corev1.LabelInstanceTypeStable, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large"}}}
-	})
+	np := m5LargePool("prov-notyet")
 	p, rec := setup(t, np)
 	ns := namespace(t)
 	pendingPods(t, ns, "app", 1, "1", nil)

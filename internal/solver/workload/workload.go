@@ -28,29 +28,36 @@ func FakeInstanceTypes(n int) []*cloudprovider.InstanceType {
 	for i := range n {
 		cpu := int64(i + 1)
 		memGi := 2 * cpu
-		price := 0.1*float64(cpu) + 0.1*float64(memGi)
-		var offerings []cloudprovider.Offering
-		for z := 1; z <= 3; z++ {
-			zone := fmt.Sprintf("test-zone-%d", z)
-			if z <= 2 {
-				offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeSpot, Price: price, Available: true})
-			}
-			offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true})
-		}
-		out = append(out, cloudprovider.NewInstanceType(fmt.Sprintf("fake-it-%d", i),
-			map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureAmd64, karpv1.OSLabelKey: karpv1.OSLinux},
-			corev1.ResourceList{
-				corev1.ResourceCPU:    *resource.NewQuantity(cpu, resource.DecimalSI),
-				corev1.ResourceMemory: *resource.NewQuantity(memGi<<30, resource.BinarySI),
-				corev1.ResourcePods:   *resource.NewQuantity(10*cpu, resource.DecimalSI),
-			},
-			corev1.ResourceList{
-				corev1.ResourceCPU:    resource.MustParse("100m"),
-				corev1.ResourceMemory: resource.MustParse("10Mi"),
-			},
-			offerings))
+		out = append(out, FakeInstanceType(fmt.Sprintf("fake-it-%d", i), cpu, memGi, 10*cpu, karpv1.ArchitectureAmd64,
+			0.1*float64(cpu)+0.1*float64(memGi)))
 	}
 	return out
+}
+
+// FakeInstanceType is a linux type of Karpenter's fake cloud provider's kind: cpu, memGi GiB and
+// pods, the architecture, spot in test-zone-1 and -2 and on-demand in test-zone-1 to -3, every
+// offering at price, with 100m CPU and 10Mi memory of overhead.
+func FakeInstanceType(name string, cpu, memGi, pods int64, arch string, price float64) *cloudprovider.InstanceType {
+	var offerings []cloudprovider.Offering
+	for z := 1; z <= 3; z++ {
+		zone := fmt.Sprintf("test-zone-%d", z)
+		if z <= 2 {
+			offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeSpot, Price: price, Available: true})
+		}
+		offerings = append(offerings, cloudprovider.Offering{Zone: zone, CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true})
+	}
+	return cloudprovider.NewInstanceType(name,
+		map[string]string{karpv1.ArchLabelKey: arch, karpv1.OSLabelKey: karpv1.OSLinux},
+		corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewQuantity(cpu, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(memGi<<30, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(pods, resource.DecimalSI),
+		},
+		corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("10Mi"),
+		},
+		offerings)
 }
 
 // Pod makes a pod with requests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,11 +163,6 @@ func TestAPodItsMachinesCameUpWithoutGetsTwoThenWaits(t *testing.T) {
 
 // annotatedInputs is the inputs fingerprint the pod's annotation was written on.
 func annotatedInputs(p corev1.Pod) string {
-	v := p.Annotations[planning.MissedAnnotationKey]
-	for i := range v {
-		if v[i] == ':' {
-			return v[:i]
-		}
-	}
-	return ""
+	inputs, _, _ := strings.Cut(p.Annotations[planning.MissedAnnotationKey], ":")
+	return inputs
 }
