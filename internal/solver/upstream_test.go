@@ -6,6 +6,7 @@ package solver_test
 // 0.1 per CPU plus 0.1 per GB of memory), and each spec's pool and pods.
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,5 +67,37 @@ func TestUpstreamDifferentInstanceTypeSelectorsGetDifferentMachines(t *testing.T
 		if len(nc.Pods) != 1 {
 			t.Errorf("claim with %d pods, want one each", len(nc.Pods))
 		}
+	}
+}
+
+// "should allow two nodes to be created when two pods with matching affinities have incompatible
+// selectors": two pods labelled security=s1, each with a required zone affinity to security=s1
+// pods, one requiring test-zone-2, the other test-zone-3. Karpenter buys a machine in each zone.
+// The kube-scheduler binds whichever it tries first (no pod matches yet, and the pod matches its
+// own term), and then never the other: its affinity needs the first one's zone, its selector
+// another. Capstan buys the one machine that can be used and says why the other pod waits — a
+// deliberate difference (docs/conformance.md).
+func TestUpstreamMatchingAffinitiesWithIncompatibleSelectorsBuyOneUsableMachine(t *testing.T) {
+	pool := poolOf(upstreamTypes())
+	labels := map[string]string{"security": "s1"}
+	pod := func(name, zone string) *corev1.Pod {
+		p := upstreamPod(name, nil)
+		p.Labels = labels
+		p.Spec.Affinity = &corev1.Affinity{
+			PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelTopologyZone}}},
+			NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}}}}}}},
+		}
+		return p
+	}
+	r := solve(t, solver.Input{Pods: []*corev1.Pod{pod("pod1", "test-zone-2"), pod("pod2", "test-zone-3")},
+		NodePools: []solver.NodePool{pool}}, solver.Options{})
+	if len(r.NodeClaims) != 1 || len(r.Unschedulable) != 1 {
+		t.Fatalf("%d claims and %d pods unschedulable, want one machine and one pod told why", len(r.NodeClaims), len(r.Unschedulable))
+	}
+	if reason := r.Unschedulable[0].Reason; !strings.Contains(reason, "topology") {
+		t.Errorf("reason %q, want the pod's affinity named", reason)
 	}
 }
