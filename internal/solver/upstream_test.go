@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -99,5 +100,33 @@ func TestUpstreamMatchingAffinitiesWithIncompatibleSelectorsBuyOneUsableMachine(
 	}
 	if reason := r.Unschedulable[0].Reason; !strings.Contains(reason, "topology") {
 		t.Errorf("reason %q, want the pod's affinity named", reason)
+	}
+}
+
+// "should select for valid instance types, regardless of price": small (1 CPU, 2.00 $/h),
+// medium (2 CPU, 3.00) and large (4 CPU, 1.00), one on-demand offering each; a pod of 1m and
+// 1Mi (its limits, which the API server makes its requests). The claim lists all three types,
+// the cheapest — large — first.
+func TestUpstreamValidInstanceTypesRegardlessOfPrice(t *testing.T) {
+	typ := func(name string, cpu, memGi int64, price float64) *cloudprovider.InstanceType {
+		it := workload.FakeInstanceType(name, cpu, memGi, 5, karpv1.ArchitectureAmd64, price)
+		it.Offerings = []cloudprovider.Offering{{Zone: "test-zone-1a", CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true}}
+		return cloudprovider.NewInstanceType(name, map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureAmd64, karpv1.OSLabelKey: karpv1.OSLinux},
+			it.Capacity, it.Overhead, it.Offerings)
+	}
+	pool := poolOf([]*cloudprovider.InstanceType{typ("medium", 2, 2, 3), typ("small", 1, 1, 2), typ("large", 4, 4, 1)})
+	p := upstreamPod("pod", nil)
+	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("1Mi")}
+	r := solve(t, solver.Input{Pods: []*corev1.Pod{p}, NodePools: []solver.NodePool{pool}}, solver.Options{})
+	wantAllPlaced(t, r)
+	if len(r.NodeClaims) != 1 {
+		t.Fatalf("%d claims, want 1", len(r.NodeClaims))
+	}
+	var names []string
+	for _, it := range r.NodeClaims[0].InstanceTypes {
+		names = append(names, it.Name)
+	}
+	if strings.Join(names, ",") != "large,small,medium" {
+		t.Fatalf("claim's types %v, want large, small, medium (every valid type, cheapest first)", names)
 	}
 }
