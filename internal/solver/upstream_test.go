@@ -130,3 +130,34 @@ func TestUpstreamValidInstanceTypesRegardlessOfPrice(t *testing.T) {
 		t.Fatalf("claim's types %v, want large, small, medium (every valid type, cheapest first)", names)
 	}
 }
+
+// "schedule should fail if minimum number of InstanceTypes is not met as per the minValues in the
+// requirement after truncation": two arm64 spot types (1 CPU at 0.52 $/h, 4 CPU at 1.00), a pool
+// requiring both with minValues 2, the candidate list cut to 1, two pods of 0.9 CPU and 0.9 GiB.
+// Karpenter fails both pods; Capstan keeps a claim's list past the cut as far as minValues needs,
+// so both pods get machines whose claims list the two types — a deliberate difference
+// (docs/conformance.md).
+func TestUpstreamMinValuesPastTheCutKeepsTheTypesItNeeds(t *testing.T) {
+	typ := func(name string, cpu int64, price float64) *cloudprovider.InstanceType {
+		it := workload.FakeInstanceType(name, cpu, cpu, 5, karpv1.ArchitectureArm64, price)
+		return cloudprovider.NewInstanceType(name, map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureArm64, karpv1.OSLabelKey: karpv1.OSLinux},
+			it.Capacity, it.Overhead, []cloudprovider.Offering{{Zone: "test-zone-1-spot", CapacityType: karpv1.CapacityTypeSpot, Price: price, Available: true}})
+	}
+	pool := poolOf([]*cloudprovider.InstanceType{typ("instance-type-1", 1, 0.52), typ("instance-type-2", 4, 1.0)})
+	req := requirements.MustNew(karpv1.InstanceTypeLabelKey, requirements.In, "instance-type-1", "instance-type-2")
+	req.MinValues = 2
+	pool.Requirements.Add(req)
+	var pods []*corev1.Pod
+	for _, name := range []string{"pod1", "pod2"} {
+		p := upstreamPod(name, nil)
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.9"), corev1.ResourceMemory: resource.MustParse("0.9Gi")}
+		pods = append(pods, p)
+	}
+	r := solve(t, solver.Input{Pods: pods, NodePools: []solver.NodePool{pool}}, solver.Options{MaxInstanceTypes: 1})
+	wantAllPlaced(t, r)
+	for _, nc := range r.NodeClaims {
+		if key, want, have := nc.MinValuesShortfall(); key != "" {
+			t.Errorf("a claim has %d value(s) of %s, its minValues %d", have, key, want)
+		}
+	}
+}
