@@ -6,6 +6,7 @@ package solver_test
 // 0.1 per CPU plus 0.1 per GB of memory), and each spec's pool and pods.
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -159,5 +160,34 @@ func TestUpstreamMinValuesPastTheCutKeepsTheTypesItNeeds(t *testing.T) {
 		if key, want, have := nc.MinValuesShortfall(); key != "" {
 			t.Errorf("a claim has %d value(s) of %s, its minValues %d", have, key, want)
 		}
+	}
+}
+
+// "should support pod affinity with zone topology (unconstrained target)": a target pod labelled
+// security=s2 with no zone constraint and ten pods with a required zone affinity to it, pending
+// together. Karpenter launches the target's machine first and leaves the ten unschedulable until
+// its zone is known, then places them in it at the next pass; Capstan fixes the target's claim's
+// zone when it plans it and places the ten in that zone in the same pass — the same end, one
+// pass sooner (a deliberate difference, docs/conformance.md).
+func TestUpstreamZoneAffinityToAnUnconstrainedTargetIsOneZoneInOnePass(t *testing.T) {
+	pool := poolOf(upstreamTypes())
+	labels := map[string]string{"security": "s2"}
+	target := upstreamPod("target", nil)
+	target.Labels = labels
+	pods := []*corev1.Pod{target}
+	for i := range 10 {
+		p := upstreamPod(fmt.Sprintf("aff-%d", i), nil)
+		p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelTopologyZone}}}}
+		pods = append(pods, p)
+	}
+	r := solve(t, solver.Input{Pods: pods, NodePools: []solver.NodePool{pool}}, solver.Options{})
+	wantAllPlaced(t, r)
+	zones := map[string]int{}
+	for _, nc := range r.NodeClaims {
+		zones[zoneOf(nc)] += len(nc.Pods)
+	}
+	if len(zones) != 1 || zones[""] != 0 {
+		t.Fatalf("pods per zone %v, want all eleven in one decided zone", zones)
 	}
 }
