@@ -16,8 +16,9 @@ import (
 // Error contract: Create returns an *InsufficientCapacityError when no offering the NodeClaim
 // allows can be launched now (the caller deletes the claim and marks the offerings unavailable
 // for a while), and a *NodeClassNotReadyError when the claim's NodeClass is missing or not ready.
-// Get and Delete return a *NodeClaimNotFoundError when the machine no longer exists; Delete of a
-// machine already terminating returns nil. Any other error is transient: retry with backoff.
+// Get and Delete return a *NodeClaimNotFoundError when the machine no longer exists (Get also
+// for a provider ID that is not this cloud's: it names no machine here); Delete of a machine
+// already terminating returns nil. Any other error is transient: retry with backoff.
 type CloudProvider interface {
 	// Create launches the machine a NodeClaim asks for and returns the claim with its status
 	// (providerID, capacity, allocatable, imageID) and labels (instance type, zone, capacity type)

@@ -653,7 +653,8 @@ func instanceID(providerID string) (string, error) {
 func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
 	id, err := instanceID(providerID)
 	if err != nil {
-		return nil, err
+		// Not an EC2 provider ID: it names no instance (as EC2 answers an unknown id).
+		return nil, &cloudprovider.NodeClaimNotFoundError{Err: err}
 	}
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
 	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || terminated(insts[0])) {

@@ -356,6 +356,9 @@ func TestGetListDelete(t *testing.T) {
 	if _, err := f.Provider.Get(ctx, "aws:///us-east-1a/i-0doesnotexist0000"); !cloudprovider.IsNodeClaimNotFound(err) {
 		t.Fatalf("Get of an unknown instance: %v", err)
 	}
+	if _, err := f.Provider.Get(ctx, "Provider:///AZ/i-01234567890123456"); !cloudprovider.IsNodeClaimNotFound(err) {
+		t.Errorf("Get of another cloud's provider ID: %v, want not found", err)
+	}
 	// A claim whose launch was never recorded is deleted through its tag.
 	unrecorded := claimFor(nc, np, "unrecorded", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
 	if _, err := f.Provider.Create(ctx, unrecorded); err != nil {

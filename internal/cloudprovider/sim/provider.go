@@ -586,7 +586,8 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClai
 	}
 	id, err := instanceID(providerID)
 	if err != nil {
-		return nil, err
+		// Not this cloud's provider ID: it names no machine here (as EC2 answers an unknown id).
+		return nil, &cloudprovider.NodeClaimNotFoundError{Err: err}
 	}
 	if err := p.cloud.Load(); err != nil {
 		return nil, err
