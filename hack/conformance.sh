@@ -71,7 +71,8 @@ rc=0
   -ginkgo.junit-report "$out/junit.xml") >"$out/suite.log" 2>&1 || rc=$?
 
 # One line per spec from the JUnit report: its outcome (passed, failed, skipped — by the spec
-# itself, with its reason — or not-run, left out by FOCUS or SKIP) and its name.
+# itself, with its reason —, not-run — left out by FOCUS or SKIP —, or interrupted and timedout
+# when the run was cut short) and its name.
 if [ -f "$out/junit.xml" ]; then
   awk '
     /<testcase name="/ {
@@ -85,8 +86,9 @@ if [ -f "$out/junit.xml" ]; then
     /<\/testcase>/ {
       if (name !~ /^\[(BeforeSuite|AfterSuite|ReportAfterSuite)\]/) print status "\t" name (why == "" ? "" : "\t" why)
     }' "$out/junit.xml" | sed "s/&#39;/'/g; s/&#34;/\"/g; s/&amp;/\\&/g; s/&lt;/</g; s/&gt;/>/g" | sort | tee "$out/specs.tsv" | grep -v '^not-run' || true
-  for s in passed failed skipped not-run; do printf '%s %s  ' "$(grep -c "^$s"$'\t' "$out/specs.tsv" || true)" "$s"; done
-  echo
+  # The counts of each outcome (interrupted and timedout too, when the run was cut short).
+  cut -f1 "$out/specs.tsv" | sort | uniq -c | awk '{printf "%s %s  ", $1, $2} END {print ""}'
+
 else
   tail -30 "$out/suite.log"
 fi
