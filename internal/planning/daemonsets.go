@@ -12,14 +12,14 @@ import (
 // DaemonSetPods are one pod per DaemonSet, as the solver charges them to every new machine. A
 // DaemonSet's pods are not its template: the API server admits each with its namespace's
 // LimitRange defaults (and any mutating webhook's changes). So a DaemonSet's overhead is, as
-// Karpenter takes it, its newest pod the cluster runs (from observed: pods seen, any node), with
+// Karpenter takes it, its newest pod the cluster runs (from bound: the pods bound, by node), with
 // the template's scheduling constraints (the DaemonSet controller pins each pod to its node);
 // and where none runs yet, its template with the LimitRange defaults of its namespace (lrs) as
 // the API server's LimitRanger will apply them, and requests defaulted from limits. A plan that charged the template alone bought a
 // machine the DaemonSet's pod then filled, and another for the pod left out, and another.
 // DaemonSets whose pods ask for DRA devices are left out, as Karpenter leaves them out.
-func DaemonSetPods(dss []appsv1.DaemonSet, observed []*corev1.Pod, lrs []corev1.LimitRange) []*corev1.Pod {
-	newest := newestDaemonSetPods(observed)
+func DaemonSetPods(dss []appsv1.DaemonSet, bound map[string][]*corev1.Pod, lrs []corev1.LimitRange) []*corev1.Pod {
+	newest := newestDaemonSetPods(bound)
 	out := make([]*corev1.Pod, 0, len(dss))
 	for i := range dss {
 		ds := &dss[i]
@@ -41,16 +41,19 @@ func DaemonSetPods(dss []appsv1.DaemonSet, observed []*corev1.Pod, lrs []corev1.
 	return out
 }
 
-// newestDaemonSetPods indexes, by their DaemonSet's UID, the newest pod each DaemonSet controls.
-func newestDaemonSetPods(observed []*corev1.Pod) map[types.UID]*corev1.Pod {
+// newestDaemonSetPods indexes, by their DaemonSet's UID, the newest bound pod each DaemonSet
+// controls.
+func newestDaemonSetPods(bound map[string][]*corev1.Pod) map[types.UID]*corev1.Pod {
 	out := map[types.UID]*corev1.Pod{}
-	for _, p := range observed {
-		ref := metav1.GetControllerOfNoCopy(p)
-		if ref == nil || ref.Kind != "DaemonSet" {
-			continue
-		}
-		if cur := out[ref.UID]; cur == nil || cur.CreationTimestamp.Before(&p.CreationTimestamp) {
-			out[ref.UID] = p
+	for _, pods := range bound {
+		for _, p := range pods {
+			ref := metav1.GetControllerOfNoCopy(p)
+			if ref == nil || ref.Kind != "DaemonSet" {
+				continue
+			}
+			if cur := out[ref.UID]; cur == nil || cur.CreationTimestamp.Before(&p.CreationTimestamp) {
+				out[ref.UID] = p
+			}
 		}
 	}
 	return out

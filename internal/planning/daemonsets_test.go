@@ -117,8 +117,9 @@ func TestDaemonSetOverheadIsWhatItsPodsAsk(t *testing.T) {
 				Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: rl("cpu", cpu)}},
 					{Name: "sidecar", Resources: corev1.ResourceRequirements{Requests: rl("cpu", "100m")}}}}}
 	}
-	observed := []*corev1.Pod{pod("old", 100, "1", "ds-uid"), pod("new", 200, "3", "ds-uid"), pod("stranger", 300, "9", "other-uid")}
-	got = DaemonSetPods([]appsv1.DaemonSet{ds}, observed, lrs)
+	bound := map[string][]*corev1.Pod{"n-old": {pod("old", 100, "1", "ds-uid")}, "n-new": {pod("new", 200, "3", "ds-uid")},
+		"n-stranger": {pod("stranger", 300, "9", "other-uid")}}
+	got = DaemonSetPods([]appsv1.DaemonSet{ds}, bound, lrs)
 	if n := len(got[0].Spec.Containers); n != 2 {
 		t.Fatalf("the newest pod's containers (webhook's sidecar included) are charged: %d containers, want 2", n)
 	}

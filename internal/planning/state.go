@@ -34,8 +34,7 @@ type State struct {
 
 // ReadState lists the NodePools, NodeClaims (passed through claims, which may add the ones the
 // caller created and its cache does not list yet; nil: as listed), Nodes, DaemonSets and
-// LimitRanges, and
-// builds the solver's view: the pools with their instance types and limits left, every node
+// LimitRanges, and builds the solver's view: the pools with their instance types and limits left, every node
 // with the pods bound there (bound, by node name) and the pods moving to it, and the in-flight
 // claims as nodes.
 func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, bound map[string][]*corev1.Pod,
@@ -64,11 +63,7 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	if err := c.List(ctx, lrs); err != nil {
 		return nil, fmt.Errorf("listing limitranges: %w", err)
 	}
-	var observed []*corev1.Pod
-	for _, pods := range bound {
-		observed = append(observed, pods...)
-	}
-	st.DaemonSetPods = DaemonSetPods(dss.Items, observed, lrs.Items)
+	st.DaemonSetPods = DaemonSetPods(dss.Items, bound, lrs.Items)
 	st.Inputs = Inputs(nps.Items, dss.Items, lrs.Items)
 
 	pools := Pools(ctx, cloud, nodeCost, nps.Items, ncs.Items)

@@ -131,11 +131,7 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)
 		}
 	}
-	var observed []*corev1.Pod
-	for _, ps := range bound {
-		observed = append(observed, ps...)
-	}
-	snap.DaemonSetPods = planning.DaemonSetPods(dss.Items, observed, lrs.Items)
+	snap.DaemonSetPods = planning.DaemonSetPods(dss.Items, bound, lrs.Items)
 	snap.Pending = o.DefaultSpread.Apply(ctx, snap.Pending)
 	if o.Buffers != nil {
 		buf, err := o.Buffers(ctx)
