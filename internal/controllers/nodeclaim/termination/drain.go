@@ -22,7 +22,8 @@ import (
 	"capstan.dev/capstan/internal/pods"
 )
 
-// drain evicts the node's pods, one priority group at a time, and returns how many are left.
+// drain evicts the node's pods, one priority group at a time (each group once the one before it
+// is gone), and returns how many are left.
 func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (int, error) {
 	onNode := &corev1.PodList{}
 	if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
@@ -37,11 +38,13 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 			continue
 		}
 		left++
+		// The kubelet's graceful-shutdown order: ordinary pods, DaemonSet pods, system-critical
+		// pods, system-critical DaemonSet pods.
 		g := 0
-		if critical(p) {
+		if pods.OwnedByDaemonSet(p) {
 			g++
 		}
-		if pods.OwnedByDaemonSet(p) {
+		if critical(p) {
 			g += 2
 		}
 		groups[g] = append(groups[g], p)

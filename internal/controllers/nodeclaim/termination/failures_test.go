@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -370,4 +371,42 @@ func TestTaintConflictIsRetriedNotAnError(t *testing.T) {
 	if !nodeclaims.Disrupted(got) || got.Labels["example.com/changed"] != "true" {
 		t.Fatalf("after the retry: tainted %v, the other writer's label %q", nodeclaims.Disrupted(got), got.Labels["example.com/changed"])
 	}
+}
+
+// The drain goes in the kubelet's graceful-shutdown order, each wave only once the one before is
+// gone: ordinary pods, then DaemonSet pods, then system-critical pods, then system-critical
+// DaemonSet pods (a node-critical agent outlives the workloads it serves).
+func TestDrainOrderPutsDaemonSetsBeforeCriticalPods(t *testing.T) {
+	const name = "drain-order"
+	f := readyClaim(t, name, time.Hour)
+	daemon := func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: p.Name, UID: types.UID("uid-" + p.Name)}}
+	}
+	critical := func(class string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.PriorityClassName = class }
+	}
+	boundPod(t, "order-app", name, nil)
+	boundPodWith(t, "order-agent", name, daemon)
+	boundPodWith(t, "order-dns", name, critical("system-cluster-critical"))
+	boundPodWith(t, "order-csi", name, critical("system-node-critical"))
+	boundPodWith(t, "order-cni", name, func(p *corev1.Pod) { daemon(p); critical("system-node-critical")(p) })
+	deleteClaim(t, name)
+	waves := [][]string{
+		{"order-agent", "order-cni", "order-csi", "order-dns"},
+		{"order-cni", "order-csi", "order-dns"},
+		{"order-cni"},
+		nil,
+	}
+	for i, want := range waves {
+		// A second pass before the kubelet acts must not start the next wave.
+		f.reconcile(t, name)
+		f.reconcile(t, name)
+		left := kubelet(t, name)
+		slices.Sort(left)
+		if !slices.Equal(left, want) {
+			t.Fatalf("after wave %d, want %v left, got %v", i+1, want, left)
+		}
+	}
+	f.reconcile(t, name)
+	wantGone(t, f, name)
 }
