@@ -9,6 +9,8 @@
 # CAPSTAN_STATE_DIR overrides .capstan/ (the end-to-end tests use their own). KCM_QPS sets the
 # kube-controller-manager's API rate (default Kubernetes' 20 requests/s, which bounds how fast a
 # Deployment's pods are created: ~50 s for 1,000 pods); e.g. KCM_QPS=500 make cluster-up.
+# KUBE_SCHEDULER_CONFIG names a KubeSchedulerConfiguration file for the kube-scheduler (its
+# clientConnection.kubeconfig must be the state directory's kubeconfig).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,7 +40,7 @@ up() {
   touch "$state/.capstan-state"
   (cd "$root" && go build -o "$root/bin/localcluster" ./hack/localcluster)
   log "starting the local cluster (logs in $state/logs/)"
-  setsid "$root/bin/localcluster" --dir "$state" --assets "$root/bin" --kcm-qps "${KCM_QPS:-0}" >"$state/localcluster.log" 2>&1 < /dev/null &
+  setsid "$root/bin/localcluster" --dir "$state" --assets "$root/bin" --kcm-qps "${KCM_QPS:-0}" --scheduler-config "${KUBE_SCHEDULER_CONFIG:-}" >"$state/localcluster.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
   for _ in $(seq 1 240); do
     if [ -f "$state/ready" ]; then

@@ -26,6 +26,7 @@ func run() int {
 	dir := flag.String("dir", ".capstan", "directory for the cluster's state, logs and kubeconfig")
 	assets := flag.String("assets", "bin", "directory of the control-plane binaries (hack/tools.sh)")
 	kcmQPS := flag.Int("kcm-qps", 0, "the kube-controller-manager's API requests per second (its burst is twice it); 0 keeps Kubernetes' default of 20, which bounds how fast a Deployment's pods are created")
+	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file for the kube-scheduler (its clientConnection.kubeconfig must be DIR/kubeconfig); empty runs its defaults")
 	flag.Parse()
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "[cluster]", prefix, args) }, funcr.Options{})
 
@@ -42,7 +43,7 @@ func run() int {
 	if *kcmQPS < 0 {
 		return fail(log, fmt.Errorf("--kcm-qps=%d: must be 0 (Kubernetes' default) or more", *kcmQPS))
 	}
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: absDir, AssetsDir: absAssets, Log: log, ControllerManagerQPS: *kcmQPS})
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: absDir, AssetsDir: absAssets, Log: log, ControllerManagerQPS: *kcmQPS, SchedulerConfig: *schedulerConfig})
 	if err != nil {
 		return fail(log, err)
 	}

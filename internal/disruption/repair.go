@@ -38,6 +38,17 @@ var NodeMonitoringAgentPolicies = []RepairPolicy{
 	{ConditionType: "StorageReady", ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute},
 }
 
+// SimulatedUnhealthyCondition is the node condition the simulated cloud's repair policy acts on:
+// a fault injected by hand (kubectl patch) or by a test, which no simulated kubelet resets.
+const SimulatedUnhealthyCondition corev1.NodeConditionType = "SimulatedUnhealthy"
+
+// SimulatedFaultPolicies are the simulated cloud's own: a node with SimulatedUnhealthy=True for
+// 30 seconds is repaired, so that repair can be tried on a laptop without waiting out the
+// kubelet's 30 minutes.
+var SimulatedFaultPolicies = []RepairPolicy{
+	{ConditionType: SimulatedUnhealthyCondition, ConditionStatus: corev1.ConditionTrue, Toleration: 30 * time.Second},
+}
+
 // RepairUnhealthyShare is the share of a pool's nodes above which no node of it is repaired: so
 // many unhealthy at once is a correlated failure (a zone, the network, a bad image) that
 // replacing nodes would not cure and could make worse.

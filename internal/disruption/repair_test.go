@@ -212,3 +212,26 @@ func TestANodeThatNeverInitializedIsRepaired(t *testing.T) {
 		t.Fatalf("command %v (%q), want e repaired", names(d.Command), msg)
 	}
 }
+
+// On the simulated cloud an injected SimulatedUnhealthy=True is repaired after 30 seconds; the
+// kubelet's policies alone never act on it.
+func TestSimulatedFaultIsRepairedAfterThirtySeconds(t *testing.T) {
+	sim := append(slices.Clone(disruption.DefaultRepairPolicies), disruption.SimulatedFaultPolicies...)
+	c, nodes := repairFleet(t, nil)
+	fault := func(since time.Duration) {
+		nodes[1].Node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
+			{Type: disruption.SimulatedUnhealthyCondition, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
+	}
+	fault(29 * time.Second)
+	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: sim}); d.Command != nil {
+		t.Fatalf("within the toleration: %v", names(d.Command))
+	}
+	fault(30 * time.Second)
+	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+		t.Fatalf("the kubelet's policies alone repaired %v", names(d.Command))
+	}
+	d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: sim})
+	if d.Command == nil || !slices.Equal(names(d.Command), []string{"b"}) || !strings.Contains(d.Command.Rule(), "SimulatedUnhealthy=True") {
+		t.Fatalf("command %+v, want node b repaired for SimulatedUnhealthy=True", d.Command)
+	}
+}

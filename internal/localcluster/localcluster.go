@@ -43,6 +43,11 @@ type Options struct {
 	// NoCRDs starts the API server without Capstan's CRDs, for a test that installs them itself
 	// (from the capstan-crd chart).
 	NoCRDs bool
+	// SchedulerConfig is a KubeSchedulerConfiguration file for the kube-scheduler (--config),
+	// e.g. with more profiles; it must name the cluster's kubeconfig (Dir/kubeconfig) in
+	// clientConnection.kubeconfig, as the scheduler then ignores its --kubeconfig flag. Empty
+	// runs the scheduler's defaults.
+	SchedulerConfig string
 }
 
 // Cluster is a running local cluster.
@@ -121,18 +126,22 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 	if q := c.opts.ControllerManagerQPS; q > 0 {
 		kcmArgs = append(kcmArgs, fmt.Sprintf("--kube-api-qps=%d", q), fmt.Sprintf("--kube-api-burst=%d", 2*q))
 	}
+	schedArgs := []string{kc,
+		"--authentication-kubeconfig=" + c.KubeconfigPath,
+		"--authorization-kubeconfig=" + c.KubeconfigPath,
+		"--authentication-skip-lookup=true",
+		"--leader-elect=false",
+		"--secure-port=0",
+	}
+	if c.opts.SchedulerConfig != "" {
+		schedArgs = append(schedArgs, "--config="+c.opts.SchedulerConfig)
+	}
 	components := []struct {
 		name string
 		args []string
 	}{
 		{"kube-controller-manager", kcmArgs},
-		{"kube-scheduler", []string{kc,
-			"--authentication-kubeconfig=" + c.KubeconfigPath,
-			"--authorization-kubeconfig=" + c.KubeconfigPath,
-			"--authentication-skip-lookup=true",
-			"--leader-elect=false",
-			"--secure-port=0",
-		}},
+		{"kube-scheduler", schedArgs},
 		{"kwok", kwokArgs},
 	}
 	for _, comp := range components {

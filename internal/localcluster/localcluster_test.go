@@ -123,9 +123,20 @@ func TestAFailedComponentStopsEverythingStarted(t *testing.T) {
 
 // A pod annotated with a readiness delay is not made Ready before it, while one without is made
 // Ready at once; one annotated with a delete delay is not removed before it once deleted, while
-// one without is; all are bound to a kwok node by hand.
+// one without is; all are bound to a kwok node by hand. The cluster's kube-scheduler runs with a
+// configuration file of two profiles, and a pod naming the second is bound.
 func TestDelayAnnotations(t *testing.T) {
-	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: t.TempDir(), AssetsDir: assets(t), Log: testr.New(t)})
+	dir := t.TempDir()
+	conf := filepath.Join(t.TempDir(), "scheduler.yaml")
+	if err := os.WriteFile(conf, []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: `+filepath.Join(dir, "kubeconfig")+`}
+leaderElection: {leaderElect: false}
+profiles: [{schedulerName: default-scheduler}, {schedulerName: second-profile}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir, AssetsDir: assets(t), Log: testr.New(t), SchedulerConfig: conf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +180,18 @@ func TestDelayAnnotations(t *testing.T) {
 	}
 	if ready("delayed") {
 		t.Errorf("the pod annotated %s: 1h is Ready", localcluster.ReadyDelayAnnotation)
+	}
+
+	second := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "second-profile", Namespace: "default"},
+		Spec: corev1.PodSpec{SchedulerName: "second-profile", Containers: []corev1.Container{{Name: "app", Image: "pause"}}}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, second, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, second.Name, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == node.Name, err
+	}); err != nil {
+		t.Fatalf("the pod of the scheduler's second profile was not bound: %v", err)
 	}
 
 	// Deleted, a pod annotated with a delete delay stays (terminating) while one without goes.

@@ -155,8 +155,11 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		LeaderElection:          !o.DisableLeaderElection,
 		LeaderElectionID:        o.LeaderElectionName,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		HealthProbeBindAddress:  o.healthAddress(),
-		Metrics:                 metricsOpts,
+		// A replica that stops (a rollout, a drained node) gives up its lease, so that another
+		// takes over at once rather than after the lease's 15 seconds.
+		LeaderElectionReleaseOnCancel: true,
+		HealthProbeBindAddress:        o.healthAddress(),
+		Metrics:                       metricsOpts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -385,11 +388,15 @@ func churnMemory(d time.Duration) time.Duration {
 }
 
 // RepairPolicies are the node conditions node repair acts on with the cloud provider: the
-// kubelet's Ready everywhere, and on AWS the EKS node monitoring agent's conditions.
+// kubelet's Ready everywhere, on AWS the EKS node monitoring agent's conditions, and on the
+// simulated cloud its injected fault (SimulatedUnhealthy).
 func RepairPolicies(cloud string) []disruptioncore.RepairPolicy {
 	out := slices.Clone(disruptioncore.DefaultRepairPolicies)
-	if cloud == CloudProviderAWS {
+	switch cloud {
+	case CloudProviderAWS:
 		out = append(out, disruptioncore.NodeMonitoringAgentPolicies...)
+	case CloudProviderSim:
+		out = append(out, disruptioncore.SimulatedFaultPolicies...)
 	}
 	return out
 }

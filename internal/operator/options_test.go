@@ -299,12 +299,14 @@ func TestUnderutilizedConsolidationK(t *testing.T) {
 	}
 }
 
-// On AWS node repair also acts on the EKS node monitoring agent's conditions.
+// On AWS node repair also acts on the EKS node monitoring agent's conditions, on the simulated
+// cloud on its injected fault.
 func TestRepairPoliciesPerCloud(t *testing.T) {
 	has := func(cloud string, typ corev1.NodeConditionType) bool {
 		return slices.ContainsFunc(RepairPolicies(cloud), func(p disruptioncore.RepairPolicy) bool { return p.ConditionType == typ })
 	}
-	if !has(CloudProviderSim, corev1.NodeReady) || has(CloudProviderSim, "KernelReady") || !has(CloudProviderAWS, "KernelReady") || !has(CloudProviderAWS, corev1.NodeReady) {
+	if !has(CloudProviderSim, corev1.NodeReady) || has(CloudProviderSim, "KernelReady") || !has(CloudProviderAWS, "KernelReady") || !has(CloudProviderAWS, corev1.NodeReady) ||
+		!has(CloudProviderSim, disruptioncore.SimulatedUnhealthyCondition) || has(CloudProviderAWS, disruptioncore.SimulatedUnhealthyCondition) {
 		t.Fatalf("sim %v, aws %v", RepairPolicies(CloudProviderSim), RepairPolicies(CloudProviderAWS))
 	}
 }

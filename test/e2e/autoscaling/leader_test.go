@@ -69,4 +69,28 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	if acted != 1 {
 		t.Fatalf("%d replicas created NodeClaims, want only the leader", acted)
 	}
+
+	// The leader, stopped, gives its lease up at once (a rollout hands over without waiting out
+	// the lease's 15 seconds).
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "capstan-leader-election"}, lease); err != nil {
+		t.Fatal(err)
+	}
+	held := *lease.Spec.HolderIdentity
+	leader := -1
+	for i, l := range logs {
+		if b, err := os.ReadFile(l); err == nil && strings.Contains(string(b), "cquired lease") {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no replica logged that it acquired the lease")
+	}
+	_ = replicas[leader].Process.Signal(syscall.SIGTERM)
+	_ = replicas[leader].Wait()
+	if err := s.Client.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "capstan-leader-election"}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == held {
+		t.Fatalf("the stopped leader %s still holds the lease", held)
+	}
 }
