@@ -142,7 +142,8 @@ func deadline(nc *karpv1.NodeClaim) *time.Time {
 	return &d
 }
 
-// terminate drains, deletes the machine and the Node; done when the finalizer may go.
+// terminate drains, deletes the machine and the Node; done when the finalizer may go: the
+// machine and the Node are gone.
 func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (reconcile.Result, bool, error) {
 	// A machine that is not the claim's (a forged NodeClaim, an edited provider ID) is neither
 	// drained nor terminated: the claim stays, with an event saying why, until a person looks.
@@ -200,6 +201,12 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 		}
 		if err := c.Client.Delete(ctx, node); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, false, fmt.Errorf("deleting node: %w", err)
+		}
+		// Another writer's finalizer holds the Node: the claim stays until the Node is gone, so
+		// that a NodeClaim stands for every Node of the pool (its limits, a static pool's count).
+		if len(node.Finalizers) > 0 {
+			log.FromContext(ctx).V(1).Info("waiting for the node's other finalizers", "Node", node.Name, "finalizers", node.Finalizers)
+			return reconcile.Result{RequeueAfter: pollInterval}, false, nil
 		}
 	}
 	return reconcile.Result{}, true, nil

@@ -410,3 +410,48 @@ func TestDrainOrderPutsDaemonSetsBeforeCriticalPods(t *testing.T) {
 	f.reconcile(t, name)
 	wantGone(t, f, name)
 }
+
+// A Node that another writer's finalizer holds keeps its NodeClaim: the claim goes only once the
+// Node is gone, so that a pool's count of claims never misses a Node (Karpenter's at-limit static
+// pool specs hold the Node so and expect no replacement before it is gone).
+func TestClaimStaysUntilItsNodeIsGone(t *testing.T) {
+	const name, other = "held-node", "example.com/hold"
+	f := readyClaim(t, name, time.Hour)
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, node); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	controllerutil.AddFinalizer(node, other)
+	if err := env.Client.Patch(t.Context(), node, patch); err != nil {
+		t.Fatal(err)
+	}
+	release := func() {
+		n := &corev1.Node{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n) == nil {
+			p := client.MergeFrom(n.DeepCopy())
+			controllerutil.RemoveFinalizer(n, other)
+			_ = env.Client.Patch(context.Background(), n, p)
+		}
+	}
+	t.Cleanup(release)
+	deleteClaim(t, name)
+	for range 4 {
+		f.reconcile(t, name)
+		f.clk.Step(time.Minute)
+	}
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, nc); err != nil {
+		t.Fatalf("the claim is gone while its node is held: %v", err)
+	}
+	got := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, got); err != nil || got.DeletionTimestamp.IsZero() {
+		t.Fatalf("the node: %v, deleting %v; want it deleting, held by %s", err, got.GetDeletionTimestamp(), other)
+	}
+	if len(f.cloud.Instances()) != 0 {
+		t.Fatalf("machines %v, want the claim's terminated", f.cloud.Instances())
+	}
+	release()
+	f.reconcile(t, name)
+	wantGone(t, f, name)
+}
