@@ -111,6 +111,14 @@ func (c *Cluster) startComponents(ctx context.Context) error {
 		}
 		kwokArgs = append(kwokArgs, "--config="+s)
 	}
+	unhealthy := filepath.Join(c.opts.Dir, "kwok-stages", "pod-unhealthy.yaml")
+	if err := os.MkdirAll(filepath.Dir(unhealthy), 0o755); err != nil {
+		return fmt.Errorf("writing kwok stage: %w", err)
+	}
+	if err := os.WriteFile(unhealthy, []byte(unhealthyPodStage), 0o644); err != nil {
+		return fmt.Errorf("writing kwok stage: %w", err)
+	}
+	kwokArgs = append(kwokArgs, "--config="+unhealthy)
 	kcmArgs := []string{kc,
 		"--authentication-kubeconfig=" + c.KubeconfigPath,
 		"--authorization-kubeconfig=" + c.KubeconfigPath,
@@ -339,6 +347,60 @@ const ReadyDelayAnnotation = "pod-ready.stage.kwok.x-k8s.io/delay"
 // ("30s"): what a container's preStop hook and grace period take on a real kubelet. Karpenter's
 // end-to-end suites set it on pods with a preStop sleep; without it a deleted pod is gone at once.
 const DeleteDelayAnnotation = "pod-delete.stage.kwok.x-k8s.io/delay"
+
+// UnhealthyStageLabel set to "unhealthy" on a pod makes kwok run it and never make it Ready, as a
+// kubelet shows a pod whose readiness probe never succeeds (phase Running, Ready False). The label
+// and value of the stage Karpenter's CI cluster has for its end-to-end suites.
+const UnhealthyStageLabel = "kwok.x-k8s.io/stage"
+
+// unhealthyPodStage is the kwok stage of UnhealthyStageLabel: it takes the pods so labelled
+// before kwok's pod-ready stage does (its weight; pod-ready has none), and then pod-ready no
+// longer matches them (they are Running).
+const unhealthyPodStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-unhealthy
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchLabels:
+      ` + UnhealthyStageLabel + `: unhealthy
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: [Pending]
+  weight: 100
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
+      - {type: ContainersReady, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
+      - {type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }}}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      {{ with NodeIPWith .spec.nodeName }}
+      hostIP: {{ . | Quote }}
+      {{ end }}
+      {{ with PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      podIP: {{ . | Quote }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+`
 
 // stageDelays are the stages given a delay read from an annotation, by stage name.
 var stageDelays = map[string]string{"pod-ready": ReadyDelayAnnotation, "pod-delete": DeleteDelayAnnotation}

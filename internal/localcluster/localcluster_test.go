@@ -194,6 +194,22 @@ profiles: [{schedulerName: default-scheduler}, {schedulerName: second-profile}]
 		t.Fatalf("the pod of the scheduler's second profile was not bound: %v", err)
 	}
 
+	// A pod labelled kwok.x-k8s.io/stage=unhealthy runs and never turns Ready.
+	sick := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "unhealthy", Namespace: "default", Labels: map[string]string{localcluster.UnhealthyStageLabel: "unhealthy"}},
+		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "app", Image: "pause"}}}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, sick, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, sick.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	}); err != nil {
+		t.Fatalf("the pod labelled unhealthy never ran: %v", err)
+	}
+	if ready(sick.Name) {
+		t.Errorf("the pod labelled %s=unhealthy is Ready", localcluster.UnhealthyStageLabel)
+	}
+
 	// Deleted, a pod annotated with a delete delay stays (terminating) while one without goes.
 	pod("lingering", map[string]string{localcluster.DeleteDelayAnnotation: "1h"})
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
