@@ -336,11 +336,14 @@ func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1
 }
 
 // remove deletes n of the live claims, those that cost least to remove first: drifted ones, then
-// ones not launched yet, not initialised, empty, and holding the fewest pods. A claim with a
-// node is deleted only once every claim staying is initialised, so a replacement is up before
-// the node it replaces goes.
+// ones not launched yet, not initialised, then nodes without a pod that karpenter.sh/do-not-disrupt
+// protects before those with one (as Karpenter: the scale-in takes others first), empty, and
+// holding the fewest pods. A claim with a node is deleted only once every claim staying is
+// initialised, so a replacement is up before the node it replaces goes.
 func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, n int) (reconcile.Result, error) {
 	held := map[string]int{}
+	protected := map[string]bool{}
+	now := c.Clock.Now()
 	for _, nc := range live {
 		if nc.Status.NodeName == "" {
 			continue
@@ -350,10 +353,20 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 			return reconcile.Result{}, fmt.Errorf("listing pods of node %s: %w", nc.Status.NodeName, err)
 		}
 		for i := range l.Items {
-			if pods.Reschedulable(&l.Items[i]) {
+			p := &l.Items[i]
+			if pods.Reschedulable(p) {
 				held[nc.Name]++
 			}
+			if p.DeletionTimestamp.IsZero() && pods.DoNotDisrupt(p, now) {
+				protected[nc.Name] = true
+			}
 		}
+	}
+	protection := func(nc *karpv1.NodeClaim) int {
+		if protected[nc.Name] {
+			return 1
+		}
+		return 0
 	}
 	rank := func(nc *karpv1.NodeClaim) int {
 		switch {
@@ -367,7 +380,7 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 		return 3
 	}
 	slices.SortStableFunc(live, func(a, b *karpv1.NodeClaim) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(held[a.Name], held[b.Name]), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(protection(a), protection(b)), cmp.Compare(held[a.Name], held[b.Name]), cmp.Compare(a.Name, b.Name))
 	})
 	victims, staying := live[:n], live[n:]
 	for _, nc := range victims {

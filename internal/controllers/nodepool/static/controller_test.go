@@ -176,6 +176,39 @@ func TestStaticPoolKeepsItsReplicaCount(t *testing.T) {
 	}
 }
 
+// Scaling a static pool in takes the nodes whose pods karpenter.sh/do-not-disrupt protects last,
+// even when they hold fewer pods (Karpenter's "should terminate empty nodes first, then nodes
+// with least cost, then respect do-not-disrupt").
+func TestStaticScaleInTakesDoNotDisruptNodesLast(t *testing.T) {
+	f := setup(t, 3, nil)
+	f.reconcile()
+	got := f.claims()
+	if len(got) != 3 {
+		t.Fatalf("%d claims, want 3", len(got))
+	}
+	pinned, busy, other := got[0], got[1], got[2]
+	for _, nc := range got {
+		f.launched(nc, true, false)
+	}
+	bind := func(name, node string, annotations map[string]string) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+		if err := env.Client.Create(t.Context(), pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	}
+	bind("dnd-pinned", pinned.Name, map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"})
+	bind("dnd-busy-1", busy.Name, nil)
+	bind("dnd-busy-2", busy.Name, nil)
+	bind("dnd-other", other.Name, nil)
+	f.setReplicas(1)
+	f.reconcile()
+	if got := names(f.claims()); !slices.Equal(got, []string{pinned.Name}) {
+		t.Fatalf("after scaling to 1: %v, want only %s (its pod has do-not-disrupt)", got, pinned.Name)
+	}
+}
+
 // limits.nodes bounds the pool, deleting claims included, and says so in an event.
 func TestNodeLimitBoundsTheStaticPool(t *testing.T) {
 	f := setup(t, 3, func(np *karpv1.NodePool) {
