@@ -51,7 +51,7 @@ verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout
 # The specs of Karpenter's regression suite `make test` runs against Capstan (a Ginkgo regexp; no
 # quote characters, it is passed in single quotes): its LimitRange and standalone NodeClaim specs
 # (well under a minute) and its first runaway scale-up spec (five minutes, one machine or two on
-# Capstan where it allows 34). `make conformance` runs the whole suite.
+# Capstan where it allows 34). `make conformance` runs both whole suites.
 CONFORMANCE_QUICK ?= LimitRange|StandaloneNodeClaim should (create a standard NodeClaim|create a NodeClaim propagating|remove the cloudProvider NodeClaim|delete a NodeClaim from the node termination finalizer|delete a NodeClaim if it references a NodeClass that (isn.t Ready|doesn.t exist))|runaway scale-up when consolidation is enabled
 
 .PHONY: test
@@ -63,10 +63,10 @@ test: verify ## Run all tests (unit, API validation on a real API server, local 
 	hack/conformance.sh regression '$(CONFORMANCE_QUICK)'
 
 # The suite `make conformance` runs, and the specs it picks (FOCUS) and leaves out (SKIP).
-SUITE ?= regression
+SUITE ?= all
 
 .PHONY: conformance
-conformance: tools ## Run Karpenter v1.15's own end-to-end suite SUITE (regression or disruption; FOCUS, SKIP: Ginkgo regexps) against Capstan on a fresh local cluster; one line per spec.
+conformance: tools ## Run Karpenter v1.15's own end-to-end suites against Capstan on a fresh local cluster each (SUITE: all, regression or disruption; FOCUS, SKIP: Ginkgo regexps); one line per spec.
 	hack/conformance.sh $(SUITE) '$(FOCUS)'
 
 .PHONY: chaos

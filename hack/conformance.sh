@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Karpenter's own end-to-end suites, unchanged, against Capstan: an external conformance test.
 #
-#   hack/conformance.sh SUITE [FOCUS]     SUITE: regression or disruption; FOCUS: a Ginkgo regexp
-#                                         of the specs to run (default: all of the suite)
+#   hack/conformance.sh SUITE [FOCUS]     SUITE: regression, disruption or all (both, one after
+#                                         the other); FOCUS: a Ginkgo regexp of the specs to run
+#                                         (default: all of the suite)
 #
 # The suites' test binaries are built from Karpenter's module at the version hack/conformance/go.mod
 # pins (every module's hash in its go.sum), outside Capstan's module, with Go 1.27 (Karpenter v1.15
@@ -25,9 +26,18 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib.sh
 . "$root/hack/lib.sh"
-suite=${1:?usage: $0 regression|disruption [FOCUS]}
+suite=${1:?usage: $0 regression|disruption|all [FOCUS]}
 focus=${2:-}
-case "$suite" in regression|disruption) ;; *) echo "[conformance] suite $suite: want regression or disruption" >&2; exit 2 ;; esac
+case "$suite" in
+  regression|disruption) ;;
+  all)
+    # Both suites, one after the other, each on a fresh cluster; fails if either does.
+    rc=0
+    "$0" regression "$focus" || rc=$?
+    "$0" disruption "$focus" || rc=$?
+    exit "$rc" ;;
+  *) echo "[conformance] suite $suite: want regression, disruption or all" >&2; exit 2 ;;
+esac
 out=${CONFORMANCE_OUT:-/tmp/capstan-conformance-$suite}
 state=${CAPSTAN_STATE_DIR:-/tmp/capstan-conformance-state-$suite}
 mod="$root/hack/conformance"
