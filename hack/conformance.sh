@@ -75,9 +75,12 @@ trap cleanup EXIT
 # topology-spread-defaults, with default topology spread constraints): the regression suite's
 # DefaultTopologySpreadConstraints specs read it from their own copy and look for its path in the
 # command of the kube-system pod labelled component=kube-scheduler. Its path is under /etc, so
-# only root gives it; otherwise those specs skip themselves.
+# only root gives it; otherwise those specs skip themselves. The disruption suite does not look
+# for it, so a disruption run may go on beside a regression run.
 sched_path=/etc/kubernetes/karpenter-scheduler-config/kube-scheduler-config.yaml
-if mkdir -p "$(dirname "$sched_path")" 2>/dev/null && [ -w "$(dirname "$sched_path")" ]; then
+if [ "$suite" != regression ]; then
+  :
+elif mkdir -p "$(dirname "$sched_path")" 2>/dev/null && [ -w "$(dirname "$sched_path")" ]; then
   sched_conf=$sched_path
   { sed "s#kubeconfig: /etc/kubernetes/scheduler.conf#kubeconfig: $KUBECONFIG#" "$kdir/test/suites/regression/testdata/kube-scheduler-config.yaml"
     printf 'leaderElection:\n  leaderElect: false\n'; } >"$sched_conf"
