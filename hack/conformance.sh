@@ -15,7 +15,9 @@
 # inject the simulated cloud's fault, SimulatedUnhealthy=True (--repair-condition); the reboot
 # specs have none to inject (Capstan does not reboot nodes) and skip themselves.
 #
-# SKIP is a Ginkgo regexp of specs to leave out; CONFORMANCE_TIMEOUT bounds the run (default 3h).
+# SKIP is a Ginkgo regexp of specs to leave out; CONFORMANCE_TIMEOUT bounds the run (default 3h);
+# CONFORMANCE_NODECLASS replaces the default node class (hack/conformance/nodeclass-c2x.yaml: the
+# 2-CPU types the CapacityBuffer specs narrow Karpenter's kwok pools to).
 # FEATURE_GATES is passed to Capstan; by default the
 # gates Karpenter's own end-to-end runs turn on (NodeRepair, CapacityBuffer, StaticCapacity, its
 # Makefile's HELM_OPTS). Logs, the JUnit
@@ -171,7 +173,7 @@ rc=0
 # Ginkgo's own timeout ends the suite with its report written (a test binary's -test.timeout kills it
 # without one); what runs past it is reported as not run.
 (cd "$out" && "$bin" -test.timeout 0 -ginkgo.timeout "${CONFORMANCE_TIMEOUT:-3h}" -ginkgo.grace-period 1m \
-  --default-nodeclass "$mod/nodeclass.yaml" --default-nodepool "$mod/nodepool.yaml" \
+  --default-nodeclass "${CONFORMANCE_NODECLASS:-$mod/nodeclass.yaml}" --default-nodepool "$mod/nodepool.yaml" \
   --repair-condition SimulatedUnhealthy=True \
   -ginkgo.focus "$focus" -ginkgo.skip "${SKIP:-}" -ginkgo.v -ginkgo.no-color \
   -ginkgo.junit-report "$out/junit.xml") >"$out/suite.log" 2>&1 || rc=$?
