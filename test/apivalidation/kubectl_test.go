@@ -68,7 +68,7 @@ spec: {nodeClassRef: {name: orders}}`, "orders-x7k2p")
 		"nodeName":   "ip-10-0-1-23.ec2.internal",
 		"conditions": []any{
 			map[string]any{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-30T10:00:00Z"},
-			map[string]any{"type": "Drifted", "status": "False", "reason": "NotDrifted", "message": "", "lastTransitionTime": "2026-11-30T10:00:00Z"},
+			map[string]any{"type": "Drifted", "status": "True", "reason": "NodePoolDrifted", "message": "", "lastTransitionTime": "2026-11-30T10:00:00Z"},
 		},
 	}
 	if err := unstructured.SetNestedMap(nc.Object, status, "status"); err != nil {
@@ -86,7 +86,7 @@ spec: {nodeClassRef: {name: orders}}`, "orders-x7k2p")
 		{[]string{"get", "nodeclaims"}, []string{"NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"},
 			[]string{"orders-x7k2p", "m5.large", "on-demand", "us-east-1a", "ip-10-0-1-23.ec2.internal", "True"}},
 		{[]string{"get", "nodeclaims", "-o", "wide"}, []string{"NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE", "IMAGEID", "ID", "NODEPOOL", "NODECLASS", "DRIFTED"},
-			[]string{"orders-x7k2p", "ami-0123456789abcdef0", "aws:///us-east-1a/i-0123456789abcdef0", "orders", "False"}},
+			[]string{"orders-x7k2p", "ami-0123456789abcdef0", "aws:///us-east-1a/i-0123456789abcdef0", "orders", "True"}},
 		{[]string{"get", "nodepools"}, []string{"NAME", "NODECLASS", "NODES", "READY", "AGE"}, []string{"orders"}},
 		{[]string{"get", "nodepools", "-o", "wide"}, []string{"NAME", "NODECLASS", "NODES", "READY", "AGE", "WEIGHT", "CPU", "MEMORY"}, []string{"orders"}},
 		{[]string{"get", "ec2nodeclasses"}, []string{"NAME", "READY", "AGE"}, []string{"orders"}},

@@ -32,7 +32,6 @@ import (
 const (
 	ReasonNodePoolDrifted     = "NodePoolDrifted"
 	ReasonRequirementsDrifted = "RequirementsDrifted"
-	ReasonNotDrifted          = "NotDrifted"
 )
 
 // Controller keeps the Drifted condition of NodeClaims current.
@@ -109,7 +108,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := nc.DeepCopy()
 	if reason == "" {
-		nodeclaims.SetCondition(nc, c.Clock, karpv1.ConditionTypeDrifted, metav1.ConditionFalse, ReasonNotDrifted, "")
+		// Not drifted: no Drifted condition at all, as Karpenter (tools list the drifted claims
+		// as those that have one).
+		meta.RemoveStatusCondition(&nc.Status.Conditions, karpv1.ConditionTypeDrifted)
 	} else {
 		nodeclaims.SetCondition(nc, c.Clock, karpv1.ConditionTypeDrifted, metav1.ConditionTrue, reason, msg)
 	}
