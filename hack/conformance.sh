@@ -80,15 +80,15 @@ trap cleanup EXIT
 # only root gives it; otherwise those specs skip themselves. The disruption suite does not look
 # for it, so a disruption run may go on beside a regression run.
 sched_path=/etc/kubernetes/karpenter-scheduler-config/kube-scheduler-config.yaml
-if [ "$suite" != regression ]; then
-  :
-elif mkdir -p "$(dirname "$sched_path")" 2>/dev/null && [ -w "$(dirname "$sched_path")" ]; then
-  sched_conf=$sched_path
-  { sed "s#kubeconfig: /etc/kubernetes/scheduler.conf#kubeconfig: $KUBECONFIG#" "$kdir/test/suites/regression/testdata/kube-scheduler-config.yaml"
-    printf 'leaderElection:\n  leaderElect: false\n'; } >"$sched_conf"
-  export KUBE_SCHEDULER_CONFIG=$sched_conf
-else
-  log "cannot write $sched_path (not root): the DefaultTopologySpreadConstraints specs will skip themselves"
+if [ "$suite" = regression ]; then
+  if mkdir -p "$(dirname "$sched_path")" 2>/dev/null && [ -w "$(dirname "$sched_path")" ]; then
+    sched_conf=$sched_path
+    { sed "s#kubeconfig: /etc/kubernetes/scheduler.conf#kubeconfig: $KUBECONFIG#" "$kdir/test/suites/regression/testdata/kube-scheduler-config.yaml"
+      printf 'leaderElection:\n  leaderElect: false\n'; } >"$sched_conf"
+    export KUBE_SCHEDULER_CONFIG=$sched_conf
+  else
+    log "cannot write $sched_path (not root): the DefaultTopologySpreadConstraints specs will skip themselves"
+  fi
 fi
 "$root/hack/cluster.sh" up
 kubectl create configmap karpenter-kwok-types -n kube-system --from-file=instance_types.json="$menu" >/dev/null

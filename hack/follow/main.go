@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -185,11 +183,7 @@ func startChild(self, pod, capstan string, args, env []string, out io.Writer) (*
 	}
 	exited := make(chan struct{})
 	go func() {
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			fmt.Fprintln(out, "[follow] Capstan:", err)
-		} else if err != nil && !strings.Contains(err.Error(), "terminated") {
+		if err := cmd.Wait(); err != nil {
 			fmt.Fprintln(out, "[follow] Capstan exited:", err)
 		}
 		close(exited)

@@ -216,19 +216,7 @@ func TestStaleReadKeepsAnotherWritersNodeFinalizer(t *testing.T) {
 		}
 	}
 	stale := node.DeepCopy()
-	patch := client.MergeFrom(node.DeepCopy())
-	controllerutil.AddFinalizer(node, other)
-	if err := env.Client.Patch(t.Context(), node, patch); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n := &corev1.Node{}
-		if env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n) == nil {
-			p := client.MergeFrom(n.DeepCopy())
-			n.Finalizers = nil
-			_ = env.Client.Patch(context.Background(), n, p)
-		}
-	})
+	holdNode(t, name, other)
 	deleteClaim(t, name)
 	f.ctrl.Client = staleNodes{Client: env.Client, stale: stale}
 	f.reconcile(t, name)
@@ -241,6 +229,31 @@ func TestStaleReadKeepsAnotherWritersNodeFinalizer(t *testing.T) {
 	if !slices.Equal(got.Finalizers, []string{other}) || got.DeletionTimestamp.IsZero() {
 		t.Fatalf("node finalizers %v (deleting: %v), want only %s, and the node deleting", got.Finalizers, !got.DeletionTimestamp.IsZero(), other)
 	}
+}
+
+// holdNode adds another writer's finalizer to the Node, and returns what removes it again (also
+// run at the test's end).
+func holdNode(t *testing.T, name, finalizer string) (release func()) {
+	t.Helper()
+	node := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, node); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	controllerutil.AddFinalizer(node, finalizer)
+	if err := env.Client.Patch(t.Context(), node, patch); err != nil {
+		t.Fatal(err)
+	}
+	release = func() {
+		n := &corev1.Node{}
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n) == nil {
+			p := client.MergeFrom(n.DeepCopy())
+			controllerutil.RemoveFinalizer(n, finalizer)
+			_ = env.Client.Patch(context.Background(), n, p)
+		}
+	}
+	t.Cleanup(release)
+	return release
 }
 
 // A NodeClaim forged with another claim's machine as its provider ID is refused before anything
@@ -417,24 +430,7 @@ func TestDrainOrderPutsDaemonSetsBeforeCriticalPods(t *testing.T) {
 func TestClaimStaysUntilItsNodeIsGone(t *testing.T) {
 	const name, other = "held-node", "example.com/hold"
 	f := readyClaim(t, name, time.Hour)
-	node := &corev1.Node{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: name}, node); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(node.DeepCopy())
-	controllerutil.AddFinalizer(node, other)
-	if err := env.Client.Patch(t.Context(), node, patch); err != nil {
-		t.Fatal(err)
-	}
-	release := func() {
-		n := &corev1.Node{}
-		if env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n) == nil {
-			p := client.MergeFrom(n.DeepCopy())
-			controllerutil.RemoveFinalizer(n, other)
-			_ = env.Client.Patch(context.Background(), n, p)
-		}
-	}
-	t.Cleanup(release)
+	release := holdNode(t, name, other)
 	deleteClaim(t, name)
 	for range 4 {
 		f.reconcile(t, name)

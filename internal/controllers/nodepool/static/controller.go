@@ -341,8 +341,9 @@ func (c *Controller) plan(ctx context.Context, np *karpv1.NodePool, own []karpv1
 // holding the fewest pods. A claim with a node is deleted only once every claim staying is
 // initialised, so a replacement is up before the node it replaces goes.
 func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, n int) (reconcile.Result, error) {
-	held := map[string]int{}
-	protected := map[string]bool{}
+	// held counts the pods that would move; protected is 1 for a node with a pod do-not-disrupt
+	// protects (a sort key: those go last).
+	held, protected := map[string]int{}, map[string]int{}
 	now := c.Clock.Now()
 	for _, nc := range live {
 		if nc.Status.NodeName == "" {
@@ -358,15 +359,9 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 				held[nc.Name]++
 			}
 			if p.DeletionTimestamp.IsZero() && pods.DoNotDisrupt(p, now) {
-				protected[nc.Name] = true
+				protected[nc.Name] = 1
 			}
 		}
-	}
-	protection := func(nc *karpv1.NodeClaim) int {
-		if protected[nc.Name] {
-			return 1
-		}
-		return 0
 	}
 	rank := func(nc *karpv1.NodeClaim) int {
 		switch {
@@ -380,7 +375,7 @@ func (c *Controller) remove(ctx context.Context, np *karpv1.NodePool, live []*ka
 		return 3
 	}
 	slices.SortStableFunc(live, func(a, b *karpv1.NodeClaim) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(protection(a), protection(b)), cmp.Compare(held[a.Name], held[b.Name]), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(protected[a.Name], protected[b.Name]), cmp.Compare(held[a.Name], held[b.Name]), cmp.Compare(a.Name, b.Name))
 	})
 	victims, staying := live[:n], live[n:]
 	for _, nc := range victims {
