@@ -4,28 +4,26 @@
 package nodepools
 
 import (
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/mitchellh/hashstructure/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
 )
 
-// HashVersion is the version of Hash's scheme; a NodeClaim whose hash version differs is not
-// compared (a new scheme must not read as drift) but restamped. Karpenter stamps its claims with
-// its own scheme under the same annotation ("v3" in v1.x), so Capstan's versions must never take
-// a value Karpenter has used: a claim adopted from Karpenter would then be compared with
-// Capstan's hash and drift (TestKarpenterNodeClaimsAreAdopted fails).
-const HashVersion = "v2"
+// HashVersion is the version of Hash's scheme, the one Karpenter v1 writes ("v3"): a NodeClaim
+// whose hash version differs is not compared (a new scheme must not read as drift) but restamped.
+// Capstan's releases before this scheme wrote "v2" (their own hash); their claims are restamped.
+const HashVersion = "v3"
 
 // Requirements are the template's requirements and labels as one requirement set.
 func Requirements(np *karpv1.NodePool) (requirements.Requirements, error) {
@@ -71,51 +69,66 @@ func ToAPI(rs requirements.Requirements) []karpv1.NodeSelectorRequirementWithMin
 	return out
 }
 
-// Hash is a stable hash of the parts of a NodePool's template that a machine is built from and
-// cannot change in place: labels, annotations, taints, startup taints, the NodeClass reference,
-// the termination grace period and expireAfter — what Karpenter hashes. Requirements are not part
-// of it: a machine still satisfying changed requirements is not drifted. Taints are a set (order
-// and repeats do not matter) and an empty map or list is the same as none, so rewriting a
-// manifest without changing its meaning never rolls the pool.
+// Hash is the hash of the parts of a NodePool's template that a machine is built from and cannot
+// change in place — labels, annotations, taints, startup taints, the NodeClass reference, the
+// termination grace period and expireAfter, not the requirements (a machine still satisfying
+// changed requirements is not drifted) — and it is the value Karpenter v1 writes under
+// HashVersion: hashstructure's FormatV2 over a template of the same shape (type and field names,
+// which that format hashes), with slices as sets (the order and repeats of taints do not
+// matter), zero values ignored and nil pointers as zero. So NodeClaims that Karpenter stamped
+// keep their hash when their NodePool moves to Capstan, and tools that compare the annotations
+// read the same values. The test vectors in nodepools_test.go were computed by Karpenter v1.15.0's
+// NodePool.Hash (hack/conformance/hashvectors).
 func Hash(np *karpv1.NodePool) string {
+	// The shape Karpenter's API types give the template. hashstructure hashes each struct's type
+	// name and exported field names, so these names are part of the value.
+	type ObjectMeta struct {
+		Labels      map[string]string
+		Annotations map[string]string
+	}
+	type NodeClassReference struct {
+		Kind  string
+		Name  string
+		Group string
+	}
+	// Never is a nil duration, as absent is: both are left out of the hash.
+	type NillableDuration struct {
+		Duration *time.Duration
+	}
+	type NodeClaimTemplateSpec struct {
+		Taints                 []corev1.Taint
+		StartupTaints          []corev1.Taint
+		NodeClassRef           *NodeClassReference
+		TerminationGracePeriod *metav1.Duration
+		ExpireAfter            NillableDuration
+	}
+	type NodeClaimTemplate struct {
+		ObjectMeta
+		Spec NodeClaimTemplateSpec
+	}
 	t := np.Spec.Template
-	b, err := json.Marshal(struct {
-		Labels        map[string]string          `json:"l,omitempty"`
-		Annotations   map[string]string          `json:"a,omitempty"`
-		Taints        []string                   `json:"t,omitempty"`
-		StartupTaints []string                   `json:"s,omitempty"`
-		NodeClassRef  *karpv1.NodeClassReference `json:"n,omitempty"`
-		TGP           string                     `json:"g,omitempty"`
-		ExpireAfter   string                     `json:"e,omitempty"`
-	}{t.ObjectMeta.Labels, t.ObjectMeta.Annotations, taintSet(t.Spec.Taints), taintSet(t.Spec.StartupTaints),
-		t.Spec.NodeClassRef, tgp(t.Spec), expireAfter(t.Spec)})
+	tmpl := NodeClaimTemplate{
+		ObjectMeta: ObjectMeta{Labels: t.ObjectMeta.Labels, Annotations: t.ObjectMeta.Annotations},
+		Spec: NodeClaimTemplateSpec{
+			Taints:                 t.Spec.Taints,
+			StartupTaints:          t.Spec.StartupTaints,
+			TerminationGracePeriod: t.Spec.TerminationGracePeriod,
+			ExpireAfter:            NillableDuration{Duration: t.Spec.ExpireAfter.Duration},
+		},
+	}
+	if r := t.Spec.NodeClassRef; r != nil {
+		tmpl.Spec.NodeClassRef = &NodeClassReference{Kind: r.Kind, Name: r.Name, Group: r.Group}
+	}
+	h, err := hashstructure.Hash(tmpl, hashstructure.FormatV2, &hashstructure.HashOptions{
+		SlicesAsSets:    true,
+		IgnoreZeroValue: true,
+		ZeroNil:         true,
+	})
 	if err != nil {
-		// The fields are plain data; marshalling cannot fail. Fall back to the name.
-		b = []byte(np.Name)
+		// Only maps, slices, strings, integers and pointers to them: hashing cannot fail.
+		panic(fmt.Sprintf("hashing NodePool %s's template: %v", np.Name, err))
 	}
-	h := fnv.New64a()
-	_, _ = h.Write(b)
-	return fmt.Sprintf("%d", h.Sum64())
-}
-
-// taintSet is the taints as sorted, distinct key=value:effect strings (TimeAdded is not part of a
-// template's meaning).
-func taintSet(ts []corev1.Taint) []string {
-	out := make([]string, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, t.Key+"="+t.Value+":"+string(t.Effect))
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func expireAfter(s karpv1.NodeClaimTemplateSpec) string { return s.ExpireAfter.String() }
-
-func tgp(s karpv1.NodeClaimTemplateSpec) string {
-	if s.TerminationGracePeriod == nil {
-		return ""
-	}
-	return s.TerminationGracePeriod.Duration.String()
+	return strconv.FormatUint(h, 10)
 }
 
 // NodeCostAnnotationKey, on a NodePool, is what each of its machines costs per hour beyond its

@@ -102,7 +102,8 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 			Template: map[string]string{"UserData": karpenterUserData(t, labels)}})
 		claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: claimName, Labels: labels,
 			Annotations: map[string]string{
-				karpv1.NodePoolHashAnnotationKey:        "12345678901234567890", // Karpenter's hash of the template
+				// Karpenter's hash of the template, which is Capstan's (the same scheme, v3).
+				karpv1.NodePoolHashAnnotationKey:        nodepools.Hash(np),
 				karpv1.NodePoolHashVersionAnnotationKey: "v3",
 				awsv1.AnnotationEC2NodeClassHash:        fmt.Sprintf("%s-%d", nc.UID, nc.Generation),
 				awsv1.AnnotationEC2NodeClassHashVersion: "v6",
@@ -172,9 +173,9 @@ func TestKarpenterNodeClaimsAreAdopted(t *testing.T) {
 	if err := startCapstan(); err != nil {
 		t.Fatal(err)
 	}
-	// Capstan has taken the claims over once it has restamped their hash with its own scheme
-	// and judged them for consolidation (Consolidatable, written by its disruption controller).
-	eventually(t, "Karpenter's claims restamped and judged by Capstan", 2*time.Minute, func(ctx context.Context) (bool, error) {
+	// Capstan has taken the claims over once it has judged them for consolidation
+	// (Consolidatable, written by its disruption controller); their hash is already its own.
+	eventually(t, "Karpenter's claims judged by Capstan", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		for _, l := range leftovers {
 			c := &karpv1.NodeClaim{}
 			if err := s.Client.Get(ctx, client.ObjectKeyFromObject(l.claim), c); err != nil {
