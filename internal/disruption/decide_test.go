@@ -946,3 +946,48 @@ func TestConsolidationMovesNoPodOntoANodeInsideConsolidateAfter(t *testing.T) {
 		t.Fatalf("command %+v, want old's pod moved onto fresh past its consolidateAfter", d.Command)
 	}
 }
+
+// A node being deleted (its pod moving) was replaced a moment ago by a node still inside the
+// pool's consolidateAfter, empty yet; another node drifted. The drift's pod may not move onto
+// the fresh node (consolidation never fills a node inside its window), but the moving pod may:
+// one machine is bought, for the drift, not a second one for the moving pod. (The solver skipped
+// the fresh node for every later pod of the same shape once the drift's pod was refused there.)
+func TestDriftBuysNothingForAMovingPodAFreshNodeTakes(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(5 * time.Second) })
+	drifted := func(n *disruption.Node) {
+		n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
+	}
+	// One pod per node: required anti-affinity by hostname.
+	spread := func(name string) *corev1.Pod {
+		p := pod(name, "web", "500m")
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
+		return p
+	}
+	leaving := c.node("default", "leaving", "m", karpv1.CapacityTypeOnDemand, spread("p-leaving"))
+	deleted := metav1.NewTime(t0.Add(-time.Second))
+	leaving.NodeClaim.DeletionTimestamp = &deleted
+	drifted(leaving)
+	fresh := c.node("default", "fresh", "m", karpv1.CapacityTypeOnDemand)
+	meta.RemoveStatusCondition(&fresh.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+	for i := range fresh.NodeClaim.Status.Conditions {
+		fresh.NodeClaim.Status.Conditions[i].LastTransitionTime = metav1.NewTime(t0.Add(-time.Second))
+	}
+	for _, name := range []string{"a", "b"} {
+		drifted(c.node("default", name, "m", karpv1.CapacityTypeOnDemand, spread("p-"+name)))
+	}
+	d := c.decide(disruption.Options{})
+	if d.Command == nil || d.Command.Method != disruption.MethodDrift {
+		t.Fatalf("command %+v, want a drift", d.Command)
+	}
+	var planned []string
+	for _, r := range d.Command.Replacements {
+		for _, p := range r.Pods {
+			planned = append(planned, p.Name)
+		}
+	}
+	if len(d.Command.Replacements) != 1 || len(planned) != 1 || planned[0] != "p-"+names(d.Command)[0] {
+		t.Errorf("replacements %d for pods %v; want one, for the drifted node's pod (the moving p-leaving goes to the fresh node)", len(d.Command.Replacements), planned)
+	}
+}

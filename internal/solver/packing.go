@@ -206,17 +206,34 @@ func (s *solver) place(it podItem) podMiss {
 		if mono {
 			start = v.existingFrom
 		}
+		// The cursor skips, for the variant's later pods, the nodes that refused this one; a
+		// node that refused it only because it is a moved pod (RefusesMoved) may take the next
+		// pod of the variant, which may not be one.
+		moved := s.in.Moved[it.pod.UID]
+		refused := -1
 		i := start
 		for ; i < len(s.targets) && !s.targets[i].isClaim(); i++ {
+			if moved && s.targets[i].existing.RefusesMoved {
+				if refused < 0 {
+					refused = i
+				}
+				continue
+			}
 			if s.tryExisting(v, s.targets[i], it.pod) {
 				if mono {
 					v.existingFrom = i
+					if refused >= 0 {
+						v.existingFrom = refused
+					}
 				}
 				return podMiss{}
 			}
 		}
 		if mono {
 			v.existingFrom = i
+			if refused >= 0 {
+				v.existingFrom = refused
+			}
 		}
 		if s.tryOpenClaims(v, it.pod) {
 			return podMiss{}

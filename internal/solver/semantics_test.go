@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
@@ -458,5 +459,29 @@ func TestPreferNoScheduleTaintsAreAvoidedThenAccepted(t *testing.T) {
 	wantAllPlaced(t, r)
 	if r.NodeClaims[0].NodePool != "soft" {
 		t.Fatalf("planned on %s, want soft once nothing else fits", r.NodeClaims[0].NodePool)
+	}
+}
+
+// A node that refuses moved pods (RefusesMoved: inside its pool's consolidateAfter) refuses only
+// them: a pod of the same shape that is not moved, placed after a moved one was refused there,
+// still takes it. The existing-node cursor a shape keeps (nodes only fill up) must not skip a node
+// that refused one pod for being moved.
+func TestANodeThatRefusesMovedPodsTakesTheOthersOfTheirShape(t *testing.T) {
+	ps := pods(2, "web", "1", "1Gi", nil)
+	fresh := node("fresh", "test-zone-1", "1500m")
+	fresh.RefusesMoved = true
+	in := solver.Input{
+		Pods:      ps,
+		Nodes:     []solver.ExistingNode{fresh},
+		NodePools: []solver.NodePool{poolOf(workload.FakeInstanceTypes(8))},
+		Moved:     map[types.UID]bool{ps[0].UID: true},
+	}
+	r := solve(t, in, solver.Options{})
+	wantAllPlaced(t, r)
+	if len(r.Bindings) != 1 || r.Bindings[0].Pod != ps[1] || r.Bindings[0].Node != "fresh" {
+		t.Errorf("bindings %+v; want %s (not moved) on the fresh node", r.Bindings, ps[1].Name)
+	}
+	if len(r.NodeClaims) != 1 || len(r.NodeClaims[0].Pods) != 1 || r.NodeClaims[0].Pods[0] != ps[0] {
+		t.Errorf("%d new claims; want one, for the moved %s alone", len(r.NodeClaims), ps[0].Name)
 	}
 }

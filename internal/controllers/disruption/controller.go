@@ -178,7 +178,10 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 	if dec.Command == nil {
 		return opts.PollPeriod, nil
 	}
-	if opts.ValidationPeriod == 0 {
+	if opts.ValidationPeriod == 0 || dec.Command.Method == disruption.MethodDrift {
+		// A drift is carried out at once, as Karpenter's (which validates emptiness and
+		// consolidation only): its candidates stay drifted, and waiting would add the period
+		// to every node of a rollout.
 		return c.execute(ctx, opts, snap, dec.Command)
 	}
 	c.pending = &pendingCommand{cmd: dec.Command, at: now}

@@ -412,3 +412,24 @@ func TestPlannedNodesAreMarkedAndUnmarked(t *testing.T) {
 		}
 	}
 }
+
+// A drift is carried out in the round that decides it, without the validation period, as
+// Karpenter (which validates emptiness and consolidation only): a rollout of a large pool is not
+// slowed by 15 seconds a node.
+func TestDriftIsCarriedOutWithoutTheValidationPeriod(t *testing.T) {
+	f := newFixture(t, "driftnow", nil)
+	nc, _ := f.node("driftnow-old", "m5.large", "500m")
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue,
+		Reason: "NodePoolDrifted", LastTransitionTime: metav1.Now()})
+	if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	f.ctrl.Options.ValidationPeriod = 15 * time.Second
+	f.round(f.ctrl)
+	if repl := f.replacements(); len(repl) != 1 {
+		t.Fatalf("%d replacements after the first round, want the drifted node's one", len(repl))
+	}
+	if st := commandOf(t, f.claim("driftnow-old")); st == nil || st.Method != disruption.MethodDrift {
+		t.Fatalf("command %+v, want a drift", st)
+	}
+}
