@@ -66,7 +66,7 @@ test: verify ## Run all tests (unit, API validation on a real API server, local 
 SUITE ?= all
 
 .PHONY: conformance
-conformance: tools ## Run Karpenter v1.15's own end-to-end suites against Capstan on a fresh local cluster each (SUITE: all, regression or disruption; FOCUS, SKIP: Ginkgo regexps); one line per spec.
+conformance: tools ## Run Karpenter v1.15's own end-to-end suites against Capstan on a fresh local cluster each (SUITE: all — both at once —, regression or disruption; FOCUS, SKIP: Ginkgo regexps); one line per spec.
 	hack/conformance.sh $(SUITE) '$(FOCUS)'
 
 .PHONY: chaos

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Karpenter's own end-to-end suites, unchanged, against Capstan: an external conformance test.
 #
-#   hack/conformance.sh SUITE [FOCUS]     SUITE: regression, disruption or all (both, one after
-#                                         the other); FOCUS: a Ginkgo regexp of the specs to run
-#                                         (default: all of the suite)
+#   hack/conformance.sh SUITE [FOCUS]     SUITE: regression, disruption or all (both at once,
+#                                         each on its own cluster); FOCUS: a Ginkgo regexp of the
+#                                         specs to run (default: all of the suite)
 #
 # The suites' test binaries are built from Karpenter's module at the version hack/conformance/go.mod
 # pins (every module's hash in its go.sum), outside Capstan's module, with Go 1.27 (Karpenter v1.15
@@ -17,7 +17,8 @@
 #
 # SKIP is a Ginkgo regexp of specs to leave out; CONFORMANCE_TIMEOUT bounds the run (default 3h);
 # CONFORMANCE_NODECLASS replaces the default node class (hack/conformance/nodeclass-c2x.yaml: the
-# 2-CPU types the CapacityBuffer specs narrow Karpenter's kwok pools to).
+# 2-CPU types the CapacityBuffer specs narrow Karpenter's kwok pools to; a whole regression run —
+# no FOCUS, no CONFORMANCE_NODECLASS — runs those specs with it on a cluster of their own).
 # FEATURE_GATES is passed to Capstan; by default the
 # gates Karpenter's own end-to-end runs turn on (NodeRepair, CapacityBuffer, StaticCapacity, its
 # Makefile's HELM_OPTS). Logs, the JUnit
@@ -30,18 +31,75 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/hack/lib.sh"
 suite=${1:?usage: $0 regression|disruption|all [FOCUS]}
 focus=${2:-}
+# CONFORMANCE_AUTOSCALER=karpenter-kwok runs Karpenter's own kwok provider (built from the same
+# pinned module) in Capstan's place, as the baseline: a spec that fails for it on this cluster
+# fails for a reason that is not Capstan's.
+autoscaler=${CONFORMANCE_AUTOSCALER:-capstan}
+case "$autoscaler" in
+  capstan) who=capstan ;;
+  karpenter-kwok) who=karpenter ;;
+  *) echo "[conformance] CONFORMANCE_AUTOSCALER=$autoscaler: want capstan or karpenter-kwok" >&2; exit 2 ;;
+esac
 case "$suite" in
-  regression|disruption) ;;
+  regression)
+    # A whole regression run (no FOCUS, no node class chosen) is two runs, each on a fresh
+    # cluster: the CapacityBuffer specs with the kwok menu's 2-CPU types
+    # (hack/conformance/nodeclass-c2x.yaml), the restriction those specs put on Karpenter's own
+    # kwok pools and on no other provider's, and the rest with the whole menu.
+    if [ -z "$focus" ] && [ -z "${CONFORMANCE_NODECLASS:-}" ] && [ -z "${CONFORMANCE_PART:-}" ]; then
+      base=${CONFORMANCE_OUT:-/tmp/$who-conformance-regression}
+      rc=0
+      CONFORMANCE_PART=1 CONFORMANCE_OUT=$base SKIP="CapacityBuffer${SKIP:+|$SKIP}" "$0" regression || rc=$?
+      CONFORMANCE_PART=2 CONFORMANCE_OUT=$base-capacitybuffer CONFORMANCE_NODECLASS=$root/hack/conformance/nodeclass-c2x.yaml \
+        "$0" regression CapacityBuffer || rc=$?
+      # The two runs' outcomes as one suite's: each spec once, as the run that ran it says.
+      if [ -f "$base/specs.tsv" ] && [ -f "$base-capacitybuffer/specs.tsv" ]; then
+        { grep -v '^not-run' "$base-capacitybuffer/specs.tsv" || true
+          awk -F'\t' 'NR == FNR { if ($1 != "not-run") ran[$2] = 1; next } !($2 in ran)' \
+            "$base-capacitybuffer/specs.tsv" "$base/specs.tsv"; } | sort >"$base/specs-all.tsv"
+        printf '[conformance] the regression suite, both runs (%s/specs-all.tsv): ' "$base" >&2
+        cut -f1 "$base/specs-all.tsv" | sort | uniq -c | awk '{printf "%s %s  ", $1, $2} END {print ""}'
+      fi
+      exit "$rc"
+    fi ;;
+  disruption) ;;
   all)
-    # Both suites, one after the other, each on a fresh cluster; fails if either does.
+    # Both suites at once, each on a fresh cluster of its own (the disruption suite writes
+    # nothing the regression suite reads): CONFORMANCE_OUT and CAPSTAN_STATE_DIR, when given,
+    # are the parents of each suite's. Each suite's console output goes to its run.log; the
+    # per-spec lines and counts are printed at the end; fails if either does.
+    pids=()
+    for s in regression disruption; do
+      o=${CONFORMANCE_OUT:+$CONFORMANCE_OUT/$s}
+      o=${o:-/tmp/$who-conformance-$s}
+      st=${CAPSTAN_STATE_DIR:+$CAPSTAN_STATE_DIR/$s}
+      st=${st:-/tmp/$who-conformance-state-$s}
+      mkdir -p "$o"
+      CONFORMANCE_OUT=$o CAPSTAN_STATE_DIR=$st "$0" "$s" "$focus" >"$o/run.log" 2>&1 &
+      pids+=($!)
+      printf '[conformance] the %s suite is running; its output: %s/run.log\n' "$s" "$o" >&2
+    done
     rc=0
-    "$0" regression "$focus" || rc=$?
-    "$0" disruption "$focus" || rc=$?
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    for s in regression disruption; do
+      o=${CONFORMANCE_OUT:+$CONFORMANCE_OUT/$s}
+      o=${o:-/tmp/$who-conformance-$s}
+      f=$o/specs.tsv
+      if [ -f "$o/specs-all.tsv" ]; then f=$o/specs-all.tsv; fi
+      if [ ! -f "$f" ]; then
+        printf '[conformance] the %s suite left no report; the end of its output:\n' "$s" >&2
+        tail -20 "$o/run.log"
+        continue
+      fi
+      printf '[conformance] the %s suite (%s):\n' "$s" "$f" >&2
+      grep -v '^not-run' "$f" || true
+      cut -f1 "$f" | sort | uniq -c | awk '{printf "%s %s  ", $1, $2} END {print ""}'
+    done
     exit "$rc" ;;
   *) echo "[conformance] suite $suite: want regression, disruption or all" >&2; exit 2 ;;
 esac
-out=${CONFORMANCE_OUT:-/tmp/capstan-conformance-$suite}
-state=${CAPSTAN_STATE_DIR:-/tmp/capstan-conformance-state-$suite}
+out=${CONFORMANCE_OUT:-/tmp/$who-conformance-$suite}
+state=${CAPSTAN_STATE_DIR:-/tmp/$who-conformance-state-$suite}
 mod="$root/hack/conformance"
 log() { printf '[conformance] %s\n' "$*" >&2; }
 
@@ -57,6 +115,12 @@ if [ ! -x "$bin" ]; then
 fi
 kdir=$(suites_go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
 menu="$kdir/kwok/cloudprovider/instance_types.json"
+kwok_bin="$cache_home/capstan/conformance/$key/karpenter-kwok"
+if [ "$autoscaler" = karpenter-kwok ] && [ ! -x "$kwok_bin" ]; then
+  log "building Karpenter's kwok provider (once per pin)"
+  suites_go build -o "$kwok_bin.tmp.$$" sigs.k8s.io/karpenter/kwok
+  mv "$kwok_bin.tmp.$$" "$kwok_bin"
+fi
 
 mkdir -p "$out"
 gates=${FEATURE_GATES:-NodeRepair=true,CapacityBuffer=true,StaticCapacity=true}
@@ -92,7 +156,33 @@ if [ "$suite" = regression ]; then
 fi
 "$root/hack/cluster.sh" up
 kubectl create configmap karpenter-kwok-types -n kube-system --from-file=instance_types.json="$menu" >/dev/null
-(cd "$root" && go build -o "$root/bin/capstan" ./cmd/capstan && go build -o "$root/bin/follow" ./hack/follow)
+# Built into the run's state directory: runs side by side must not overwrite a running binary.
+(cd "$root" && go build -o "$state/bin/capstan" ./cmd/capstan && go build -o "$state/bin/follow" ./hack/follow)
+# What the autoscaler's pod runs with (besides the suites' FEATURE_GATES), its binary and the
+# suites' flags that name the cloud: Capstan on the simulated cloud with Karpenter's kwok menu;
+# or Karpenter's kwok provider with its own CRDs (in place of Capstan's karpenter.sh ones) and
+# its defaults (a KWOKNodeClass; the suites inject kubelet conditions for its repair specs).
+if [ "$autoscaler" = karpenter-kwok ]; then
+  kubectl apply --server-side --force-conflicts -f "$kdir/pkg/apis/crds/" -f "$kdir/kwok/apis/crds/" >/dev/null
+  ports=$(python3 -c 'import socket
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1], end=" ")')
+  read -r metrics_port probe_port <<<"$ports"
+  pod_env="            - {name: SYSTEM_NAMESPACE, value: kube-system}
+            - {name: LEADER_ELECTION_NAMESPACE, value: kube-system}
+            - {name: INSTANCE_TYPES_FILE_PATH, value: \"$menu\"}
+            - {name: METRICS_PORT, value: \"$metrics_port\"}
+            - {name: HEALTH_PROBE_PORT, value: \"$probe_port\"}"
+  run_bin=$kwok_bin
+  run_args=()
+  suite_args=()
+else
+  pod_env="            - {name: LEADER_ELECTION_NAME, value: karpenter-leader-election}"
+  run_bin=$state/bin/capstan
+  run_args=(--kubeconfig "$KUBECONFIG" --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0)
+  suite_args=(--default-nodeclass "${CONFORMANCE_NODECLASS:-$mod/nodeclass.yaml}" --default-nodepool "$mod/nodepool.yaml"
+    --repair-condition SimulatedUnhealthy=True)
+fi
 
 # Karpenter as the suites expect to find it: the Deployment kube-system/karpenter, its pod on a
 # tainted control-plane node that kwok simulates. The suites change Karpenter's settings through
@@ -130,7 +220,7 @@ spec:
           image: capstan.dev/capstan:local
           env:
             - {name: FEATURE_GATES, value: "$gates"}
-            - {name: LEADER_ELECTION_NAME, value: karpenter-leader-election}
+$pod_env
 EOF
 if [ -n "$sched_conf" ]; then
   # The kube-system pod that shows the kube-scheduler's command, as a kind cluster's static pod's
@@ -154,9 +244,9 @@ spec:
   containers: [{name: kube-scheduler, image: registry.k8s.io/kube-scheduler, command: [$sched_args]}]
 EOF
 fi
-log "capstan (FEATURE_GATES=$gates, as kube-system/karpenter's pod) and Karpenter's $suite suite (focus: ${focus:-all}; skip: ${SKIP:-none}); logs in $out"
-(cd "$state" && exec "$root/bin/follow" --kubeconfig "$KUBECONFIG" --capstan "$root/bin/capstan" --log "$out/capstan.log" -- \
-  --kubeconfig "$KUBECONFIG" --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0) >>"$out/capstan.log" 2>&1 &
+log "$autoscaler (FEATURE_GATES=$gates, as kube-system/karpenter's pod) and Karpenter's $suite suite (focus: ${focus:-all}; skip: ${SKIP:-none}); logs in $out"
+(cd "$state" && exec "$state/bin/follow" --kubeconfig "$KUBECONFIG" --capstan "$run_bin" --log "$out/$autoscaler.log" -- \
+  "${run_args[@]}") >>"$out/$autoscaler.log" 2>&1 &
 pid=$!
 holder=
 for _ in $(seq 1 120); do
@@ -165,16 +255,15 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 case "$holder" in
-  karpenter-*) log "Capstan holds the lease as pod ${holder%%_*}" ;;
-  *) log "Capstan did not take the lease karpenter-leader-election within 2 minutes; see $out/capstan.log"; exit 1 ;;
+  karpenter-*) log "$autoscaler holds the lease as pod ${holder%%_*}" ;;
+  *) log "$autoscaler did not take the lease karpenter-leader-election within 2 minutes; see $out/$autoscaler.log"; exit 1 ;;
 esac
 
 rc=0
 # Ginkgo's own timeout ends the suite with its report written (a test binary's -test.timeout kills it
 # without one); what runs past it is reported as not run.
 (cd "$out" && "$bin" -test.timeout 0 -ginkgo.timeout "${CONFORMANCE_TIMEOUT:-3h}" -ginkgo.grace-period 1m \
-  --default-nodeclass "${CONFORMANCE_NODECLASS:-$mod/nodeclass.yaml}" --default-nodepool "$mod/nodepool.yaml" \
-  --repair-condition SimulatedUnhealthy=True \
+  "${suite_args[@]}" \
   -ginkgo.focus "$focus" -ginkgo.skip "${SKIP:-}" -ginkgo.v -ginkgo.no-color \
   -ginkgo.junit-report "$out/junit.xml") >"$out/suite.log" 2>&1 || rc=$?
 
