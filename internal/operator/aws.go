@@ -33,19 +33,9 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
 	}
-	endpoint, ca, cidr := o.ClusterEndpoint, o.ClusterCABundle, ""
-	if o.EKSControlPlane {
-		// Karpenter's eksControlPlane: what nodes need to join, from EKS, where not set.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cl, err := aws.DescribeCluster(ctx, clients.EKS, o.ClusterName)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("--eks-control-plane (EKS_CONTROL_PLANE): %w", err)
-		}
-		endpoint, ca, cidr = cmp.Or(endpoint, cl.Endpoint), cmp.Or(ca, cl.CABundle), cl.ServiceCIDR
-	}
-	if endpoint == "" {
-		endpoint = cfg.Host
+	endpoint, ca, cidr, err := joinSettings(clients.EKS, o)
+	if err != nil {
+		return nil, err
 	}
 	if ca == "" && len(cfg.CAData) > 0 {
 		ca = base64.StdEncoding.EncodeToString(cfg.CAData)
@@ -72,6 +62,32 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 		return nil, err
 	}
 	return p, nil
+}
+
+// joinSettings is what nodes need to join: the API server's URL (--cluster-endpoint; unset, EKS
+// DescribeCluster's, as Karpenter resolves it — the address Capstan itself talks to is often one
+// machines cannot reach), its CA bundle (--cluster-ca-bundle) and the service CIDR; with
+// --eks-control-plane (Karpenter's eksControlPlane) the CA bundle and service CIDR come from EKS
+// too where not set. A call that fails stops the start, naming the setting that would avoid it.
+func joinSettings(eksAPI aws.EKSAPI, o Options) (endpoint, ca, cidr string, err error) {
+	endpoint, ca = o.ClusterEndpoint, o.ClusterCABundle
+	if endpoint != "" && !o.EKSControlPlane {
+		return endpoint, ca, "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := aws.DescribeCluster(ctx, eksAPI, o.ClusterName)
+	switch {
+	case err != nil && o.EKSControlPlane:
+		return "", "", "", fmt.Errorf("--eks-control-plane (EKS_CONTROL_PLANE): %w", err)
+	case err != nil:
+		return "", "", "", fmt.Errorf("--cluster-endpoint (CLUSTER_ENDPOINT) is not set, and reading it from EKS failed (set it, or allow eks:DescribeCluster): %w", err)
+	}
+	endpoint = cmp.Or(endpoint, cl.Endpoint)
+	if o.EKSControlPlane {
+		ca, cidr = cmp.Or(ca, cl.CABundle), cl.ServiceCIDR
+	}
+	return endpoint, ca, cidr, nil
 }
 
 // kubeMinorVersion is the API server's "major.minor" ("1.37"), as AMI aliases name it.

@@ -155,6 +155,16 @@ func moduleRoot(t *testing.T) string {
 // arguments, and returns the output or the error text.
 func render(t *testing.T, files []string, sets ...string) (string, error) {
 	t.Helper()
+	return renderWith(t, append([]string{testImage}, files...), sets...)
+}
+
+// testImage is a values file that names an image, which the chart requires and a Karpenter values
+// file does not give; the files and sets after it override it.
+const testImage = "controller: {image: {repository: registry.example/capstan/controller}}\n"
+
+// renderWith is render without testImage.
+func renderWith(t *testing.T, files []string, sets ...string) (string, error) {
+	t.Helper()
 	root := moduleRoot(t)
 	args := []string{"template", "capstan", filepath.Join(root, "charts", "capstan"), "--namespace", "kube-system"}
 	for i, f := range files {
@@ -457,4 +467,33 @@ func indent(s, by string) string {
 		}
 	}
 	return strings.Join(lines, "")
+}
+
+// The chart cannot point at nothing: no Capstan image is published, so rendering without one
+// fails, naming the key and how to get an image; and what the binary would refuse at start is
+// refused at render, naming the key.
+func TestTheChartRefusesWhatWouldNotRun(t *testing.T) {
+	_, err := renderWith(t, nil, "settings.clusterName=orders")
+	if err == nil || !strings.Contains(err.Error(), "controller.image.repository is required") || !strings.Contains(err.Error(), "make release") {
+		t.Errorf("the chart's defaults rendered (err %v); want a failure naming controller.image.repository and make release", err)
+	}
+	for _, tc := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"settings.replaceOnRebalanceRecommendation=true"}, "settings.replaceOnRebalanceRecommendation=true needs settings.interruptionQueue"},
+	} {
+		_, err := render(t, nil, append([]string{"settings.clusterName=orders"}, tc.sets...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %v rendered (err %v); want a failure saying %q", tc.sets, err, tc.want)
+		}
+	}
+	// What each needs, given, renders.
+	for _, sets := range [][]string{
+		{"settings.replaceOnRebalanceRecommendation=true", "settings.interruptionQueue=orders"},
+	} {
+		if _, err := render(t, nil, append([]string{"settings.clusterName=orders"}, sets...)...); err != nil {
+			t.Errorf("--set %v: %v", sets, err)
+		}
+	}
 }

@@ -53,8 +53,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Karpenter's settings that Capstan cannot honour at other values than these: refused, with why. */}}
 {{- define "capstan.refusals" -}}
-{{- if contains "karpenter" .Values.controller.image.repository }}{{ fail (printf "controller.image.repository=%s is refused: it names Karpenter's image; leave controller.image out to run Capstan's" .Values.controller.image.repository) }}{{ end -}}
+{{- if contains "karpenter" .Values.controller.image.repository }}{{ fail (printf "controller.image.repository=%s is refused: it names Karpenter's image; set it to Capstan's image (make release REGISTRY=… pushes one; docs/install.md), or install the released chart, which names its image" .Values.controller.image.repository) }}{{ end -}}
+{{- if not .Values.controller.image.repository }}{{ fail "controller.image.repository is required: no Capstan image is published; build and push one with make release REGISTRY=host/path (docs/install.md, \"Publishing a release\") and install the chart it pushes, or set controller.image.repository (and controller.image.digest) to that image" }}{{ end -}}
 {{- $s := .Values.settings -}}
+{{- if and $s.replaceOnRebalanceRecommendation (not $s.interruptionQueue) }}{{ fail "settings.replaceOnRebalanceRecommendation=true needs settings.interruptionQueue: rebalance recommendations arrive on the interruption queue" }}{{ end -}}
 {{- if $s.enableZonalShift }}{{ fail "settings.enableZonalShift=true is refused: Capstan does not read EKS zonal shifts yet" }}{{ end -}}
 {{- if $s.enableDRA }}{{ fail "settings.enableDRA=true is refused: Capstan does not model DRA devices" }}{{ end -}}
 {{- if eq (toString $s.ignoreDRARequests) "false" }}{{ fail "settings.ignoreDRARequests=false is refused: Capstan does not simulate DRA devices and plans nothing for pods with DRA requirements (IGNORE_DRA_REQUESTS=true)" }}{{ end -}}

@@ -32,17 +32,21 @@ func helm(root string, args ...string) (string, error) {
 // and RBAC, and writes a kubeconfig impersonating that ServiceAccount for Capstan.
 func installChart(root string) error {
 	values := filepath.Join(root, "examples", "aws", "karpenter-values.yaml")
-	for _, chart := range []string{"charts/capstan-crd", "charts/capstan"} {
-		if _, err := helm(root, "lint", chart, "-f", values); err != nil {
-			return err
-		}
+	// The source tree's chart names no image (a released one names its own): the runbook's
+	// values, with one.
+	image := []string{"--set", "controller.image.repository=registry.example/capstan/controller"}
+	if _, err := helm(root, "lint", "charts/capstan-crd", "-f", values); err != nil {
+		return err
+	}
+	if _, err := helm(root, append([]string{"lint", "charts/capstan", "-f", values}, image...)...); err != nil {
+		return err
 	}
 	crds, err := helm(root, "template", "capstan-crd", "charts/capstan-crd", "--namespace", chartNamespace)
 	if err != nil {
 		return err
 	}
-	rendered, err := helm(root, "template", "capstan", "charts/capstan", "--namespace", chartNamespace, "-f", values,
-		"--set", "settings.clusterName="+cluster, "--set", "settings.interruptionQueue="+queue)
+	rendered, err := helm(root, append([]string{"template", "capstan", "charts/capstan", "--namespace", chartNamespace, "-f", values,
+		"--set", "settings.clusterName=" + cluster, "--set", "settings.interruptionQueue=" + queue}, image...)...)
 	if err != nil {
 		return err
 	}
