@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails when generated files differ from what the generators produce, when Go files are not
-# gofmt'ed, when go vet complains, or when api/ imports more than the Kubernetes API packages.
+# gofmt'ed, when go vet complains, when api/ imports more than the Kubernetes API packages, or
+# when a deciding package reaches an API client.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib.sh
@@ -55,4 +56,22 @@ bad=$(go list -f '{{range .Imports}}{{.}}{{"\n"}}{{end}}' ./api/... | sort -u |
 if [ -n "$bad" ]; then
   echo "api/ imports packages other than Kubernetes' API packages:" >&2; echo "$bad" >&2; status=1
 fi
+
+# The deciding packages (the solver, the decision core and what they read claims, pools, pods
+# and buffers with) make no API call: neither they nor anything they import, directly or through
+# another package, may import client-go or controller-runtime. Reading and writing objects is
+# for the controllers and the *store packages.
+deciding=(./internal/solver/... ./internal/disruption ./internal/requirements ./internal/lp ./internal/nodeclaims
+  ./internal/nodepools ./internal/capacitybuffer ./internal/pods ./internal/volumetopology ./internal/replay)
+for pkg in "${deciding[@]}"; do
+  [ -e "${pkg%/...}" ] || continue
+  for p in $(go list "$pkg"); do
+    via=$(go list -deps -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' "$p" |
+      awk '$1 !~ /^(k8s\.io\/client-go|sigs\.k8s\.io\/controller-runtime)(\/|$)/ {
+        for (i = 2; i <= NF; i++) if ($i ~ /^(k8s\.io\/client-go|sigs\.k8s\.io\/controller-runtime)(\/|$)/) print $1 " imports " $i}' | sort -u | head -5)
+    if [ -n "$via" ]; then
+      echo "$p, a deciding package, reaches an API client (it must make no API call):" >&2; echo "$via" >&2; status=1
+    fi
+  done
+done
 exit $status

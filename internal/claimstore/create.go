@@ -1,4 +1,4 @@
-package nodeclaims
+package claimstore
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func IsUnresolved(err error) bool {
 // its answer lost, the cache had not seen it, and the next pass planned its pods again.
 func Create(ctx context.Context, c client.Client, reader client.Reader, clk clock.Clock, nc *karpv1.NodeClaim) error {
 	if nc.Name == "" {
-		return fmt.Errorf("creating a nodeclaim of NodePool %q: no name (use nodeclaims.NewName)", nc.Labels[karpv1.NodePoolLabelKey])
+		return fmt.Errorf("creating a nodeclaim of NodePool %q: no name (use claimstore.NewName)", nc.Labels[karpv1.NodePoolLabelKey])
 	}
 	err := c.Create(ctx, nc)
 	if apierrors.IsAlreadyExists(err) && ctx.Err() == nil {

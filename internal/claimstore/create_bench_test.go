@@ -1,4 +1,4 @@
-package nodeclaims
+package claimstore
 
 import (
 	"fmt"

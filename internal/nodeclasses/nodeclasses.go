@@ -1,4 +1,6 @@
-package nodepools
+// Package nodeclasses reads the NodeClass objects that NodePools and NodeClaims name
+// (nodeClassRef), whatever their kind, through the scheme and an API client.
+package nodeclasses
 
 import (
 	"context"
@@ -12,9 +14,9 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
-// NodeClassObject is an empty typed object of the NodeClass kind gk at the group's preferred
+// Object is an empty typed object of the NodeClass kind gk at the group's preferred
 // version in the scheme, for watches and reads.
-func NodeClassObject(s *runtime.Scheme, gk schema.GroupKind) (client.Object, error) {
+func Object(s *runtime.Scheme, gk schema.GroupKind) (client.Object, error) {
 	versions := s.PrioritizedVersionsForGroup(gk.Group)
 	if len(versions) == 0 {
 		return nil, fmt.Errorf("NodeClass group %s is not in the scheme", gk.Group)
@@ -30,14 +32,14 @@ func NodeClassObject(s *runtime.Scheme, gk schema.GroupKind) (client.Object, err
 	return o, nil
 }
 
-// GetNodeClass reads the NodeClass the pool's template names; nil without an error when it
+// Get reads the NodeClass the pool's template names; nil without an error when it
 // does not exist.
-func GetNodeClass(ctx context.Context, c client.Client, np *karpv1.NodePool) (client.Object, error) {
+func Get(ctx context.Context, c client.Client, np *karpv1.NodePool) (client.Object, error) {
 	ref := np.Spec.Template.Spec.NodeClassRef
 	if ref == nil {
 		return nil, nil
 	}
-	obj, err := NodeClassObject(c.Scheme(), schema.GroupKind{Group: ref.Group, Kind: ref.Kind})
+	obj, err := Object(c.Scheme(), schema.GroupKind{Group: ref.Group, Kind: ref.Kind})
 	if err != nil {
 		return nil, err
 	}

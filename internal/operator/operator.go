@@ -29,7 +29,8 @@ import (
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/capacitybuffer"
+	"capstan.dev/capstan/internal/bufferstore"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	capacitybufferctl "capstan.dev/capstan/internal/controllers/capacitybuffer"
@@ -169,7 +170,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	}); err != nil {
 		return nil, fmt.Errorf("indexing pods by node: %w", err)
 	}
-	if err := nodeclaims.IndexProviderIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if err := claimstore.IndexProviderIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -271,7 +272,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		CreateConcurrency: min(256, max(1, o.KubeClientQPS/2))}
 	var buffers func(context.Context) ([]*corev1.Pod, error)
 	if o.FeatureGates["CapacityBuffer"] {
-		buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return capacitybuffer.Pods(ctx, c) }
+		buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return bufferstore.Pods(ctx, c) }
 		op.Provisioner.Buffers = buffers
 	}
 	// With the gate off the buffers' controller only says so on each buffer, and a cluster whose

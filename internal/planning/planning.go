@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
@@ -204,7 +205,7 @@ func NewNodeClaim(np *karpv1.NodePool, planned *solver.PlannedNodeClaim) *karpv1
 	}
 	return &karpv1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        nodeclaims.NewName(np.Name),
+			Name:        claimstore.NewName(np.Name),
 			Labels:      labels,
 			Annotations: annotations,
 			Finalizers:  []string{karpv1.TerminationFinalizer},

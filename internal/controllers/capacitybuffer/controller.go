@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
+	"capstan.dev/capstan/internal/bufferstore"
 	"capstan.dev/capstan/internal/capacitybuffer"
 )
 
@@ -102,14 +103,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			Reason: reason, Message: msg, ObservedGeneration: cb.Generation, LastTransitionTime: metav1.NewTime(c.Clock.Now())})
 	}
 	var result reconcile.Result
-	switch res, err := capacitybuffer.Resolve(ctx, c.Client, cb); {
+	switch res, err := bufferstore.Resolve(ctx, c.Client, cb); {
 	case !c.Enabled:
 		ready(false, capacitybuffer.ReasonFeatureGateDisabled, "the CapacityBuffer feature gate is off: Capstan keeps no room for this buffer (as Karpenter with the gate off)")
 		c.logged.Do(func() {
 			log.FromContext(ctx).Info("CapacityBuffers ignored: the CapacityBuffer feature gate is off", "CapacityBuffer", req.String())
 		})
 	case err != nil:
-		var re *capacitybuffer.ResolveError
+		var re *bufferstore.ResolveError
 		if !errors.As(err, &re) {
 			return reconcile.Result{}, err
 		}

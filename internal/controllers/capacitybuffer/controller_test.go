@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
+	"capstan.dev/capstan/internal/bufferstore"
 	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -71,7 +72,7 @@ func TestABufferResolvesItsTemplateIntoVirtualPods(t *testing.T) {
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != capacitybuffer.ReasonPodTemplateNotFound || got.Status.Replicas != nil {
 		t.Fatalf("without its PodTemplate: %+v, replicas %v", cond, got.Status.Replicas)
 	}
-	if pods, err := capacitybuffer.Pods(t.Context(), env.Client); err != nil || len(pods) != 0 {
+	if pods, err := bufferstore.Pods(t.Context(), env.Client); err != nil || len(pods) != 0 {
 		t.Fatalf("virtual pods of an unresolved buffer: %d, %v", len(pods), err)
 	}
 	if err := env.Client.Create(t.Context(), &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chunk", Namespace: ns}, Template: chunk()}); err != nil {
@@ -82,7 +83,7 @@ func TestABufferResolvesItsTemplateIntoVirtualPods(t *testing.T) {
 		got.Status.PodTemplateRef == nil || got.Status.PodTemplateRef.Name != "chunk" || triggered == 0 {
 		t.Fatalf("resolved: %+v (provisioner woken %d times)", got.Status, triggered)
 	}
-	pods, err := capacitybuffer.Pods(t.Context(), env.Client)
+	pods, err := bufferstore.Pods(t.Context(), env.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestABufferResolvesItsTemplateIntoVirtualPods(t *testing.T) {
 		cond.Reason != capacitybuffer.ReasonNotReadyForProvisioning {
 		t.Fatalf("gate off, Provisioning: %+v", cond)
 	}
-	if pods, _ := capacitybuffer.Pods(t.Context(), env.Client); len(pods) != 0 {
+	if pods, _ := bufferstore.Pods(t.Context(), env.Client); len(pods) != 0 {
 		t.Fatalf("gate off: %d virtual pods", len(pods))
 	}
 }

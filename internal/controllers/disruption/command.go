@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/nodeclaims"
@@ -97,7 +98,7 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 			return opts.PollPeriod, fmt.Errorf("replacement from NodePool %s, which is not in the snapshot", r.NodePool)
 		}
 		nc := planning.NewNodeClaim(np, r)
-		nc.Name = nodeclaims.NameFor(np.Name, fmt.Sprintf("%s-%d", st.ID, len(claims)))
+		nc.Name = claimstore.NameFor(np.Name, fmt.Sprintf("%s-%d", st.ID, len(claims)))
 		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)
 		nodeclaims.ReservePods(nc, r.Pods)
 		claims = append(claims, nc)
@@ -125,12 +126,12 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 	}
 	crashpoint.Hit(crashpoint.DisruptionTainted)
 	for i, nc := range claims {
-		err := nodeclaims.Create(ctx, c.Client, c.APIReader, c.Clock, nc)
+		err := claimstore.Create(ctx, c.Client, c.APIReader, c.Clock, nc)
 		switch {
 		case err == nil || apierrors.IsAlreadyExists(err):
 			// Counted as Karpenter counts a disruption's replacements: by the reason, lower case.
 			c.Metrics.Created(cmd.Replacements[i].NodePool, strings.ToLower(string(st.Reason)), cmd.Replacements[i].MinValuesRelaxed)
-		case nodeclaims.IsUnresolved(err):
+		case claimstore.IsUnresolved(err):
 			// The replacement may exist: the command goes on, and its next step reads the
 			// replacement from the API server (gone: rolled back; there: carried on).
 			logger.Error(err, "replacement's create unresolved; the command's next step looks for it", "NodeClaim", nc.Name)
@@ -291,7 +292,7 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 		}
 		pool := nc.Labels[karpv1.NodePoolLabelKey]
 		remembered := false
-		if node, err := nodeclaims.NodeFor(ctx, c.Client, nc); err == nil && node != nil {
+		if node, err := claimstore.NodeFor(ctx, c.Client, nc); err == nil && node != nil {
 			onNode := &corev1.PodList{}
 			if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err == nil {
 				for i := range onNode.Items {

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/claimstore"
 )
 
 // lostAnswers wraps the test API server's client as a provisioner sees it when the API server
@@ -103,7 +103,7 @@ func TestALostCreateThatWasNotWrittenIsRetried(t *testing.T) {
 	l := &lostAnswers{lose: func(n int32) bool { return n == 1 }}
 	p.Client, p.APIReader = l.client(t), env.Client
 
-	if _, err := p.Provision(t.Context()); !errors.Is(err, io.ErrUnexpectedEOF) || nodeclaims.IsUnresolved(err) {
+	if _, err := p.Provision(t.Context()); !errors.Is(err, io.ErrUnexpectedEOF) || claimstore.IsUnresolved(err) {
 		t.Fatalf("first pass: %v, want the create's unexpected EOF, settled as not written", err)
 	}
 	if n := len(claimsOf(t, "prov-unwritten")); n != 0 {
@@ -152,15 +152,15 @@ func TestAnUnresolvedCreateIsNotPlannedAgain(t *testing.T) {
 			waiting = false
 		case <-time.After(time.Millisecond):
 			if clk.HasWaiters() {
-				clk.Step(nodeclaims.ResolveBackoff.Cap)
+				clk.Step(claimstore.ResolveBackoff.Cap)
 			}
 		}
 	}
-	if !nodeclaims.IsUnresolved(err) || !strings.Contains(err.Error(), "whether it exists is unknown") {
+	if !claimstore.IsUnresolved(err) || !strings.Contains(err.Error(), "whether it exists is unknown") {
 		t.Fatalf("first pass: %v, want the create unresolved", err)
 	}
-	if n, asked := lookups.Load(), clk.Now().Sub(start); n < 2 || asked < nodeclaims.ResolveFor {
-		t.Errorf("%d lookups over %s, want several over %s", n, asked, nodeclaims.ResolveFor)
+	if n, asked := lookups.Load(), clk.Now().Sub(start); n < 2 || asked < claimstore.ResolveFor {
+		t.Errorf("%d lookups over %s, want several over %s", n, asked, claimstore.ResolveFor)
 	}
 	res, err := p.Provision(t.Context())
 	if err != nil || len(res.Created) != 0 {

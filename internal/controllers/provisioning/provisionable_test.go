@@ -18,6 +18,7 @@ import (
 
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/bufferstore"
 	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/defaultspread"
 )
@@ -198,7 +199,7 @@ func TestCapacityBufferChunksBuyRoom(t *testing.T) {
 	if err := env.Client.Status().Update(t.Context(), cb2); err != nil {
 		t.Fatal(err)
 	}
-	p.Buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return capacitybuffer.Pods(ctx, env.Client) }
+	p.Buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return bufferstore.Pods(ctx, env.Client) }
 	res, err := p.Provision(t.Context())
 	if err != nil {
 		t.Fatal(err)

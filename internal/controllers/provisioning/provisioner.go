@@ -24,7 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/bufferstore"
 	"capstan.dev/capstan/internal/capacitybuffer"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/defaultspread"
@@ -40,7 +42,7 @@ import (
 type Provisioner struct {
 	Client client.Client
 	// APIReader reads from the API server, not the cache: after a create whose answer was lost
-	// it says whether the claim exists (nodeclaims.Create). Nil reads through Client.
+	// it says whether the claim exists (claimstore.Create). Nil reads through Client.
 	APIReader client.Reader
 	Cloud     cloudprovider.CloudProvider
 	Clock     clock.Clock
@@ -139,7 +141,7 @@ func (p *Provisioner) withCreated(listed []karpv1.NodeClaim) []karpv1.NodeClaim 
 	return listed
 }
 
-// create creates a planned claim under a name of its own (nodeclaims.Create settles a lost
+// create creates a planned claim under a name of its own (claimstore.Create settles a lost
 // answer by that name), choosing another name when the random one is taken.
 func (p *Provisioner) create(ctx context.Context, np *karpv1.NodePool, nc *karpv1.NodeClaim) error {
 	reader := p.APIReader
@@ -148,8 +150,8 @@ func (p *Provisioner) create(ctx context.Context, np *karpv1.NodePool, nc *karpv
 	}
 	var err error
 	for range createNameTries {
-		nc.Name = nodeclaims.NewName(np.Name)
-		if err = nodeclaims.Create(ctx, p.Client, reader, p.Clock, nc); !apierrors.IsAlreadyExists(err) {
+		nc.Name = claimstore.NewName(np.Name)
+		if err = claimstore.Create(ctx, p.Client, reader, p.Clock, nc); !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -384,7 +386,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	outcomes := bufferOutcomes(virtual, waiting)
 	defer func() {
 		if len(outcomes) > 0 {
-			if err := capacitybuffer.WriteProvisioning(ctx, p.Client, metav1.NewTime(p.Clock.Now()), outcomes); err != nil {
+			if err := bufferstore.WriteProvisioning(ctx, p.Client, metav1.NewTime(p.Clock.Now()), outcomes); err != nil {
 				logger.Error(err, "writing capacitybuffers' Provisioning condition")
 			}
 		}
@@ -446,7 +448,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			err := p.create(ctx, np, nc)
 			if err != nil {
 				errs[i] = fmt.Errorf("creating nodeclaim for NodePool %s: %w", np.Name, err)
-				if !nodeclaims.IsUnresolved(err) {
+				if !claimstore.IsUnresolved(err) {
 					return
 				}
 				unresolved[i] = true

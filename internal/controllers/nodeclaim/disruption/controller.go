@@ -22,8 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodeclasses"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -54,7 +56,7 @@ func (c *Controller) Name() string { return "nodeclaim.disruption" }
 func (c *Controller) Register(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodeClaim{})
 	for _, gk := range c.Cloud.NodeClasses() {
-		obj, err := nodepools.NodeClassObject(mgr.GetScheme(), gk)
+		obj, err := nodeclasses.Object(mgr.GetScheme(), gk)
 		if err != nil {
 			return err
 		}
@@ -118,7 +120,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if nodeclaims.ConditionsEqual(stored, nc) {
 		return result, nil
 	}
-	if res, err := nodeclaims.PatchStatus(ctx, c.Client, nc, stored); err != nil || res.RequeueAfter > 0 {
+	if res, err := claimstore.PatchStatus(ctx, c.Client, nc, stored); err != nil || res.RequeueAfter > 0 {
 		return res, err
 	}
 	return result, nil

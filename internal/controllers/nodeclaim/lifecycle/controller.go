@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/metrics"
@@ -95,7 +96,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&karpv1.NodeClaim{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeclaims.ClaimForNode(c.Client))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(claimstore.ClaimForNode(c.Client))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		Complete(c)
 }
@@ -165,7 +166,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		base.ResourceVersion = written.ResourceVersion
 	}
 	if !equalStatus(stored, nc) {
-		written, res, perr := nodeclaims.PatchStatusWritten(ctx, c.Client, nc, base)
+		written, res, perr := claimstore.PatchStatusWritten(ctx, c.Client, nc, base)
 		if perr != nil || res.RequeueAfter > 0 {
 			return res, errors.Join(err, perr)
 		}

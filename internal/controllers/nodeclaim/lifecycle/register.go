@@ -16,13 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
 // nodeFor returns the claim's Node, or nil.
 func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1.Node, error) {
-	return nodeclaims.NodeFor(ctx, c.Client, nc)
+	return claimstore.NodeFor(ctx, c.Client, nc)
 }
 
 // register adopts the claim's Node: labels, annotations, taints, owner reference and finalizer,

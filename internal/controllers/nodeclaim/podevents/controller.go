@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/claimstore"
 )
 
 // Dedupe is the least time between two updates of a claim's lastPodEventTime: a burst of pods
@@ -67,7 +67,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if node.Spec.ProviderID == "" {
 		return reconcile.Result{}, nil
 	}
-	nc, err := nodeclaims.ByProviderID(ctx, c.Client, node.Spec.ProviderID)
+	nc, err := claimstore.ByProviderID(ctx, c.Client, node.Spec.ProviderID)
 	if err != nil || nc == nil {
 		return reconcile.Result{}, err
 	}

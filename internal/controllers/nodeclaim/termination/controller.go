@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/crashpoint"
 	"capstan.dev/capstan/internal/metrics"
@@ -58,7 +59,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&karpv1.NodeClaim{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(nodeclaims.ClaimForNode(c.Client))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(claimstore.ClaimForNode(c.Client))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: Workers}).
 		Complete(c)
 }
@@ -96,7 +97,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	stored := nc.DeepCopy()
 	result, done, err := c.terminate(ctx, nc, node)
 	if !nodeclaims.ConditionsEqual(stored, nc) {
-		written, res, perr := nodeclaims.PatchStatusWritten(ctx, c.Client, nc, stored)
+		written, res, perr := claimstore.PatchStatusWritten(ctx, c.Client, nc, stored)
 		if perr != nil || res.RequeueAfter > 0 {
 			return res, errors.Join(err, perr)
 		}
@@ -116,7 +117,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsConflict(err) {
 			// Changed since it was read (another writer): read it again shortly, not an error.
 			log.FromContext(ctx).V(1).Info("nodeclaim changed since it was read; removing the finalizer again")
-			return reconcile.Result{RequeueAfter: nodeclaims.ConflictRetry}, nil
+			return reconcile.Result{RequeueAfter: claimstore.ConflictRetry}, nil
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
 	}
@@ -130,7 +131,7 @@ func (c *Controller) setCondition(nc *karpv1.NodeClaim, t string, s metav1.Condi
 }
 
 func (c *Controller) nodeFor(ctx context.Context, nc *karpv1.NodeClaim) (*corev1.Node, error) {
-	return nodeclaims.NodeFor(ctx, c.Client, nc)
+	return claimstore.NodeFor(ctx, c.Client, nc)
 }
 
 // deadline is when the claim's pods lose their protection: deletion + terminationGracePeriod.
@@ -195,7 +196,7 @@ func (c *Controller) terminate(ctx context.Context, nc *karpv1.NodeClaim, node *
 		// Locked on the version read: a merge patch writes the whole list, and a finalizer another
 		// writer added since must not be dropped. On a conflict the node is read again shortly.
 		if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: nodeclaims.ConflictRetry}, false, nil
+			return reconcile.Result{RequeueAfter: claimstore.ConflictRetry}, false, nil
 		} else if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, false, fmt.Errorf("removing node finalizer: %w", err)
 		}
@@ -231,7 +232,7 @@ func (c *Controller) drainNode(ctx context.Context, nc *karpv1.NodeClaim, node *
 	if err := c.taint(ctx, node); apierrors.IsConflict(err) {
 		// The node changed since it was read (its status, another writer's labels): read it
 		// again shortly, not an error.
-		return reconcile.Result{RequeueAfter: nodeclaims.ConflictRetry}, false, nil
+		return reconcile.Result{RequeueAfter: claimstore.ConflictRetry}, false, nil
 	} else if err != nil {
 		return reconcile.Result{}, false, err
 	}

@@ -29,10 +29,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
 	"capstan.dev/capstan/internal/metrics"
-	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
@@ -221,7 +221,7 @@ func (c *Controller) create(ctx context.Context, np *karpv1.NodePool, claims []r
 		// allow, as Karpenter does for static pools.
 		nc := planning.NewNodeClaim(np, &solver.PlannedNodeClaim{NodePool: np.Name, Requirements: reqs})
 		nc.Annotations[planning.LaunchedForAnnotationKey] = fmt.Sprintf("static NodePool %s keeps %d replicas", np.Name, *np.Spec.Replicas)
-		if err := nodeclaims.Create(ctx, c.Client, c.APIReader, c.Clock, nc); err != nil {
+		if err := claimstore.Create(ctx, c.Client, c.APIReader, c.Clock, nc); err != nil {
 			return reconcile.Result{}, fmt.Errorf("creating nodeclaim for static nodepool %s: %w", np.Name, err)
 		}
 		c.Metrics.Created(np.Name, metrics.ReasonProvisioned, false)

@@ -34,6 +34,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodeclasses"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/registration"
 )
@@ -70,7 +71,7 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&karpv1.NodePool{}).
 		Watches(&karpv1.NodeClaim{}, claimEvents(ClaimCoalescing))
 	for _, gk := range c.Cloud.NodeClasses() {
-		obj, err := nodepools.NodeClassObject(mgr.GetScheme(), gk)
+		obj, err := nodeclasses.Object(mgr.GetScheme(), gk)
 		if err != nil {
 			return err
 		}
@@ -259,7 +260,7 @@ func (c *Controller) registrationHealth(ctx context.Context, np *karpv1.NodePool
 	if c.Health == nil {
 		return false, nil
 	}
-	class, err := nodepools.GetNodeClass(ctx, c.Client, np)
+	class, err := nodeclasses.Get(ctx, c.Client, np)
 	if err != nil {
 		return false, err
 	}
