@@ -124,16 +124,21 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		InterruptionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "karpenter_interruption_message_queue_duration_seconds",
 			Help: "Time from a message's arrival on the interruption queue until it was handled and deleted.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
 	}
-	for _, c := range []prometheus.Collector{m.NodeClaimsCreated, m.NodeClaimsLaunched, m.NodeClaimsRegistered, m.NodeClaimsInitialized,
-		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
-		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
-		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings,
-		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy} {
+	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// collectors are the metrics New registers.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.NodeClaimsCreated, m.NodeClaimsLaunched, m.NodeClaimsRegistered, m.NodeClaimsInitialized,
+		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
+		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
+		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings,
+		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy}
 }
 
 // Registry is controller-runtime's registry, served on the manager's /metrics.
