@@ -165,20 +165,26 @@ func (s *Server) instanceType(name string) *instanceType {
 	return nil
 }
 
-// nodeadmKubeReservedCPU is the kube-reserved CPU nodeadm gives a machine: 6% of the first
-// core, 1% of the second, 0.5% of the third and fourth, 0.25% of the rest.
+// cpuReservedBrackets is the kube-reserved CPU the EKS AMIs' bootstrap (nodeadm) gives a machine,
+// as its documentation states it: a share of each core in turn, by bracket of cores. It is
+// written here as brackets, independently of the provider's own computation, so that a test
+// comparing the Node with the provider's expectation can disagree with it.
+var cpuReservedBrackets = []struct {
+	upTo         int64   // the bracket's last core (0: every core after the previous bracket)
+	milliPerCore float64 // of each core in the bracket: 6%, 1%, 0.5%, 0.25% of 1000m
+}{{1, 60}, {2, 10}, {4, 5}, {0, 2.5}}
+
+// nodeadmKubeReservedCPU is the kube-reserved CPU, in millicores, of a machine of vcpus cores.
 func nodeadmKubeReservedCPU(vcpus int64) int64 {
-	milli := 0.0
-	for c := int64(1); c <= vcpus; c++ {
-		switch {
-		case c == 1:
-			milli += 60
-		case c == 2:
-			milli += 10
-		case c <= 4:
-			milli += 5
-		default:
-			milli += 2.5
+	milli, from := 0.0, int64(0)
+	for _, b := range cpuReservedBrackets {
+		to := vcpus
+		if b.upTo > 0 {
+			to = min(vcpus, b.upTo)
+		}
+		if to > from {
+			milli += float64(to-from) * b.milliPerCore
+			from = to
 		}
 	}
 	return int64(math.Round(milli))

@@ -51,3 +51,13 @@ func TestKubeletAllocatableMatchesTheCatalog(t *testing.T) {
 		t.Errorf("and %d more differences", wrong-20)
 	}
 }
+
+// The fake kubelet's kube-reserved CPU is the EKS AMIs' documented rule — 6% of the first core,
+// 1% of the second, 0.5% of the third and fourth, 0.25% of every further one — in worked values.
+func TestKubeReservedCPUWorkedValues(t *testing.T) {
+	for vcpus, want := range map[int64]int64{1: 60, 2: 70, 3: 75, 4: 80, 8: 90, 16: 110, 32: 150, 48: 190, 64: 230, 96: 310, 192: 550, 448: 1190} {
+		if got := nodeadmKubeReservedCPU(vcpus); got != want {
+			t.Errorf("%d vCPUs: %dm reserved, want %dm", vcpus, got, want)
+		}
+	}
+}
