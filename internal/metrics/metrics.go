@@ -56,6 +56,7 @@ type Metrics struct {
 	NodePoolUsage         *prometheus.GaugeVec
 	NodePoolLimit         *prometheus.GaugeVec
 	NodePoolCost          *prometheus.GaugeVec
+	NodePoolRollout       *prometheus.GaugeVec
 	// Voluntary disruption (the disruption controller).
 	DisruptionDecisions *prometheus.CounterVec
 	DisruptionEligible  *prometheus.GaugeVec
@@ -104,6 +105,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			NodePool, ResourceType),
 		NodePoolLimit: gauge("karpenter_nodepools_limit", "A NodePool's limits, by resource.", NodePool, ResourceType),
 		NodePoolCost:  gauge("capstan_nodepool_cost_dollars_per_hour", "Hourly price of a NodePool's launched machines.", NodePool),
+		NodePoolRollout: gauge("capstan_nodepool_rollout_nodes",
+			"A NodePool's nodes by where a rollout of its template or NodeClass has them: up_to_date, drifted (waiting), replacing.", NodePool, "state"),
 		DisruptionDecisions: counter("karpenter_voluntary_disruption_decisions_total",
 			"Voluntary disruption commands carried out, by decision (delete, replace), reason (empty, drifted, underutilized) and consolidation type (empty, single, multi; empty for drift).",
 			"decision", Reason, "consolidation_type"),
@@ -138,7 +141,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
 		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
 		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings,
-		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy}
+		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy, m.NodePoolRollout}
 }
 
 // Registry is controller-runtime's registry, served on the manager's /metrics.
@@ -256,12 +259,22 @@ func (m *Metrics) PoolStatus(pool string, usage, limits map[string]float64, cost
 	m.NodePoolCost.WithLabelValues(pool).Set(cost)
 }
 
+// PoolRollout records where a rollout has the pool's nodes.
+func (m *Metrics) PoolRollout(pool string, upToDate, drifted, replacing int) {
+	if m == nil {
+		return
+	}
+	m.NodePoolRollout.WithLabelValues(pool, "up_to_date").Set(float64(upToDate))
+	m.NodePoolRollout.WithLabelValues(pool, "drifted").Set(float64(drifted))
+	m.NodePoolRollout.WithLabelValues(pool, "replacing").Set(float64(replacing))
+}
+
 // PoolDeleted removes every series of a deleted NodePool.
 func (m *Metrics) PoolDeleted(pool string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost} {
+	for _, v := range []*prometheus.GaugeVec{m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost, m.NodePoolRollout} {
 		v.DeletePartialMatch(prometheus.Labels{NodePool: pool})
 	}
 }

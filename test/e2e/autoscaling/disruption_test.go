@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
@@ -316,6 +318,10 @@ func TestDriftReplacesEveryNodeWithinBudget(t *testing.T) {
 	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "e2e-drift"}, np); err != nil {
 		t.Fatal(err)
 	}
+	if c := meta.FindStatusCondition(np.Status.Conditions, status.ConditionTypeRolledOut); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("before the change: condition %s %+v, want True", status.ConditionTypeRolledOut, c)
+	}
+	rollout := watchRollout(t, "e2e-drift")
 	orig := np.DeepCopy()
 	np.Spec.Template.ObjectMeta.Labels["team"] = "blue"
 	if err := s.Client.Patch(t.Context(), np, client.MergeFrom(orig)); err != nil {
@@ -333,5 +339,58 @@ func TestDriftReplacesEveryNodeWithinBudget(t *testing.T) {
 	})
 	if most := stop(); most > 1 {
 		t.Errorf("%d nodes were being disrupted at once; the budget allows 1", most)
+	}
+	// The pool's rollout status followed: RollingOut with the counts, then RolledOut at the new
+	// generation.
+	eventually(t, "the pool RolledOut at its new generation", time.Minute, func(ctx context.Context) (bool, error) {
+		got := &karpv1.NodePool{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: "e2e-drift"}, got); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, status.ConditionTypeRolledOut)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == got.Generation, nil
+	})
+	if seen := rollout(); !slices.ContainsFunc(seen, func(c metav1.Condition) bool {
+		return c.Status == metav1.ConditionFalse && c.Reason == "RollingOut" && strings.Contains(c.Message, "of 3 node(s) drifted")
+	}) {
+		t.Errorf("the pool's %s conditions over the rollout %+v: never False/RollingOut with the counts", status.ConditionTypeRolledOut, seen)
+	}
+}
+
+// watchRollout records, from a watch, every capstan.dev/RolledOut condition the pool's status
+// takes; the function it returns stops the watch and returns them.
+func watchRollout(t *testing.T, pool string) func() []metav1.Condition {
+	t.Helper()
+	wc, err := client.NewWithWatch(s.Cluster.Config, client.Options{Scheme: s.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	w, err := wc.Watch(ctx, &karpv1.NodePoolList{}, client.MatchingFields{"metadata.name": pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []metav1.Condition
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if np, ok := ev.Object.(*karpv1.NodePool); ok {
+				if c := meta.FindStatusCondition(np.Status.Conditions, status.ConditionTypeRolledOut); c != nil {
+					mu.Lock()
+					seen = append(seen, *c)
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	return func() []metav1.Condition {
+		cancel()
+		w.Stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
 	}
 }

@@ -219,6 +219,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			log.FromContext(ctx).Info("static NodePool ignored: "+msg, "NodePool", np.Name)
 		}
 	}
+	ro := rollout(hash, ncs.Items)
+	if ro.Done() {
+		set(ConditionTypeRolledOut, true, "RolledOut", ro.Message())
+	} else {
+		set(ConditionTypeRolledOut, false, "RollingOut", ro.Message())
+	}
+	c.Metrics.PoolRollout(np.Name, ro.UpToDate, ro.Drifted, ro.Replacing)
 	reset, err := c.registrationHealth(ctx, np)
 	if err != nil {
 		return reconcile.Result{}, err

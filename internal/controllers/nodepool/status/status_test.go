@@ -253,3 +253,80 @@ func TestStaticPoolsSayWhetherTheGateIsOn(t *testing.T) {
 		t.Fatalf("dynamic pool: %+v", c)
 	}
 }
+
+// The pool's capstan.dev/RolledOut condition and capstan_nodepool_rollout_nodes follow a rollout:
+// False with the counts while nodes are drifted (waiting, or held by a disruption command),
+// True once every node is of the current template; a node being deleted that was up to date
+// (consolidation) is not the pool's any more.
+func TestRolloutStatusFollowsDrift(t *testing.T) {
+	sc := simtest.New(t, env.Client)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{Client: env.Client, Cloud: sc.Provider, Clock: sc.Clock, Metrics: m}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "rollout"}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "rollout"}
+	if err := env.Client.Create(t.Context(), np); err != nil {
+		t.Fatal(err)
+	}
+	hash := nodepools.Hash(np)
+	claim := func(name string, annotations map[string]string, drifted bool) *karpv1.NodeClaim {
+		t.Helper()
+		a := map[string]string{karpv1.NodePoolHashAnnotationKey: hash, karpv1.NodePoolHashVersionAnnotationKey: nodepools.HashVersion}
+		for k, v := range annotations {
+			a[k] = v
+		}
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{karpv1.NodePoolLabelKey: "rollout"}, Annotations: a},
+			Spec: karpv1.NodeClaimSpec{NodeClassRef: np.Spec.Template.Spec.NodeClassRef, Requirements: karpv1.Requirements{}}}
+		if err := env.Client.Create(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+		if drifted {
+			nc.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodeClassDrifted", LastTransitionTime: metav1.Now()}}
+			if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return nc
+	}
+	condition := func() *metav1.Condition {
+		t.Helper()
+		if _, err := c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "rollout"}}); err != nil {
+			t.Fatal(err)
+		}
+		got := &karpv1.NodePool{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "rollout"}, got); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(got.Status.Conditions, ConditionTypeRolledOut)
+	}
+	claim("rollout-current", nil, false)
+	if cond := condition(); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "RolledOut" {
+		t.Fatalf("one node of the current template: condition %+v, want True/RolledOut", cond)
+	}
+	claim("rollout-old-hash", map[string]string{karpv1.NodePoolHashAnnotationKey: "1234"}, false)
+	claim("rollout-drifted", nil, true)
+	claim("rollout-replacing", map[string]string{"capstan.dev/disruption-command": `{"id":"x"}`}, true)
+	cond := condition()
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RollingOut" ||
+		cond.Message != "2 of 4 node(s) drifted and waiting, 1 being replaced, 1 up to date" {
+		t.Fatalf("condition %+v, want False/RollingOut with 2 drifted, 1 replacing, 1 up to date", cond)
+	}
+	for state, want := range map[string]float64{"up_to_date": 1, "drifted": 2, "replacing": 1} {
+		if got := testutil.ToFloat64(m.NodePoolRollout.WithLabelValues("rollout", state)); got != want {
+			t.Errorf("capstan_nodepool_rollout_nodes{state=%q} = %v, want %v", state, got, want)
+		}
+	}
+	// The drifted ones go (their replacements are of the current template): rolled out.
+	for _, n := range []string{"rollout-old-hash", "rollout-drifted", "rollout-replacing"} {
+		if err := env.Client.Delete(t.Context(), &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("rollout-new", nil, false)
+	if cond := condition(); cond == nil || cond.Status != metav1.ConditionTrue || cond.Message != "all 2 node(s) are built from the current template and NodeClass" {
+		t.Fatalf("after the rollout: condition %+v, want True with 2 nodes", cond)
+	}
+}
