@@ -43,7 +43,7 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 	p := aws.NewProvider(mgr.GetClient(), clients, clk, unavailable, aws.Options{
 		ClusterName: o.ClusterName, ClusterEndpoint: endpoint, ClusterCABundle: ca, ClusterCIDR: cidr,
 		VMMemoryOverheadPercent: o.VMMemoryOverheadPercent, IsolatedVPC: o.IsolatedVPC, ReservedENIs: o.ReservedENIs, Log: log.WithName("aws"),
-		DisableReservedCapacity: !o.FeatureGates["ReservedCapacity"],
+		DisableReservedCapacity: !o.FeatureGates.ReservedCapacity,
 		KubernetesVersion:       func(context.Context) (string, error) { return kubeMinorVersion(dc) },
 	})
 	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: recorder(mgr),

@@ -193,7 +193,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	// read it, and so does every controller through the wrapped provider below.
 	var overlays *overlay.Store
 	var nodeClass client.Object
-	if o.FeatureGates["NodeOverlay"] {
+	if o.FeatureGates.NodeOverlay {
 		overlays = &overlay.Store{}
 	}
 	switch o.CloudProvider {
@@ -213,7 +213,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		if overlays != nil {
 			p.SetOverlays(overlays.ForLaunches())
 		}
-		if !o.FeatureGates["ReservedCapacity"] {
+		if !o.FeatureGates.ReservedCapacity {
 			p.DisableReservedCapacity()
 		}
 		if o.SimFaults != (sim.Faults{}) {
@@ -241,7 +241,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		}
 		op.Cloud, nodeClass = p, &awsv1.EC2NodeClass{}
 	}
-	if !o.FeatureGates["ReservedCapacity"] {
+	if !o.FeatureGates.ReservedCapacity {
 		log.Info("capacity reservations ignored: the ReservedCapacity feature gate is off")
 	}
 	// Every call the controllers make to the cloud is bounded (docs/reliability.md).
@@ -271,7 +271,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		// past a few hundred they only queue in the API server).
 		CreateConcurrency: min(256, max(1, o.KubeClientQPS/2))}
 	var buffers func(context.Context) ([]*corev1.Pod, error)
-	if o.FeatureGates["CapacityBuffer"] {
+	if o.FeatureGates.CapacityBuffer {
 		buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return bufferstore.Pods(ctx, c) }
 		op.Provisioner.Buffers = buffers
 	}
@@ -279,12 +279,12 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	// CRDs predate CapacityBuffer (capstan-crd not yet upgraded) must still start.
 	_, noCRD := mgr.GetRESTMapper().RESTMapping(autoscalingv1beta1.SchemeGroupVersion.WithKind("CapacityBuffer").GroupKind(), autoscalingv1beta1.SchemeGroupVersion.Version)
 	switch {
-	case noCRD != nil && o.FeatureGates["CapacityBuffer"]:
+	case noCRD != nil && o.FeatureGates.CapacityBuffer:
 		return nil, fmt.Errorf("--feature-gates (FEATURE_GATES) CapacityBuffer=true needs the capacitybuffers.autoscaling.x-k8s.io CRD (upgrade the capstan-crd chart): %w", noCRD)
 	case noCRD != nil:
 		log.Info("CapacityBuffers not watched: the capacitybuffers.autoscaling.x-k8s.io CRD is not installed (upgrade the capstan-crd chart)")
 	default:
-		if err := (&capacitybufferctl.Controller{Client: c, Clock: clk, Enabled: o.FeatureGates["CapacityBuffer"], Trigger: op.Provisioner.Trigger}).Register(mgr); err != nil {
+		if err := (&capacitybufferctl.Controller{Client: c, Clock: clk, Enabled: o.FeatureGates.CapacityBuffer, Trigger: op.Provisioner.Trigger}).Register(mgr); err != nil {
 			return nil, err
 		}
 	}
@@ -296,7 +296,7 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Health: health, Nominated: op.Provisioner},
 		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches},
 		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
-		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates["StaticCapacity"], Health: health},
+		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates.StaticCapacity, Health: health},
 		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
 		&startup.Controller{Client: c, Clock: clk, Metrics: m},
@@ -305,11 +305,11 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			return nil, err
 		}
 	}
-	if o.FeatureGates["StaticCapacity"] {
+	if o.FeatureGates.StaticCapacity {
 		if err := (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
 			Recorder: recorder(mgr), Metrics: m,
-			NodeRepair: o.FeatureGates["NodeRepair"], RepairPolicies: RepairPolicies(o.CloudProvider),
-			TerminateFirstDrift: o.FeatureGates["TerminateFirstDrift"]}).Register(mgr); err != nil {
+			NodeRepair: o.FeatureGates.NodeRepair, RepairPolicies: RepairPolicies(o.CloudProvider),
+			TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift}).Register(mgr); err != nil {
 			return nil, err
 		}
 	}
@@ -321,10 +321,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 			Buffers:         buffers,
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
 			Decision: disruptioncore.Options{
-				SpotToSpotConsolidation: o.FeatureGates["SpotToSpotConsolidation"], MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
-				NodeRepair:          o.FeatureGates["NodeRepair"],
+				SpotToSpotConsolidation: o.FeatureGates.SpotToSpotConsolidation, MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
+				NodeRepair:          o.FeatureGates.NodeRepair,
 				RepairPolicies:      RepairPolicies(o.CloudProvider),
-				TerminateFirstDrift: o.FeatureGates["TerminateFirstDrift"], TerminateFirstRepair: o.FeatureGates["TerminateFirstRepair"],
+				TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift, TerminateFirstRepair: o.FeatureGates.TerminateFirstRepair,
 				EvictionMemory:     churnMemory(o.ConsolidationChurnMemory),
 				DisablePlanning:    !o.ConsolidationPlanning,
 				UnderutilizedK:     underutilizedK(o.UnderutilizedConsolidationK),
@@ -341,10 +341,10 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		return nil, err
 	}
 	if err := mgr.Add(&deletioncost.Controller{Client: c, Clock: clk, Snapshot: dis.Snapshot, Decision: dis.Options.Decision,
-		Enabled: o.FeatureGates["PodDeletionCostManagement"], Informers: mgr.GetCache()}); err != nil {
+		Enabled: o.FeatureGates.PodDeletionCostManagement, Informers: mgr.GetCache()}); err != nil {
 		return nil, err
 	}
-	if o.FeatureGates["ReservedCapacity"] {
+	if o.FeatureGates.ReservedCapacity {
 		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr)}); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	cliflag "k8s.io/component-base/cli/flag"
+
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/defaultspread"
 	disruptioncore "capstan.dev/capstan/internal/disruption"
@@ -114,55 +116,66 @@ const (
 	MinValuesPolicyBest     = "BestEffort"
 )
 
-// FeatureGates are Karpenter's feature gates; Capstan acts on those whose features it has.
-type FeatureGates map[string]bool
+// FeatureGates are Karpenter v1.15's feature gates (FEATURE_GATES, "Name=true,Other=false"), each
+// of whose features Capstan has; a gate it does not know is refused, naming it.
+type FeatureGates struct {
+	NodeRepair                bool
+	ReservedCapacity          bool
+	SpotToSpotConsolidation   bool
+	NodeOverlay               bool
+	StaticCapacity            bool
+	CapacityBuffer            bool
+	TerminateFirstDrift       bool
+	TerminateFirstRepair      bool
+	PodDeletionCostManagement bool
+}
 
-// featureGateDefaults are Karpenter's gates with Capstan's defaults: Karpenter's, except
+// featureGate is a gate's name, its field and Capstan's default: Karpenter's, except
 // PodDeletionCostManagement, on (docs/features.md says why).
-var featureGateDefaults = map[string]bool{
-	"NodeRepair": false, "ReservedCapacity": true, "SpotToSpotConsolidation": false, "NodeOverlay": false,
-	"StaticCapacity": false, "CapacityBuffer": false, "TerminateFirstDrift": false, "TerminateFirstRepair": false,
-	"PodDeletionCostManagement": true,
+type featureGate struct {
+	name  string
+	field func(*FeatureGates) *bool
+	on    bool
+}
+
+// featureGates are the gates, in the order FEATURE_GATES' default lists them.
+var featureGates = []featureGate{
+	{"CapacityBuffer", func(g *FeatureGates) *bool { return &g.CapacityBuffer }, false},
+	{"NodeOverlay", func(g *FeatureGates) *bool { return &g.NodeOverlay }, false},
+	{"NodeRepair", func(g *FeatureGates) *bool { return &g.NodeRepair }, false},
+	{"PodDeletionCostManagement", func(g *FeatureGates) *bool { return &g.PodDeletionCostManagement }, true},
+	{"ReservedCapacity", func(g *FeatureGates) *bool { return &g.ReservedCapacity }, true},
+	{"SpotToSpotConsolidation", func(g *FeatureGates) *bool { return &g.SpotToSpotConsolidation }, false},
+	{"StaticCapacity", func(g *FeatureGates) *bool { return &g.StaticCapacity }, false},
+	{"TerminateFirstDrift", func(g *FeatureGates) *bool { return &g.TerminateFirstDrift }, false},
+	{"TerminateFirstRepair", func(g *FeatureGates) *bool { return &g.TerminateFirstRepair }, false},
 }
 
 func defaultFeatureGates() string {
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range featureGateDefaults {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s=%t", n, featureGateDefaults[n])
+	parts := make([]string, len(featureGates))
+	for i, g := range featureGates {
+		parts[i] = fmt.Sprintf("%s=%t", g.name, g.on)
 	}
 	return strings.Join(parts, ",")
 }
 
-// parseFeatureGates reads "Name=true,Other=false" over the defaults; an unknown gate is an error.
+// parseFeatureGates reads "Name=true,Other=false" (component-base's map syntax, as Karpenter
+// reads it) over the defaults; an unknown gate is an error naming it.
 func parseFeatureGates(s string) (FeatureGates, error) {
-	out := FeatureGates{}
-	for n, v := range featureGateDefaults {
-		out[n] = v
+	var out FeatureGates
+	for _, g := range featureGates {
+		*g.field(&out) = g.on
 	}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
+	set := map[string]bool{}
+	if err := cliflag.NewMapStringBool(&set).Set(s); err != nil {
+		return out, fmt.Errorf("%q: %w (want Name=true or Name=false, comma-separated)", s, err)
+	}
+	for name, on := range set {
+		i := slices.IndexFunc(featureGates, func(g featureGate) bool { return g.name == name })
+		if i < 0 {
+			return out, fmt.Errorf("unknown feature gate %q", name)
 		}
-		name, val, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, fmt.Errorf("%q: want Name=true or Name=false", part)
-		}
-		if _, known := featureGateDefaults[name]; !known {
-			return nil, fmt.Errorf("unknown feature gate %q", name)
-		}
-		b, err := strconv.ParseBool(val)
-		if err != nil {
-			return nil, fmt.Errorf("feature gate %s=%q: not a boolean", name, val)
-		}
-		out[name] = b
+		*featureGates[i].field(&out) = on
 	}
 	return out, nil
 }
@@ -192,23 +205,6 @@ func checkAWSFeatureGates(s string) error {
 		}
 	}
 	return nil
-}
-
-// implementedGates are the gates off by default whose features Capstan has.
-var implementedGates = map[string]bool{"SpotToSpotConsolidation": true, "PodDeletionCostManagement": true, "NodeOverlay": true, "StaticCapacity": true,
-	"NodeRepair": true, "CapacityBuffer": true, "TerminateFirstDrift": true, "TerminateFirstRepair": true}
-
-// EnabledWithoutEffect lists, in name order, the feature gates turned on beyond the defaults
-// whose features Capstan does not have yet: Parse refuses them.
-func (g FeatureGates) EnabledWithoutEffect() []string {
-	var out []string
-	for name, on := range g {
-		if on && !featureGateDefaults[name] && !implementedGates[name] {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // raw holds the settings Parse reads as text and converts afterwards.
@@ -350,10 +346,6 @@ func Parse(args []string, getenv func(string) string) (Options, error) {
 	}
 	if err := checkAWSFeatureGates(r.awsGates); err != nil {
 		return o, fmt.Errorf("--aws-feature-gates (AWS_FEATURE_GATES): %w", err)
-	}
-	if off := fg.EnabledWithoutEffect(); len(off) > 0 {
-		// A gate that would be accepted and then do nothing is refused (the chart refuses it too).
-		return o, fmt.Errorf("--feature-gates (FEATURE_GATES): %s=true: Capstan does not implement it yet (docs/features.md); set it false or leave it out", strings.Join(off, "=true, "))
 	}
 	o.FeatureGates = fg
 	if o.SchedulerConfig, err = defaultspread.Parse(r.schedulerConfig); err != nil {

@@ -41,11 +41,11 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 	if strings.Join(o.LogOutputPaths, ",") != "stdout,/tmp/capstan.log" || strings.Join(o.LogErrorOutputPaths, ",") != "stderr" {
 		t.Fatalf("log paths %v %v", o.LogOutputPaths, o.LogErrorOutputPaths)
 	}
-	if !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["ReservedCapacity"] || o.FeatureGates["NodeRepair"] ||
-		!o.FeatureGates["PodDeletionCostManagement"] {
+	if !o.FeatureGates.SpotToSpotConsolidation || !o.FeatureGates.ReservedCapacity || o.FeatureGates.NodeRepair ||
+		!o.FeatureGates.PodDeletionCostManagement {
 		t.Fatalf("feature gates %v: want the one set on the defaults (Karpenter's, PodDeletionCostManagement on)", o.FeatureGates)
 	}
-	if off, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "PodDeletionCostManagement=false"})); err != nil || off.FeatureGates["PodDeletionCostManagement"] {
+	if off, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "PodDeletionCostManagement=false"})); err != nil || off.FeatureGates.PodDeletionCostManagement {
 		t.Fatalf("PodDeletionCostManagement=false: %v, %v", off.FeatureGates, err)
 	}
 	o, err = Parse([]string{"--metrics-port=7000"}, env(map[string]string{"METRICS_PORT": "9090"}))
@@ -233,17 +233,22 @@ func TestLoggerOutputPathsAndLevel(t *testing.T) {
 	}
 }
 
-// A gate Capstan has no feature for would be refused when turned on, naming it (every gate of
-// Karpenter v1.15 now acts; a gate not among them stands in for the next one); one on by
-// default, or one Capstan acts on, is accepted.
-func TestGatesWithoutEffectAreRefused(t *testing.T) {
-	if off := (FeatureGates{"NextKarpenterGate": true, "NodeRepair": true, "ReservedCapacity": false}).EnabledWithoutEffect(); !slices.Equal(off, []string{"NextKarpenterGate"}) {
-		t.Fatalf("gates without effect: %v, want the one Capstan does not know", off)
+// Every gate of Karpenter v1.15 parses into its field, over Capstan's defaults; a gate Capstan
+// does not know, or a value that is not a boolean, is refused naming it.
+func TestFeatureGatesParseIntoTheirFields(t *testing.T) {
+	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "ReservedCapacity=false,SpotToSpotConsolidation=true,NodeOverlay=true,StaticCapacity=true,NodeRepair=true,CapacityBuffer=true,TerminateFirstDrift=true,TerminateFirstRepair=true"}))
+	want := FeatureGates{SpotToSpotConsolidation: true, NodeOverlay: true, StaticCapacity: true, NodeRepair: true, CapacityBuffer: true,
+		TerminateFirstDrift: true, TerminateFirstRepair: true, PodDeletionCostManagement: true}
+	if err != nil || o.FeatureGates != want {
+		t.Fatalf("gates %+v, %v; want %+v", o.FeatureGates, err, want)
 	}
-	o, err := Parse(nil, env(map[string]string{"FEATURE_GATES": "ReservedCapacity=true,SpotToSpotConsolidation=true,NodeOverlay=true,StaticCapacity=true,NodeRepair=true,CapacityBuffer=true,TerminateFirstDrift=true,TerminateFirstRepair=true"}))
-	if err != nil || !o.FeatureGates["SpotToSpotConsolidation"] || !o.FeatureGates["NodeOverlay"] || !o.FeatureGates["StaticCapacity"] || !o.FeatureGates["NodeRepair"] ||
-		!o.FeatureGates["CapacityBuffer"] || !o.FeatureGates["TerminateFirstDrift"] || !o.FeatureGates["TerminateFirstRepair"] {
-		t.Fatalf("gates Capstan acts on or that are off: %v, %v", o.FeatureGates, err)
+	if d, err := Parse(nil, env(nil)); err != nil || d.FeatureGates != (FeatureGates{ReservedCapacity: true, PodDeletionCostManagement: true}) {
+		t.Fatalf("default gates %+v, %v", d.FeatureGates, err)
+	}
+	for v, say := range map[string]string{"NextKarpenterGate=true": `unknown feature gate "NextKarpenterGate"`, "NodeRepair=maybe": "NodeRepair", "NodeRepair": "NodeRepair"} {
+		if _, err := Parse(nil, env(map[string]string{"FEATURE_GATES": v})); err == nil || !strings.Contains(err.Error(), "FEATURE_GATES") || !strings.Contains(err.Error(), say) {
+			t.Errorf("FEATURE_GATES=%s: error %v, want one naming FEATURE_GATES and %q", v, err, say)
+		}
 	}
 }
 
