@@ -135,16 +135,44 @@ func RESTConfig(o Options, getenv func(string) string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// New builds Capstan on cfg.
+// New builds Capstan on cfg: the manager, the cloud provider, and every controller, in that
+// order.
 func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operator, error) {
-	s, err := scheme.New()
-	if err != nil {
-		return nil, err
-	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = float32(o.KubeClientQPS), o.KubeClientBurst
 	if o.MemoryLimit > 0 {
 		debug.SetMemoryLimit(o.MemoryLimit / 10 * 9)
+	}
+	mgr, m, err := newManager(cfg, o, log)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{op: &Operator{Manager: mgr}, o: o, clk: clk, log: log, m: m, c: mgr.GetClient()}
+	if o.FeatureGates.NodeOverlay {
+		// The NodeOverlays' evaluation: the providers' launches read it, and so does every
+		// controller through the wrapped provider.
+		b.overlays = &overlay.Store{}
+	}
+	for _, step := range []func() error{
+		func() error { return b.cloud(cfg) },
+		b.nodeOverlays,
+		b.provisioning,
+		b.claimControllers,
+		b.disruption,
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return b.op, nil
+}
+
+// newManager makes the controller manager (leader election, health probes, metrics server), its
+// cache indexes, and Capstan's metrics.
+func newManager(cfg *rest.Config, o Options, log logr.Logger) (manager.Manager, *metrics.Metrics, error) {
+	s, err := scheme.New()
+	if err != nil {
+		return nil, nil, err
 	}
 	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddress()}
 	if o.EnableProfiling {
@@ -163,196 +191,245 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 		Metrics:                       metricsOpts,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating manager: %w", err)
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, "spec.nodeName", func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
 	}); err != nil {
-		return nil, fmt.Errorf("indexing pods by node: %w", err)
+		return nil, nil, fmt.Errorf("indexing pods by node: %w", err)
 	}
 	if err := claimstore.IndexProviderIDs(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := metrics.New(metrics.Registry())
 	if err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
+		return nil, nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	m.Build(o.BuildVersion, o.BuildCommit)
 	if err := metrics.Registry().Register(&metrics.StatusConditions{Reader: mgr.GetClient()}); err != nil {
-		return nil, fmt.Errorf("registering status condition metrics: %w", err)
+		return nil, nil, fmt.Errorf("registering status condition metrics: %w", err)
 	}
-	op := &Operator{Manager: mgr}
+	return mgr, m, nil
+}
+
+// builder carries what New's steps share.
+type builder struct {
+	op  *Operator
+	o   Options
+	clk clock.Clock
+	log logr.Logger
+	m   *metrics.Metrics
+	c   client.Client
+	// overlays is the NodeOverlays' evaluation (nil with the gate off); nodeClass an empty
+	// object of the cloud's NodeClass kind.
+	overlays  *overlay.Store
+	nodeClass client.Object
+	// spread, buffers and health are shared by the provisioner and other controllers.
+	spread  *defaultspread.Applier
+	buffers func(context.Context) ([]*corev1.Pod, error)
+	health  *registration.Tracker
+}
+
+// cloud builds the cloud provider the options name (its NodeClass controller with it), every
+// call to it bounded by a deadline (docs/reliability.md).
+func (b *builder) cloud(cfg *rest.Config) error {
+	mgr, o, clk := b.op.Manager, b.o, b.clk
 	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
-	// overlays hold the NodeOverlays' evaluation when the gate is on: the providers' launches
-	// read it, and so does every controller through the wrapped provider below.
-	var overlays *overlay.Store
-	var nodeClass client.Object
-	if o.FeatureGates.NodeOverlay {
-		overlays = &overlay.Store{}
-	}
 	switch o.CloudProvider {
 	case CloudProviderSim:
-		// The simulated cloud keeps its machines in the cluster (ConfigMaps next to the leader
-		// Lease) unless a file is named: they survive restarts and failover like a real cloud's.
-		var store sim.Store = &sim.ConfigMapStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Namespace: o.LeaderElectionNamespace, Cluster: o.ClusterName}
-		if o.SimStateFile != "" {
-			store = &sim.FileStore{Path: o.SimStateFile}
-		}
-		cloud := sim.NewCloudWithStore(clk, store)
-		p, err := sim.NewProvider(mgr.GetClient(), cloud, clk, unavailable)
+		p, err := b.sim(unavailable)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if overlays != nil {
-			p.SetOverlays(overlays.ForLaunches())
-		}
-		if !o.FeatureGates.ReservedCapacity {
-			p.DisableReservedCapacity()
-		}
-		if o.SimFaults != (sim.Faults{}) {
-			seed := o.SimFaults.Seed
-			if seed == 0 {
-				seed = uint64(clk.Now().UnixNano())
-			}
-			log.Info("the simulated cloud injects API faults", "errors-percent", o.SimFaults.ErrorPercent, "hangs-percent", o.SimFaults.HangPercent, "seed", seed)
-			p.SetFaults(o.SimFaults, seed)
-		}
-		op.Cloud, op.SimCloud, nodeClass = p, cloud, &simv1alpha1.SimNodeClass{}
-		if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {
-			return nil, err
-		}
-		if err := (&simnodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk}).Register(mgr); err != nil {
-			return nil, err
-		}
+		b.op.Cloud, b.nodeClass = p, &simv1alpha1.SimNodeClass{}
 	case CloudProviderAWS:
-		p, err := newAWS(cfg, o, mgr, clk, unavailable, log, m)
+		p, err := newAWS(cfg, o, mgr, clk, unavailable, b.log, b.m)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if overlays != nil {
-			p.SetOverlays(overlays.ForLaunches())
+		if b.overlays != nil {
+			p.SetOverlays(b.overlays.ForLaunches())
 		}
-		op.Cloud, nodeClass = p, &awsv1.EC2NodeClass{}
+		b.op.Cloud, b.nodeClass = p, &awsv1.EC2NodeClass{}
 	}
 	if !o.FeatureGates.ReservedCapacity {
-		log.Info("capacity reservations ignored: the ReservedCapacity feature gate is off")
+		b.log.Info("capacity reservations ignored: the ReservedCapacity feature gate is off")
 	}
-	// Every call the controllers make to the cloud is bounded (docs/reliability.md).
-	op.Cloud = cloudprovider.WithDeadlines(op.Cloud, cloudprovider.Deadlines{})
-	c := mgr.GetClient()
-	if overlays != nil {
-		// The evaluation reads the cloud's own instance types; everything else reads them as
-		// the overlays adjust them (docs/features.md, NodeOverlay).
-		if err := (&nodeoverlay.Controller{Client: c, Cloud: op.Cloud, Store: overlays, Clock: clk,
-			NodeClasses: []client.Object{nodeClass}}).Register(mgr); err != nil {
-			return nil, err
-		}
-		op.Cloud = cloudprovider.WithOverlays(op.Cloud, overlays)
-	} else if err := (&nodeoverlay.Controller{Client: c, Clock: clk, Disabled: true}).Register(mgr); err != nil {
-		// With the gate off each overlay says, on its conditions, that it is not applied.
+	b.op.Cloud = cloudprovider.WithDeadlines(b.op.Cloud, cloudprovider.Deadlines{})
+	return nil
+}
+
+// sim builds the simulated cloud, its machines' joiner and the SimNodeClass controller. The
+// cloud keeps its machines in the cluster (ConfigMaps next to the leader Lease) unless a file is
+// named: they survive restarts and failover like a real cloud's.
+func (b *builder) sim(unavailable *cloudprovider.UnavailableOfferings) (*sim.Provider, error) {
+	mgr, o, clk := b.op.Manager, b.o, b.clk
+	var store sim.Store = &sim.ConfigMapStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		Namespace: o.LeaderElectionNamespace, Cluster: o.ClusterName}
+	if o.SimStateFile != "" {
+		store = &sim.FileStore{Path: o.SimStateFile}
+	}
+	cloud := sim.NewCloudWithStore(clk, store)
+	p, err := sim.NewProvider(mgr.GetClient(), cloud, clk, unavailable)
+	if err != nil {
 		return nil, err
 	}
-	spread := &defaultspread.Applier{Reader: c, Constraints: o.SchedulerConfig.Constraints()}
-	launches := &nodeclaims.Launches{}
-	health := &registration.Tracker{}
-	op.Provisioner = &provisioning.Provisioner{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr),
-		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: m,
-		SolverOptions: solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
+	if b.overlays != nil {
+		p.SetOverlays(b.overlays.ForLaunches())
+	}
+	if !o.FeatureGates.ReservedCapacity {
+		p.DisableReservedCapacity()
+	}
+	if o.SimFaults != (sim.Faults{}) {
+		seed := o.SimFaults.Seed
+		if seed == 0 {
+			seed = uint64(clk.Now().UnixNano())
+		}
+		b.log.Info("the simulated cloud injects API faults", "errors-percent", o.SimFaults.ErrorPercent, "hangs-percent", o.SimFaults.HangPercent, "seed", seed)
+		p.SetFaults(o.SimFaults, seed)
+	}
+	b.op.SimCloud = cloud
+	if err := mgr.Add(&sim.Joiner{Cloud: cloud, Client: mgr.GetClient()}); err != nil {
+		return nil, err
+	}
+	return p, (&simnodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk}).Register(mgr)
+}
+
+// nodeOverlays registers the NodeOverlay controller: with the gate on it evaluates the overlays
+// against the cloud's own instance types, and everything else reads them as the overlays adjust
+// them (docs/features.md, NodeOverlay); with the gate off each overlay says, on its conditions,
+// that it is not applied.
+func (b *builder) nodeOverlays() error {
+	if b.overlays == nil {
+		return (&nodeoverlay.Controller{Client: b.c, Clock: b.clk, Disabled: true}).Register(b.op.Manager)
+	}
+	if err := (&nodeoverlay.Controller{Client: b.c, Cloud: b.op.Cloud, Store: b.overlays, Clock: b.clk,
+		NodeClasses: []client.Object{b.nodeClass}}).Register(b.op.Manager); err != nil {
+		return err
+	}
+	b.op.Cloud = cloudprovider.WithOverlays(b.op.Cloud, b.overlays)
+	return nil
+}
+
+// provisioning registers the provisioner, its pod trigger and the CapacityBuffer controller.
+func (b *builder) provisioning() error {
+	mgr, o, c := b.op.Manager, b.o, b.c
+	b.spread = &defaultspread.Applier{Reader: c, Constraints: o.SchedulerConfig.Constraints()}
+	b.op.Provisioner = &provisioning.Provisioner{Client: c, APIReader: mgr.GetAPIReader(), Cloud: b.op.Cloud, Clock: b.clk, Recorder: recorder(mgr),
+		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: b.m,
+		SolverOptions: o.solverOptions(),
 		NodeCost:      o.NodeCost,
-		DefaultSpread: spread,
+		DefaultSpread: b.spread,
 		// As many creates in flight as the client's rate admits at half-second answers (bounded:
 		// past a few hundred they only queue in the API server).
 		CreateConcurrency: min(256, max(1, o.KubeClientQPS/2))}
-	var buffers func(context.Context) ([]*corev1.Pod, error)
 	if o.FeatureGates.CapacityBuffer {
-		buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return bufferstore.Pods(ctx, c) }
-		op.Provisioner.Buffers = buffers
+		b.buffers = func(ctx context.Context) ([]*corev1.Pod, error) { return bufferstore.Pods(ctx, c) }
+		b.op.Provisioner.Buffers = b.buffers
 	}
 	// With the gate off the buffers' controller only says so on each buffer, and a cluster whose
 	// CRDs predate CapacityBuffer (capstan-crd not yet upgraded) must still start.
 	_, noCRD := mgr.GetRESTMapper().RESTMapping(autoscalingv1beta1.SchemeGroupVersion.WithKind("CapacityBuffer").GroupKind(), autoscalingv1beta1.SchemeGroupVersion.Version)
 	switch {
 	case noCRD != nil && o.FeatureGates.CapacityBuffer:
-		return nil, fmt.Errorf("--feature-gates (FEATURE_GATES) CapacityBuffer=true needs the capacitybuffers.autoscaling.x-k8s.io CRD (upgrade the capstan-crd chart): %w", noCRD)
+		return fmt.Errorf("--feature-gates (FEATURE_GATES) CapacityBuffer=true needs the capacitybuffers.autoscaling.x-k8s.io CRD (upgrade the capstan-crd chart): %w", noCRD)
 	case noCRD != nil:
-		log.Info("CapacityBuffers not watched: the capacitybuffers.autoscaling.x-k8s.io CRD is not installed (upgrade the capstan-crd chart)")
+		b.log.Info("CapacityBuffers not watched: the capacitybuffers.autoscaling.x-k8s.io CRD is not installed (upgrade the capstan-crd chart)")
 	default:
-		if err := (&capacitybufferctl.Controller{Client: c, Clock: clk, Enabled: o.FeatureGates.CapacityBuffer, Trigger: op.Provisioner.Trigger}).Register(mgr); err != nil {
-			return nil, err
+		if err := (&capacitybufferctl.Controller{Client: c, Clock: b.clk, Enabled: o.FeatureGates.CapacityBuffer, Trigger: b.op.Provisioner.Trigger}).Register(mgr); err != nil {
+			return err
 		}
 	}
-	if err := mgr.Add(op.Provisioner); err != nil {
-		return nil, err
+	if err := mgr.Add(b.op.Provisioner); err != nil {
+		return err
 	}
+	return (&provisioning.PodTrigger{Provisioner: b.op.Provisioner}).Register(mgr)
+}
+
+// claimControllers registers the NodeClaim and NodePool controllers, and the static pools'.
+func (b *builder) claimControllers() error {
+	mgr, o, c, clk, m, cloud := b.op.Manager, b.o, b.c, b.clk, b.m, b.op.Cloud
+	launches := &nodeclaims.Launches{}
+	b.health = &registration.Tracker{}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
-		&provisioning.PodTrigger{Provisioner: op.Provisioner},
-		&lifecycle.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Health: health, Nominated: op.Provisioner},
-		&termination.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches},
-		&expiration.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
-		&status.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates.StaticCapacity, Health: health},
-		&disruption.Controller{Client: c, Cloud: op.Cloud, Clock: clk},
+		&lifecycle.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Health: b.health, Nominated: b.op.Provisioner},
+		&termination.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches},
+		&expiration.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
+		&status.Controller{Client: c, Cloud: cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates.StaticCapacity, Health: b.health},
+		&disruption.Controller{Client: c, Cloud: cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
 		&startup.Controller{Client: c, Clock: clk, Metrics: m},
 	} {
 		if err := r.Register(mgr); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if o.FeatureGates.StaticCapacity {
-		if err := (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
-			Recorder: recorder(mgr), Metrics: m,
-			NodeRepair: o.FeatureGates.NodeRepair, RepairPolicies: RepairPolicies(o.CloudProvider),
-			TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift}).Register(mgr); err != nil {
-			return nil, err
-		}
+	if !o.FeatureGates.StaticCapacity {
+		return nil
 	}
-	dis := &disruptionctl.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: op.Cloud, Clock: clk,
+	return (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: cloud, Clock: clk,
+		Recorder: recorder(mgr), Metrics: m,
+		NodeRepair: o.FeatureGates.NodeRepair, RepairPolicies: RepairPolicies(o.CloudProvider),
+		TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift}).Register(mgr)
+}
+
+// disruption registers voluntary disruption, the deletion costs that follow its ranking, the
+// reservations' controller and garbage collection.
+func (b *builder) disruption() error {
+	mgr, o, c, clk, m, cloud := b.op.Manager, b.o, b.c, b.clk, b.m, b.op.Cloud
+	dis := &disruptionctl.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: cloud, Clock: clk,
 		Recorder: recorder(mgr), Metrics: m, Options: disruptionctl.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
-			DefaultSpread:   spread,
-			Buffers:         buffers,
+			DefaultSpread:   b.spread,
+			Buffers:         b.buffers,
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
-			Decision: disruptioncore.Options{
-				SpotToSpotConsolidation: o.FeatureGates.SpotToSpotConsolidation, MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
-				NodeRepair:          o.FeatureGates.NodeRepair,
-				RepairPolicies:      RepairPolicies(o.CloudProvider),
-				TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift, TerminateFirstRepair: o.FeatureGates.TerminateFirstRepair,
-				EvictionMemory:     churnMemory(o.ConsolidationChurnMemory),
-				DisablePlanning:    !o.ConsolidationPlanning,
-				UnderutilizedK:     underutilizedK(o.UnderutilizedConsolidationK),
-				CalmAfterScaleDown: offWhenZero(o.CalmAfterScaleDown),
-				ReplacementSettle:  offWhenZero(o.ReplacementSettle),
-				Solver:             solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest},
-			},
+			Decision:        o.decisionOptions(),
 		}}
 	if o.DisruptionValidationPeriod == 0 {
 		dis.Options.ValidationPeriod = -1
 	}
-	op.Disruption = dis
+	b.op.Disruption = dis
 	if err := mgr.Add(dis); err != nil {
-		return nil, err
+		return err
 	}
 	if err := mgr.Add(&deletioncost.Controller{Client: c, Clock: clk, Snapshot: dis.Snapshot, Decision: dis.Options.Decision,
 		Enabled: o.FeatureGates.PodDeletionCostManagement, Informers: mgr.GetCache()}); err != nil {
-		return nil, err
+		return err
 	}
 	if o.FeatureGates.ReservedCapacity {
-		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Recorder: recorder(mgr)}); err != nil {
-			return nil, err
+		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr)}); err != nil {
+			return err
 		}
 	}
-	if err := mgr.Add(&garbagecollection.Controller{Client: c, Cloud: op.Cloud, Clock: clk, Metrics: m}); err != nil {
-		return nil, err
+	return mgr.Add(&garbagecollection.Controller{Client: c, Cloud: cloud, Clock: clk, Metrics: m})
+}
+
+// solverOptions are the solver's options the settings give.
+func (o Options) solverOptions() solver.Options {
+	return solver.Options{IgnorePreferences: o.PreferencePolicy == PreferencePolicyIgnore, MinValuesBestEffort: o.MinValuesPolicy == MinValuesPolicyBest}
+}
+
+// decisionOptions are the disruption decision core's options the settings and gates give.
+func (o Options) decisionOptions() disruptioncore.Options {
+	return disruptioncore.Options{
+		SpotToSpotConsolidation: o.FeatureGates.SpotToSpotConsolidation, MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
+		NodeRepair:          o.FeatureGates.NodeRepair,
+		RepairPolicies:      RepairPolicies(o.CloudProvider),
+		TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift, TerminateFirstRepair: o.FeatureGates.TerminateFirstRepair,
+		EvictionMemory:     churnMemory(o.ConsolidationChurnMemory),
+		DisablePlanning:    !o.ConsolidationPlanning,
+		UnderutilizedK:     underutilizedK(o.UnderutilizedConsolidationK),
+		CalmAfterScaleDown: offWhenZero(o.CalmAfterScaleDown),
+		ReplacementSettle:  offWhenZero(o.ReplacementSettle),
+		Solver:             o.solverOptions(),
 	}
-	return op, nil
 }
 
 // RedirectKlog sends client-go's klog output (leader election, reflectors, throttling) into l,
