@@ -3,16 +3,22 @@ package record_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/record"
 	"capstan.dev/capstan/internal/scheme"
@@ -150,5 +156,27 @@ func TestReadRefusesWhatItCannotRead(t *testing.T) {
 				t.Errorf("error %v, want one naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A Get of what the recording lacks is the API server's NotFound, naming the resource as the
+// API server names it (its plural, not the kind with an "s").
+func TestReaderAnswersNotFoundAsTheAPIServer(t *testing.T) {
+	s, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := (&record.Recording{}).Reader(s)
+	for obj, want := range map[client.Object]schema.GroupResource{
+		&karpv1.NodePool{}:              {Group: "karpenter.sh", Resource: "nodepools"},
+		&awsv1.EC2NodeClass{}:           {Group: "karpenter.k8s.aws", Resource: "ec2nodeclasses"},
+		&policyv1.PodDisruptionBudget{}: {Group: "policy", Resource: "poddisruptionbudgets"},
+	} {
+		err := r.Get(context.Background(), client.ObjectKey{Name: "gone"}, obj)
+		var status apierrors.APIStatus
+		if !apierrors.IsNotFound(err) || !errors.As(err, &status) || status.Status().Details == nil ||
+			status.Status().Details.Group != want.Group || status.Status().Details.Kind != want.Resource {
+			t.Errorf("Get %T: %v; want NotFound of %s", obj, err, want)
+		}
 	}
 }

@@ -84,7 +84,10 @@ func (r *reader) Get(_ context.Context, key client.ObjectKey, obj client.Object,
 			return nil
 		}
 	}
-	return apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"}, key.Name)
+	// The resource as the API server would name it in its answer (kinds ending in "s", "y" … take
+	// their plural as Kubernetes forms it: ec2nodeclasses, policies).
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return apierrors.NewNotFound(plural.GroupResource(), key.Name)
 }
 
 func (r *reader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
