@@ -74,4 +74,9 @@ for pkg in "${deciding[@]}"; do
     fi
   done
 done
+# What ships (cmd/, internal/) builds on no test code: test/ may import internal/, not the reverse.
+bad=$(go list -deps ./cmd/... ./internal/... | grep '^capstan\.dev/capstan/test/' || true)
+if [ -n "$bad" ]; then
+  echo "cmd/ or internal/ imports test code:" >&2; echo "$bad" >&2; status=1
+fi
 exit $status

@@ -8,8 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"capstan.dev/capstan/internal/cloudprovider/aws"
-	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/test/awsfake"
+	"capstan.dev/capstan/test/awsfake/awstest"
 )
 
 // gatedEC2 holds DescribeInstanceTypes until the gate opens, once armed.

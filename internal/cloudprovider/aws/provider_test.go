@@ -24,11 +24,11 @@ import (
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
-	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
 	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/testenv"
 	"capstan.dev/capstan/test/awsfake"
+	"capstan.dev/capstan/test/awsfake/awstest"
 )
 
 var env *testenv.Env

@@ -9,8 +9,8 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
-	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/test/awsfake"
+	"capstan.dev/capstan/test/awsfake/awstest"
 )
 
 // TestIsolatedVPCNeverCallsPricing: with Karpenter's isolatedVPC the Pricing API (which has no

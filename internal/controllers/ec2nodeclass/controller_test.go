@@ -19,9 +19,9 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
-	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/internal/testenv"
 	"capstan.dev/capstan/test/awsfake"
+	"capstan.dev/capstan/test/awsfake/awstest"
 )
 
 var env *testenv.Env

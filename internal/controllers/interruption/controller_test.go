@@ -23,10 +23,10 @@ import (
 	"capstan.dev/capstan/internal/clocktest"
 	"capstan.dev/capstan/internal/cloudprovider"
 	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
-	"capstan.dev/capstan/internal/cloudprovider/aws/awstest"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/testenv"
 	"capstan.dev/capstan/test/awsfake"
+	"capstan.dev/capstan/test/awsfake/awstest"
 )
 
 var env *testenv.Env
