@@ -65,6 +65,13 @@ test: verify ## Run all tests (unit, API validation on a real API server, local 
 # The suite `make conformance` runs, and the specs it picks (FOCUS) and leaves out (SKIP).
 SUITE ?= all
 
+# The EC2 instance-type facts the embedded catalog is made from, one JSON object per line.
+CATALOG_SOURCE ?= ../shared/data/ec2-instance-types.jsonl
+
+.PHONY: catalog
+catalog: ## Regenerate the embedded EC2 catalog (internal/catalog/data) from CATALOG_SOURCE, each line checked.
+	go run ./hack/catalog -in '$(CATALOG_SOURCE)' -out internal/catalog/data/ec2-instance-types.jsonl.gz
+
 .PHONY: conformance
 conformance: tools ## Run Karpenter v1.15's own end-to-end suites against Capstan on a fresh local cluster each (SUITE: all — both at once —, regression or disruption; FOCUS, SKIP: Ginkgo regexps); one line per spec.
 	hack/conformance.sh $(SUITE) '$(FOCUS)'

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"sort"
 	"strconv"
 
@@ -44,13 +45,22 @@ func Load() ([]Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening catalog: %w", err)
 	}
+	return Decode(zr)
+}
+
+// Decode reads a catalog, one JSON Entry per line (the embedded catalog's source format), sorted
+// by name; an entry that does not decode, or has no name, is an error naming its line.
+func Decode(r io.Reader) ([]Entry, error) {
 	var entries []Entry
-	sc := bufio.NewScanner(zr)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for line := 1; sc.Scan(); line++ {
 		var e Entry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("decoding catalog line %d: %w", line, err)
+		}
+		if e.Name == "" {
+			return nil, fmt.Errorf("catalog line %d: no name", line)
 		}
 		entries = append(entries, e)
 	}
