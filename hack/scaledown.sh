@@ -19,8 +19,8 @@
 # provider this way.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-scenario=${1:?usage: $0 1000-300|1000-700|three-step WhenEmptyOrUnderutilized|Balanced}
-policy=${2:?usage: $0 1000-300|1000-700|three-step WhenEmptyOrUnderutilized|Balanced}
+scenario=${1:?usage: $0 1000-300|1000-700|three-step|1cpu-400-100|500m-800-600 WhenEmptyOrUnderutilized|Balanced}
+policy=${2:?usage: $0 1000-300|1000-700|three-step|1cpu-400-100|500m-800-600 WhenEmptyOrUnderutilized|Balanced}
 : "${MENU:?MENU: the kwok-format instance_types.json both autoscalers offer}"
 out=${OUT:-/tmp/scaledown-$scenario-$policy.log}
 state=${CAPSTAN_STATE_DIR:-/tmp/scaledown-state}

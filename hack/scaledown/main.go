@@ -72,6 +72,9 @@ var scenarios = map[string]scenario{
 		workloads: []workload{{"small", 600, "250m", "256Mi"}, {"large", 100, "1", "1Gi"}},
 		steps:     []step{{"small": 450, "large": 75}, {"small": 300, "large": 50}, {"small": 150, "large": 25}},
 	},
+	// Other pod sizes and scale-in ratios, so that no rule is tuned to one shape.
+	"1cpu-400-100": {workloads: []workload{{"burst", 400, "1", "1Gi"}}, steps: []step{{"burst": 100}}},
+	"500m-800-600": {workloads: []workload{{"burst", 800, "500m", "512Mi"}}, steps: []step{{"burst": 600}}},
 }
 
 func main() {
@@ -90,7 +93,7 @@ func run() error {
 	var o options
 	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the cluster's kubeconfig")
 	flag.StringVar(&o.menu, "menu", "", "instance types in the kwok provider's format (instance_types.json), for prices")
-	flag.StringVar(&o.scenario, "scenario", "1000-300", "1000-300, 1000-700 or three-step")
+	flag.StringVar(&o.scenario, "scenario", "1000-300", "1000-300, 1000-700, three-step, 1cpu-400-100 or 500m-800-600")
 	flag.StringVar(&o.policy, "policy", string(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized), "the NodePool's consolidationPolicy")
 	flag.StringVar(&o.nodeClass, "node-class", "capstan.dev/SimNodeClass/default", "the NodePool's nodeClassRef as group/kind/name")
 	flag.DurationVar(&o.wait, "wait", time.Minute, "how long after every pod runs the first scale-down starts")
@@ -99,7 +102,7 @@ func run() error {
 	flag.Parse()
 	sc, ok := scenarios[o.scenario]
 	if !ok {
-		return fmt.Errorf("--scenario %q: want 1000-300, 1000-700 or three-step", o.scenario)
+		return fmt.Errorf("--scenario %q: want 1000-300, 1000-700, three-step, 1cpu-400-100 or 500m-800-600", o.scenario)
 	}
 	ref := strings.Split(o.nodeClass, "/")
 	if len(ref) != 3 {
