@@ -25,11 +25,12 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, k
 	@hack/tools.sh
 
 .PHONY: generate
-generate: tools ## Regenerate deepcopy functions and CRDs from the API types.
+generate: tools ## Regenerate deepcopy functions and CRDs from the API types, and the chart's README from its values.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 	hack/crd-patterns.sh
 	hack/crd-chart.sh
+	go run ./hack/chart-readme charts/capstan
 
 .PHONY: image
 image: ## Build the linux/amd64 and linux/arm64 container image into bin/image (IMAGE_DIR; an OCI layout, digest in bin/image.digest).

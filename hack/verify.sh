@@ -11,14 +11,15 @@ cd "$root"
 status=0
 # Regenerate, and compare with what was there before.
 before=$(mktemp -d); trap 'rm -rf "$before"' EXIT
-generated=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml' 'charts/capstan-crd/templates/*.yaml'; } | sort -u)
+generated=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml' 'charts/capstan-crd/templates/*.yaml' 'charts/capstan/README.md'; } | sort -u)
 for f in $generated; do mkdir -p "$before/$(dirname "$f")"; cp "$f" "$before/$f"; done
 rm -f config/crd/*.yaml charts/capstan-crd/templates/*.yaml
 bin/controller-gen object paths=./api/...
 bin/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 hack/crd-patterns.sh
 hack/crd-chart.sh
-after=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml' 'charts/capstan-crd/templates/*.yaml'; } | sort -u)
+go run ./hack/chart-readme charts/capstan
+after=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml' 'charts/capstan-crd/templates/*.yaml' 'charts/capstan/README.md'; } | sort -u)
 if [ "$generated" != "$after" ]; then
   echo "generated files were added or removed (now in the tree; commit them):" >&2
   diff <(echo "$generated") <(echo "$after") >&2 || true
