@@ -19,6 +19,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
 	"capstan.dev/capstan/internal/solver"
@@ -45,6 +46,9 @@ type NodePoolAnswer struct {
 	// RegistrationUnhealthy, when set, is why the pool's NodeRegistrationHealthy is False: it is
 	// tried after every other pool, and replacements that need it wait.
 	RegistrationUnhealthy string `json:"registrationUnhealthy,omitempty"`
+	// Rollout is where a rollout of the pool's template or NodeClass has its nodes, as its
+	// capstan.dev/RolledOut condition says ("" before the controller has written it).
+	Rollout string `json:"rollout,omitempty"`
 }
 
 // LimitUse is one limit of a pool.
@@ -112,6 +116,9 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	if c := meta.FindStatusCondition(np.Status.Conditions, karpv1.ConditionTypeNodeRegistrationHealthy); c != nil && c.Status == metav1.ConditionFalse {
 		a.RegistrationUnhealthy = c.Reason + ": " + c.Message
 	}
+	if c := meta.FindStatusCondition(np.Status.Conditions, nodepools.ConditionTypeRolledOut); c != nil {
+		a.Rollout = c.Reason + ": " + c.Message
+	}
 	for _, n := range snap.Nodes {
 		if n.NodeClaim.Labels[karpv1.NodePoolLabelKey] != name {
 			continue
@@ -160,6 +167,9 @@ func (a *NodePoolAnswer) WriteText(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(&b, "NodePool %s: %d node(s), %.4f $/h.\n", a.NodePool, a.Nodes, a.Price)
+	if a.Rollout != "" {
+		fmt.Fprintf(&b, "Rollout: %s.\n", a.Rollout)
+	}
 	if a.RegistrationUnhealthy != "" {
 		fmt.Fprintf(&b, "Its launches do not register (%s=False, %s): it is tried after every other NodePool, and disruption does not replace nodes onto it.\n",
 			karpv1.ConditionTypeNodeRegistrationHealthy, a.RegistrationUnhealthy)

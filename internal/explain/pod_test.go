@@ -16,6 +16,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
+	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -203,5 +204,27 @@ func TestExplainNodePool(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "Its launches do not register (NodeRegistrationHealthy=False, RegistrationFailed: NodeClaim x's node did not register within 15m0s): it is tried after every other NodePool") {
 		t.Errorf("explain nodepool of an unhealthy pool printed:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "Rollout:") {
+		t.Errorf("a pool without a rollout condition printed one:\n%s", out.String())
+	}
+	// A rollout in progress, as the pool's condition says.
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(np), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.Conditions = append(cur.Status.Conditions, metav1.Condition{Type: nodepools.ConditionTypeRolledOut, Status: metav1.ConditionFalse,
+		Reason: "RollingOut", Message: "1 of 2 node(s) drifted and waiting, 1 being replaced, 0 up to date", LastTransitionTime: metav1.Now()})
+	if err := env.Client.Status().Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np"); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := a.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Rollout: RollingOut: 1 of 2 node(s) drifted and waiting, 1 being replaced, 0 up to date.") {
+		t.Errorf("explain nodepool during a rollout printed:\n%s", out.String())
 	}
 }

@@ -131,6 +131,14 @@ func Hash(np *karpv1.NodePool) string {
 	return strconv.FormatUint(h, 10)
 }
 
+// ConditionTypeRolledOut is a NodePool's rollout status, written by the nodepool.status
+// controller: True (reason RolledOut) when every node of the pool is built from its current
+// template and NodeClass, False (reason RollingOut) while some are drifted or being replaced, the
+// counts in the message. `kubectl wait nodepool/NAME --for=condition=capstan.dev/RolledOut` and
+// GitOps health checks follow a rollout with it. The capstan.dev/ prefix keeps it apart from any
+// condition Karpenter may add.
+const ConditionTypeRolledOut = "capstan.dev/RolledOut"
+
 // NodeCostAnnotationKey, on a NodePool, is what each of its machines costs per hour beyond its
 // instance price (root volume, IP address, per-node licences and agents), in US dollars as a
 // decimal ("0.012"). The solver adds it to every machine's price, so that a pool whose nodes

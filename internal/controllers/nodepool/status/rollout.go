@@ -7,14 +7,11 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/nodepools"
 )
 
-// ConditionTypeRolledOut is a NodePool's rollout status: True (reason RolledOut) when every node
-// of the pool is built from its current template and NodeClass, False (reason RollingOut) while
-// some are drifted or being replaced, the counts in the message. `kubectl wait
-// nodepool/NAME --for=condition=capstan.dev/RolledOut` and GitOps health checks follow a rollout
-// with it. The capstan.dev/ prefix keeps it apart from any condition Karpenter may add.
-const ConditionTypeRolledOut = "capstan.dev/RolledOut"
+// ConditionTypeRolledOut is a NodePool's rollout status (nodepools.ConditionTypeRolledOut).
+const ConditionTypeRolledOut = nodepools.ConditionTypeRolledOut
 
 // Rollout counts a pool's nodes by where a rollout has them.
 type Rollout struct {
