@@ -135,8 +135,9 @@ func setChartVersion(path, version string) error {
 // setImage makes the released image, by digest, the capstan chart's default.
 func setImage(path, repo string, digest v1.Hash) error {
 	return rewrite(path, map[*regexp.Regexp]string{
-		regexp.MustCompile(`(?m)^(  image:\n    repository: ).*$`): "${1}" + repo,
-		regexp.MustCompile(`(?m)^(    digest: ).*$`):               fmt.Sprintf("${1}%q", digest.String()),
+		// The image's keys may carry their `# --` descriptions.
+		regexp.MustCompile(`(?m)^(  image:\n(?:    #.*\n)*    repository: ).*$`): "${1}" + repo,
+		regexp.MustCompile(`(?m)^(    digest: ).*$`):                             fmt.Sprintf("${1}%q", digest.String()),
 	})
 }
 

@@ -26,7 +26,7 @@ func TestChartRewrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(values)
-	if !strings.Contains(string(b), "  image:\n    repository: registry.example/capstan/controller\n") ||
+	if !strings.Contains(string(b), "\n    repository: registry.example/capstan/controller\n") ||
 		!strings.Contains(string(b), `    digest: "sha256:`+d.Hex+`"`) {
 		t.Fatalf("values after setImage:\n%s", b)
 	}
