@@ -43,7 +43,7 @@ cleanup() {
 trap cleanup EXIT
 
 kubectl create configmap kwok-types -n kube-system --from-file=instance_types.json="$MENU" >/dev/null
-for f in ${EXTRA_CRDS:-}; do kubectl apply --server-side -f "$f" >/dev/null; done
+for f in ${EXTRA_CRDS:-}; do kubectl apply --server-side --force-conflicts -f "$f" >/dev/null; done
 if [ -z "${AUTOSCALER_CMD:-}" ]; then
   capstan=${CAPSTAN_BIN:-$root/bin/capstan}
   [ -n "${CAPSTAN_BIN:-}" ] || (cd "$root" && go build -o "$capstan" ./cmd/capstan)
