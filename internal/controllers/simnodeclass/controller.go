@@ -38,7 +38,7 @@ type Controller struct {
 }
 
 // Name is the controller's name and log key.
-func (c *Controller) Name() string { return "simnodeclass.status" }
+func (c *Controller) Name() string { return "simnodeclass" }
 
 // Register adds the controller to a manager; a ConfigMap's change requeues the classes that read
 // it.
