@@ -68,10 +68,11 @@ case "$suite" in
     # nothing the regression suite reads): CONFORMANCE_OUT and CAPSTAN_STATE_DIR, when given,
     # are the parents of each suite's. Each suite's console output goes to its run.log; the
     # per-spec lines and counts are printed at the end; fails if either does.
+    # suite_out is a suite's output directory.
+    suite_out() { if [ -n "${CONFORMANCE_OUT:-}" ]; then echo "$CONFORMANCE_OUT/$1"; else echo "/tmp/$who-conformance-$1"; fi; }
     pids=()
     for s in regression disruption; do
-      o=${CONFORMANCE_OUT:+$CONFORMANCE_OUT/$s}
-      o=${o:-/tmp/$who-conformance-$s}
+      o=$(suite_out "$s")
       st=${CAPSTAN_STATE_DIR:+$CAPSTAN_STATE_DIR/$s}
       st=${st:-/tmp/$who-conformance-state-$s}
       mkdir -p "$o"
@@ -82,8 +83,7 @@ case "$suite" in
     rc=0
     for p in "${pids[@]}"; do wait "$p" || rc=$?; done
     for s in regression disruption; do
-      o=${CONFORMANCE_OUT:+$CONFORMANCE_OUT/$s}
-      o=${o:-/tmp/$who-conformance-$s}
+      o=$(suite_out "$s")
       f=$o/specs.tsv
       if [ -f "$o/specs-all.tsv" ]; then f=$o/specs-all.tsv; fi
       if [ ! -f "$f" ]; then
@@ -103,23 +103,19 @@ state=${CAPSTAN_STATE_DIR:-/tmp/$who-conformance-state-$suite}
 mod="$root/hack/conformance"
 log() { printf '[conformance] %s\n' "$*" >&2; }
 
-# The suites need Go 1.27; Capstan builds with the machine's Go.
-suites_go() { (cd "$mod" && GOTOOLCHAIN=go1.27.3 GOFLAGS=-mod=readonly go "$@"); }
+# The suites need Go 1.27 (karpenter_go, hack/lib.sh); Capstan builds with the machine's Go.
 key=$( { cat "$mod/go.mod" "$mod/go.sum"; echo "$suite"; } | sha256sum | cut -c1-16)
 bin="$cache_home/capstan/conformance/$key/$suite.test"
 if [ ! -x "$bin" ]; then
   log "building Karpenter's $suite suite (once per pin; a few minutes)"
   mkdir -p "$(dirname "$bin")"
-  suites_go test -c -o "$bin.tmp.$$" "sigs.k8s.io/karpenter/test/suites/$suite"
+  karpenter_go test -c -o "$bin.tmp.$$" "sigs.k8s.io/karpenter/test/suites/$suite"
   mv "$bin.tmp.$$" "$bin"
 fi
-kdir=$(suites_go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
+kdir=$(karpenter_go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
 menu="$kdir/kwok/cloudprovider/instance_types.json"
-kwok_bin="$cache_home/capstan/conformance/$key/karpenter-kwok"
-if [ "$autoscaler" = karpenter-kwok ] && [ ! -x "$kwok_bin" ]; then
-  log "building Karpenter's kwok provider (once per pin)"
-  suites_go build -o "$kwok_bin.tmp.$$" sigs.k8s.io/karpenter/kwok
-  mv "$kwok_bin.tmp.$$" "$kwok_bin"
+if [ "$autoscaler" = karpenter-kwok ]; then
+  kwok_bin=$(karpenter_kwok)
 fi
 
 mkdir -p "$out"

@@ -28,3 +28,22 @@ remove_dir() {
 port_taken() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
+
+# karpenter_go runs the go command in hack/conformance, the module that pins Karpenter (outside
+# Capstan's), with the Go 1.27 Karpenter v1.15 needs (the go command fetches it).
+karpenter_go() { (cd "$root/hack/conformance" && GOTOOLCHAIN=go1.27.3 GOFLAGS=-mod=readonly go "$@"); }
+
+# karpenter_kwok prints the path of Karpenter's kwok provider built from that module, building it
+# once per pin (cached under the hash of its go.mod and go.sum).
+karpenter_kwok() {
+  local mod="$root/hack/conformance" key bin
+  key=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)
+  bin="$cache_home/capstan/karpenter-kwok/$key/karpenter-kwok"
+  if [ ! -x "$bin" ]; then
+    printf "building Karpenter's kwok provider (once per pin)\n" >&2
+    mkdir -p "$(dirname "$bin")"
+    karpenter_go build -o "$bin.tmp.$$" sigs.k8s.io/karpenter/kwok || return 1
+    mv "$bin.tmp.$$" "$bin"
+  fi
+  echo "$bin"
+}

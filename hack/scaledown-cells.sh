@@ -25,17 +25,10 @@ out=${OUT:-/tmp/scaledown-cells}
 settle=${SETTLE:-15m}
 log() { printf '[scaledown-cells] %s\n' "$*" >&2; }
 
-mod="$root/hack/conformance"
-suites_go() { (cd "$mod" && GOTOOLCHAIN=go1.27.3 GOFLAGS=-mod=readonly go "$@"); }
-kdir=$(suites_go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
+kdir=$(karpenter_go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
 menu="$kdir/kwok/cloudprovider/instance_types.json"
-key=$( { cat "$mod/go.mod" "$mod/go.sum"; } | sha256sum | cut -c1-16)
-kwok_bin="$cache_home/capstan/conformance/$key/karpenter-kwok"
-if [[ " $sides " == *" karpenter "* ]] && [ ! -x "$kwok_bin" ]; then
-  log "building Karpenter's kwok provider (once per pin)"
-  mkdir -p "$(dirname "$kwok_bin")"
-  suites_go build -o "$kwok_bin.tmp.$$" sigs.k8s.io/karpenter/kwok
-  mv "$kwok_bin.tmp.$$" "$kwok_bin"
+if [[ " $sides " == *" karpenter "* ]]; then
+  kwok_bin=$(karpenter_kwok)
 fi
 classfile="$out/kwoknodeclass.yaml"
 mkdir -p "$out"

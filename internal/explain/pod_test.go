@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -185,46 +186,41 @@ func TestExplainNodePool(t *testing.T) {
 	if strings.Contains(out.String(), "do not register") {
 		t.Errorf("a pool without NodeRegistrationHealthy=False said its launches do not register:\n%s", out.String())
 	}
+	// explainWith sets a condition on the pool and returns what explain nodepool prints then.
+	explainWith := func(cond metav1.Condition) string {
+		t.Helper()
+		cur := &karpv1.NodePool{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(np), cur); err != nil {
+			t.Fatal(err)
+		}
+		cond.LastTransitionTime = metav1.Now()
+		meta.SetStatusCondition(&cur.Status.Conditions, cond)
+		if err := env.Client.Status().Update(t.Context(), cur); err != nil {
+			t.Fatal(err)
+		}
+		a, err := NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if err := a.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
 	// Its launches stop registering: the answer says so and what follows.
-	cur := &karpv1.NodePool{}
-	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(np), cur); err != nil {
-		t.Fatal(err)
+	text := explainWith(metav1.Condition{Type: karpv1.ConditionTypeNodeRegistrationHealthy, Status: metav1.ConditionFalse,
+		Reason: "RegistrationFailed", Message: "NodeClaim x's node did not register within 15m0s"})
+	if !strings.Contains(text, "Its launches do not register (NodeRegistrationHealthy=False, RegistrationFailed: NodeClaim x's node did not register within 15m0s): it is tried after every other NodePool") {
+		t.Errorf("explain nodepool of an unhealthy pool printed:\n%s", text)
 	}
-	cur.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeNodeRegistrationHealthy, Status: metav1.ConditionFalse,
-		Reason: "RegistrationFailed", Message: "NodeClaim x's node did not register within 15m0s", LastTransitionTime: metav1.Now()}}
-	if err := env.Client.Status().Update(t.Context(), cur); err != nil {
-		t.Fatal(err)
-	}
-	if a, err = NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np"); err != nil {
-		t.Fatal(err)
-	}
-	out.Reset()
-	if err := a.WriteText(&out); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "Its launches do not register (NodeRegistrationHealthy=False, RegistrationFailed: NodeClaim x's node did not register within 15m0s): it is tried after every other NodePool") {
-		t.Errorf("explain nodepool of an unhealthy pool printed:\n%s", out.String())
-	}
-	if strings.Contains(out.String(), "Rollout:") {
-		t.Errorf("a pool without a rollout condition printed one:\n%s", out.String())
+	if strings.Contains(text, "Rollout:") {
+		t.Errorf("a pool without a rollout condition printed one:\n%s", text)
 	}
 	// A rollout in progress, as the pool's condition says.
-	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(np), cur); err != nil {
-		t.Fatal(err)
-	}
-	cur.Status.Conditions = append(cur.Status.Conditions, metav1.Condition{Type: nodepools.ConditionTypeRolledOut, Status: metav1.ConditionFalse,
-		Reason: "RollingOut", Message: "1 of 2 node(s) drifted and waiting, 1 being replaced, 0 up to date", LastTransitionTime: metav1.Now()})
-	if err := env.Client.Status().Update(t.Context(), cur); err != nil {
-		t.Fatal(err)
-	}
-	if a, err = NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np"); err != nil {
-		t.Fatal(err)
-	}
-	out.Reset()
-	if err := a.WriteText(&out); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "Rollout: RollingOut: 1 of 2 node(s) drifted and waiting, 1 being replaced, 0 up to date.") {
-		t.Errorf("explain nodepool during a rollout printed:\n%s", out.String())
+	text = explainWith(metav1.Condition{Type: nodepools.ConditionTypeRolledOut, Status: metav1.ConditionFalse,
+		Reason: "RollingOut", Message: "1 of 2 node(s) drifted and waiting, 1 being replaced, 0 up to date"})
+	if !strings.Contains(text, "Rollout: RollingOut: 1 of 2 node(s) drifted and waiting, 1 being replaced, 0 up to date.") {
+		t.Errorf("explain nodepool during a rollout printed:\n%s", text)
 	}
 }

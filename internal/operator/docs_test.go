@@ -2,28 +2,12 @@ package operator
 
 import (
 	"flag"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
-	"capstan.dev/capstan/internal/testenv"
+	"capstan.dev/capstan/test/docs"
 )
-
-// readDoc returns a file of the repository's docs/.
-func readDoc(t *testing.T, name string) string {
-	t.Helper()
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "docs", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // flagName and envName are a flag and a variable as docs/settings.md's tables spell them.
 var (
@@ -62,7 +46,7 @@ func TestSettingsAreDocumented(t *testing.T) {
 	var o Options
 	var r raw
 	fs, envs := define(&o, &r)
-	doc := readDoc(t, "settings.md")
+	doc := docs.RepoFile(t, "docs", "settings.md")
 	documented := documentedFlags(doc)
 	if len(documented) < 20 {
 		t.Fatalf("%d flags found in docs/settings.md; the pattern finds none", len(documented))
@@ -90,7 +74,7 @@ func TestSettingsAreDocumented(t *testing.T) {
 
 // Every feature gate the binary knows (Karpenter's and Capstan's) is in docs/features.md's table.
 func TestFeatureGatesAreDocumented(t *testing.T) {
-	doc := readDoc(t, "features.md")
+	doc := docs.RepoFile(t, "docs", "features.md")
 	for _, g := range featureGates {
 		name := g.name
 		if !strings.Contains(doc, "| `"+name+"`") && !strings.Contains(doc, "`"+name+"`, `") && !strings.Contains(doc, ", `"+name+"` |") {

@@ -210,7 +210,7 @@ func (s *solver) place(it podItem) podMiss {
 		// node that refused it only because it is a moved pod (RefusesMoved) may take the next
 		// pod of the variant, which may not be one.
 		moved := s.in.Moved[it.pod.UID]
-		refused := -1
+		refused, placed := -1, false
 		i := start
 		for ; i < len(s.targets) && !s.targets[i].isClaim(); i++ {
 			if moved && s.targets[i].existing.RefusesMoved {
@@ -219,14 +219,8 @@ func (s *solver) place(it podItem) podMiss {
 				}
 				continue
 			}
-			if s.tryExisting(v, s.targets[i], it.pod) {
-				if mono {
-					v.existingFrom = i
-					if refused >= 0 {
-						v.existingFrom = refused
-					}
-				}
-				return podMiss{}
+			if placed = s.tryExisting(v, s.targets[i], it.pod); placed {
+				break
 			}
 		}
 		if mono {
@@ -234,6 +228,9 @@ func (s *solver) place(it podItem) podMiss {
 			if refused >= 0 {
 				v.existingFrom = refused
 			}
+		}
+		if placed {
+			return podMiss{}
 		}
 		if s.tryOpenClaims(v, it.pod) {
 			return podMiss{}

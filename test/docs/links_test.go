@@ -1,6 +1,3 @@
-// Package docs tests the documentation against the repository: every relative link and anchor in
-// the README and docs/ resolves. (The settings, feature gates and metrics the docs name are checked
-// against the code in internal/operator and internal/metrics.)
 package docs
 
 import (

@@ -1,8 +1,6 @@
 package docs
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -10,28 +8,10 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-
-	"capstan.dev/capstan/internal/testenv"
 )
 
-var (
-	// valuesKey is a chart values key as docs/install.md spells it: `settings.{a,b}c`, `x.*`.
-	valuesKey = regexp.MustCompile("`([a-z][A-Za-z0-9]*(?:[.{][A-Za-z0-9.,{}*]*)?)`")
-	brace     = regexp.MustCompile(`\{([A-Za-z0-9_,]+)\}`)
-)
-
-// expand spells out a key's {a,b} alternatives.
-func expand(name string) []string {
-	m := brace.FindStringSubmatchIndex(name)
-	if m == nil {
-		return []string{name}
-	}
-	var out []string
-	for _, alt := range strings.Split(name[m[2]:m[3]], ",") {
-		out = append(out, expand(name[:m[0]]+alt+name[m[1]:])...)
-	}
-	return out
-}
+// valuesKey is a chart values key as docs/install.md spells it: `settings.{a,b}c`, `x.*`.
+var valuesKey = regexp.MustCompile("`([a-z][A-Za-z0-9]*(?:[.{][A-Za-z0-9.,{}*]*)?)`")
 
 // keyPaths are the dotted paths of a values document's keys, down to the first value that is
 // not a map.
@@ -54,26 +34,14 @@ func keyPaths(prefix string, v any, out *[]string) {
 // table, or Capstan's own keys after it) — the key itself or a key above it — and every key the
 // section names is in values.yaml: a values key renamed or added without its doc fails here.
 func TestChartValuesAreDocumented(t *testing.T) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "charts", "capstan", "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var values map[string]any
-	if err := yaml.Unmarshal(b, &values); err != nil {
+	if err := yaml.Unmarshal([]byte(RepoFile(t, "charts", "capstan", "values.yaml")), &values); err != nil {
 		t.Fatal(err)
 	}
 	var paths []string
 	keyPaths("", values, &paths)
 	sort.Strings(paths)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := string(doc)
+	section := RepoFile(t, "docs", "install.md")
 	start := strings.Index(section, "## Karpenter's values")
 	if start < 0 {
 		t.Fatal(`docs/install.md has no "## Karpenter's values" section`)
@@ -98,7 +66,7 @@ func TestChartValuesAreDocumented(t *testing.T) {
 			if strings.ToUpper(m[1]) == m[1] {
 				continue
 			}
-			for _, k := range expand(m[1]) {
+			for _, k := range Expand(m[1]) {
 				documented[strings.TrimSuffix(k, ".*")] = true
 			}
 		}

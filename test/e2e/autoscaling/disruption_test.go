@@ -20,8 +20,8 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/controllers/nodepool/status"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/nodepools"
 )
 
 // spreadOneNodeEach makes each of the deployment's pods take a node of its own.
@@ -318,8 +318,8 @@ func TestDriftReplacesEveryNodeWithinBudget(t *testing.T) {
 	if err := s.Client.Get(t.Context(), client.ObjectKey{Name: "e2e-drift"}, np); err != nil {
 		t.Fatal(err)
 	}
-	if c := meta.FindStatusCondition(np.Status.Conditions, status.ConditionTypeRolledOut); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("before the change: condition %s %+v, want True", status.ConditionTypeRolledOut, c)
+	if c := meta.FindStatusCondition(np.Status.Conditions, nodepools.ConditionTypeRolledOut); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("before the change: condition %s %+v, want True", nodepools.ConditionTypeRolledOut, c)
 	}
 	rollout := watchRollout(t, "e2e-drift")
 	orig := np.DeepCopy()
@@ -347,13 +347,13 @@ func TestDriftReplacesEveryNodeWithinBudget(t *testing.T) {
 		if err := s.Client.Get(ctx, client.ObjectKey{Name: "e2e-drift"}, got); err != nil {
 			return false, err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, status.ConditionTypeRolledOut)
+		c := meta.FindStatusCondition(got.Status.Conditions, nodepools.ConditionTypeRolledOut)
 		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == got.Generation, nil
 	})
 	if seen := rollout(); !slices.ContainsFunc(seen, func(c metav1.Condition) bool {
 		return c.Status == metav1.ConditionFalse && c.Reason == "RollingOut" && strings.Contains(c.Message, "of 3 node(s) drifted")
 	}) {
-		t.Errorf("the pool's %s conditions over the rollout %+v: never False/RollingOut with the counts", status.ConditionTypeRolledOut, seen)
+		t.Errorf("the pool's %s conditions over the rollout %+v: never False/RollingOut with the counts", nodepools.ConditionTypeRolledOut, seen)
 	}
 }
 
@@ -377,7 +377,7 @@ func watchRollout(t *testing.T, pool string) func() []metav1.Condition {
 		defer close(done)
 		for ev := range w.ResultChan() {
 			if np, ok := ev.Object.(*karpv1.NodePool); ok {
-				if c := meta.FindStatusCondition(np.Status.Conditions, status.ConditionTypeRolledOut); c != nil {
+				if c := meta.FindStatusCondition(np.Status.Conditions, nodepools.ConditionTypeRolledOut); c != nil {
 					mu.Lock()
 					seen = append(seen, *c)
 					mu.Unlock()

@@ -221,9 +221,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	ro := rollout(hash, ncs.Items)
 	if ro.Done() {
-		set(ConditionTypeRolledOut, true, "RolledOut", ro.Message())
+		set(nodepools.ConditionTypeRolledOut, true, "RolledOut", ro.Message())
 	} else {
-		set(ConditionTypeRolledOut, false, "RollingOut", ro.Message())
+		set(nodepools.ConditionTypeRolledOut, false, "RollingOut", ro.Message())
 	}
 	c.Metrics.PoolRollout(np.Name, ro.UpToDate, ro.Drifted, ro.Replacing)
 	reset, err := c.registrationHealth(ctx, np)

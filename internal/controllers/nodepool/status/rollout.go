@@ -7,11 +7,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/disruption"
-	"capstan.dev/capstan/internal/nodepools"
 )
-
-// ConditionTypeRolledOut is a NodePool's rollout status (nodepools.ConditionTypeRolledOut).
-const ConditionTypeRolledOut = nodepools.ConditionTypeRolledOut
 
 // Rollout counts a pool's nodes by where a rollout has them.
 type Rollout struct {

@@ -300,7 +300,7 @@ func TestRolloutStatusFollowsDrift(t *testing.T) {
 		if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "rollout"}, got); err != nil {
 			t.Fatal(err)
 		}
-		return meta.FindStatusCondition(got.Status.Conditions, ConditionTypeRolledOut)
+		return meta.FindStatusCondition(got.Status.Conditions, nodepools.ConditionTypeRolledOut)
 	}
 	claim("rollout-current", nil, false)
 	if cond := condition(); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "RolledOut" {
