@@ -62,7 +62,7 @@ fi
 # and buffers with) make no API call: neither they nor anything they import, directly or through
 # another package, may import client-go or controller-runtime. Reading and writing objects is
 # for the controllers and the *store packages.
-deciding=(./internal/solver/... ./internal/disruption ./internal/requirements ./internal/lp ./internal/nodeclaims
+deciding=(./internal/solver/... ./internal/disruptionplan ./internal/requirements ./internal/lp ./internal/nodeclaims
   ./internal/nodepools ./internal/capacitybuffer ./internal/pods ./internal/volumetopology ./internal/replay)
 for pkg in "${deciding[@]}"; do
   [ -e "${pkg%/...}" ] || continue
@@ -72,6 +72,25 @@ for pkg in "${deciding[@]}"; do
         for (i = 2; i <= NF; i++) if ($i ~ /^(k8s\.io\/client-go|sigs\.k8s\.io\/controller-runtime)(\/|$)/) print $1 " imports " $i}' | sort -u | head -5)
     if [ -n "$via" ]; then
       echo "$p, a deciding package, reaches an API client (it must make no API call):" >&2; echo "$via" >&2; status=1
+    fi
+  done
+done
+# The provider-neutral core (the CloudProvider interface, the deciding packages, the controllers
+# that are not one provider's) imports no provider's API (api/aws/..., api/sim/...), directly or
+# through another package: a provider's labels and kinds reach it through internal/cloudprovider.
+neutral=(./internal/cloudprovider "${deciding[@]}" ./internal/controllers/...)
+for pkg in "${neutral[@]}"; do
+  [ -e "${pkg%/...}" ] || continue
+  for p in $(go list "$pkg"); do
+    case "$p" in
+      # The solver's benchmark workloads draw from the EC2 catalog; the AWS and simulated
+      # clouds' own controllers are theirs.
+      */solver/workload|*/controllers/ec2nodeclass|*/controllers/interruption|*/controllers/simnodeclass) continue ;;
+    esac
+    via=$(go list -deps -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' "$p" |
+      awk '{for (i = 2; i <= NF; i++) if ($i ~ /^capstan\.dev\/capstan\/api\/(aws|sim)\//) print $1 " imports " $i}' | sort -u | head -5)
+    if [ -n "$via" ]; then
+      echo "$p, a provider-neutral package, reaches a provider's API:" >&2; echo "$via" >&2; status=1
     fi
   done
 done

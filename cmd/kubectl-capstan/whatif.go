@@ -21,7 +21,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/record"
 	"capstan.dev/capstan/internal/report"
 	"capstan.dev/capstan/internal/trace"
@@ -119,7 +119,7 @@ to the cluster.`,
 				return err
 			}
 			a, err := whatif.Simulate(cmd.Context(), c, cloud, ch, whatif.Options{Now: o.now(), NodeCost: o.nodeCost,
-				Decision: disruption.Options{}})
+				Decision: disruptionplan.Options{}})
 			if err != nil {
 				return err
 			}

@@ -4,7 +4,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -31,12 +30,23 @@ type Offering struct {
 	ReservationCapacity int
 }
 
-// ReservationIDLabelKey is the label (and NodeClaim requirement) naming the capacity reservation
-// a machine launches into, and ReservationTypeLabelKey its kind: Karpenter's AWS labels, used by
-// the simulated cloud too (its catalog is EC2's).
+// The capacity reservation labels, Karpenter's AWS labels (karpenter.k8s.aws/…), used by the
+// simulated cloud too (its catalog is EC2's). They are stated here rather than taken from
+// api/aws/v1 so that the provider-neutral core does not depend on one provider's API; the AWS
+// provider's tests hold them equal to that API's constants.
 const (
-	ReservationIDLabelKey   = awsv1.LabelCapacityReservationID
-	ReservationTypeLabelKey = awsv1.LabelCapacityReservationType
+	// ReservationIDLabelKey is the label (and NodeClaim requirement) naming the capacity
+	// reservation a machine launches into.
+	ReservationIDLabelKey = "karpenter.k8s.aws/capacity-reservation-id"
+	// ReservationTypeLabelKey is the reservation's kind: ReservationTypeDefault or
+	// ReservationTypeCapacityBlock.
+	ReservationTypeLabelKey = "karpenter.k8s.aws/capacity-reservation-type"
+	// ReservationInterruptibleLabelKey marks a machine in a reservation its owner may reclaim.
+	ReservationInterruptibleLabelKey = "karpenter.k8s.aws/capacity-reservation-interruptible"
+	// ReservationTypeDefault is an open-ended reservation's kind.
+	ReservationTypeDefault = "default"
+	// ReservationTypeCapacityBlock is a capacity block's kind: it ends at a set time.
+	ReservationTypeCapacityBlock = "capacity-block"
 )
 
 // ReservedPrice is what a reserved offering costs per hour when plans are compared: the machine

@@ -14,8 +14,9 @@ import (
 var nameFunc = regexp.MustCompile(`func \([a-z]+ \*[A-Za-z]+\) Name\(\) string \{ return "([a-z.]+)" \}`)
 
 // karpenterNames are the controllers named as Karpenter names them, whose names users' log
-// queries and dashboards know: the provisioner (package provisioning).
-var karpenterNames = map[string]string{"provisioning": "provisioner"}
+// queries and dashboards know: the provisioner (package provisioning) and the NodeClaim
+// disruption marker (package nodeclaim/disruptionconditions).
+var karpenterNames = map[string]string{"provisioning": "provisioner", "nodeclaim/disruptionconditions": "nodeclaim.disruption"}
 
 // Every controller's name (its log key and metrics label) is its package path under
 // internal/controllers, dots for slashes (a second controller of a package adds its own part),

@@ -12,7 +12,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
 )
@@ -63,7 +63,7 @@ type Blocker struct {
 }
 
 // NodeClaim reads the cluster as the disruption controller does (snapshot.Read) and runs one
-// round of the decision core (disruption.Decide, default options) to say what it would do with
+// round of the decision core (disruptionplan.Decide, default options) to say what it would do with
 // the claim now. A fresh read has no memory of scale-downs seen earlier or of the churn guard's
 // evictions: only owners with more replicas than they want count as shrinking.
 func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, now time.Time, name string) (*NodeClaimAnswer, error) {
@@ -81,7 +81,7 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	if err != nil {
 		return nil, err
 	}
-	var node *disruption.Node
+	var node *disruptionplan.Node
 	for _, n := range snap.Nodes {
 		if n.NodeClaim.Name == name {
 			node = n
@@ -95,7 +95,7 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	if a.Disrupted {
 		return a, nil
 	}
-	d := disruption.Decide(snap, disruption.Options{})
+	d := disruptionplan.Decide(snap, disruptionplan.Options{})
 	a.Settling = d.Settling
 	if cmd := d.Command; cmd != nil {
 		for _, cand := range cmd.Candidates {

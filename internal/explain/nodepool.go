@@ -18,7 +18,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
@@ -93,7 +93,7 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	if err != nil {
 		return nil, err
 	}
-	var pool *disruption.Pool
+	var pool *disruptionplan.Pool
 	for i := range snap.NodePools {
 		if snap.NodePools[i].NodePool.Name == name {
 			pool = &snap.NodePools[i]
@@ -124,7 +124,7 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 			continue
 		}
 		a.Nodes++
-		if p, ok := disruption.NodePrice(n, pool); ok {
+		if p, ok := disruptionplan.NodePrice(n, pool); ok {
 			a.Price += p
 		}
 	}
@@ -132,7 +132,7 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		left, lim := pool.Solver.Remaining[r], np.Spec.Limits[r]
 		a.Limits = append(a.Limits, LimitUse{Resource: string(r), Limit: lim.String(), Left: left.String()})
 	}
-	d := disruption.Decide(snap, disruption.Options{})
+	d := disruptionplan.Decide(snap, disruptionplan.Options{})
 	for _, reason := range []karpv1.DisruptionReason{karpv1.DisruptionReasonEmpty, karpv1.DisruptionReasonDrifted, karpv1.DisruptionReasonUnderutilized} {
 		al, ok := d.Allowances[name][reason]
 		if !ok {

@@ -34,8 +34,8 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	capacitybufferctl "capstan.dev/capstan/internal/controllers/capacitybuffer"
-	disruptionctl "capstan.dev/capstan/internal/controllers/disruption"
-	"capstan.dev/capstan/internal/controllers/nodeclaim/disruption"
+	"capstan.dev/capstan/internal/controllers/disruption"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/disruptionconditions"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/expiration"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/garbagecollection"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/lifecycle"
@@ -50,7 +50,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/provisioning"
 	"capstan.dev/capstan/internal/controllers/simnodeclass"
 	"capstan.dev/capstan/internal/defaultspread"
-	disruptioncore "capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
@@ -112,7 +112,7 @@ type Operator struct {
 	Cloud       cloudprovider.CloudProvider
 	Provisioner *provisioning.Provisioner
 	// Disruption is the voluntary disruption controller.
-	Disruption *disruptionctl.Controller
+	Disruption *disruption.Controller
 	// SimCloud is the simulated cloud when CloudProvider is sim.
 	SimCloud *sim.Cloud
 }
@@ -362,7 +362,7 @@ func (b *builder) claimControllers() error {
 		&termination.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches},
 		&expiration.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
 		&status.Controller{Client: c, Cloud: cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates.StaticCapacity, Health: b.health},
-		&disruption.Controller{Client: c, Cloud: cloud, Clock: clk},
+		&disruptionconditions.Controller{Client: c, Cloud: cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
 		&startup.Controller{Client: c, Clock: clk, Metrics: m},
 	} {
@@ -383,13 +383,13 @@ func (b *builder) claimControllers() error {
 // reservations' controller and garbage collection.
 func (b *builder) disruption() error {
 	mgr, o, c, clk, m, cloud := b.op.Manager, b.o, b.c, b.clk, b.m, b.op.Cloud
-	dis := &disruptionctl.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: cloud, Clock: clk,
-		Recorder: recorder(mgr), Metrics: m, Options: disruptionctl.Options{
+	dis := &disruption.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: cloud, Clock: clk,
+		Recorder: recorder(mgr), Metrics: m, Options: disruption.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
 			DefaultSpread:   b.spread,
 			Buffers:         b.buffers,
-			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruptionctl.MemoryConfigMapName},
+			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruption.MemoryConfigMapName},
 			Decision:        o.decisionOptions(),
 		}}
 	if o.DisruptionValidationPeriod == 0 {
@@ -417,8 +417,8 @@ func (o Options) solverOptions() solver.Options {
 }
 
 // decisionOptions are the disruption decision core's options the settings and gates give.
-func (o Options) decisionOptions() disruptioncore.Options {
-	return disruptioncore.Options{
+func (o Options) decisionOptions() disruptionplan.Options {
+	return disruptionplan.Options{
 		SpotToSpotConsolidation: o.FeatureGates.SpotToSpotConsolidation, MultiNodeTimeout: o.MultiNodeConsolidationTimeout,
 		NodeRepair:          o.FeatureGates.NodeRepair,
 		RepairPolicies:      RepairPolicies(o.CloudProvider),
@@ -468,13 +468,13 @@ func churnMemory(d time.Duration) time.Duration {
 // RepairPolicies are the node conditions node repair acts on with the cloud provider: the
 // kubelet's Ready everywhere, on AWS the EKS node monitoring agent's conditions, and on the
 // simulated cloud its injected fault (SimulatedUnhealthy).
-func RepairPolicies(cloud string) []disruptioncore.RepairPolicy {
-	out := slices.Clone(disruptioncore.DefaultRepairPolicies)
+func RepairPolicies(cloud string) []disruptionplan.RepairPolicy {
+	out := slices.Clone(disruptionplan.DefaultRepairPolicies)
 	switch cloud {
 	case CloudProviderAWS:
-		out = append(out, disruptioncore.NodeMonitoringAgentPolicies...)
+		out = append(out, disruptionplan.NodeMonitoringAgentPolicies...)
 	case CloudProviderSim:
-		out = append(out, disruptioncore.SimulatedFaultPolicies...)
+		out = append(out, disruptionplan.SimulatedFaultPolicies...)
 	}
 	return out
 }

@@ -18,7 +18,7 @@ import (
 
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/defaultspread"
-	disruptioncore "capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodepools"
 )
 
@@ -276,9 +276,9 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	envs["consolidation-planning"] = "CONSOLIDATION_PLANNING"
 	fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
 	envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
-	fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptioncore.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
-	dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptioncore.DefaultReplacementSettle, "for this long after a replacement a disruption launched is initialised, it is not consolidated (not even as empty): the pods it was bought for may still be on their way; 0 turns that off")
-	dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptioncore.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
+	fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptionplan.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
+	dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptionplan.DefaultReplacementSettle, "for this long after a replacement a disruption launched is initialised, it is not consolidated (not even as empty): the pods it was bought for may still be on their way; 0 turns that off")
+	dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptionplan.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
 	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
 	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
 	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"capstan.dev/capstan/internal/cloudprovider/sim"
-	disruptioncore "capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -308,10 +308,10 @@ func TestUnderutilizedConsolidationK(t *testing.T) {
 // cloud on its injected fault.
 func TestRepairPoliciesPerCloud(t *testing.T) {
 	has := func(cloud string, typ corev1.NodeConditionType) bool {
-		return slices.ContainsFunc(RepairPolicies(cloud), func(p disruptioncore.RepairPolicy) bool { return p.ConditionType == typ })
+		return slices.ContainsFunc(RepairPolicies(cloud), func(p disruptionplan.RepairPolicy) bool { return p.ConditionType == typ })
 	}
 	if !has(CloudProviderSim, corev1.NodeReady) || has(CloudProviderSim, "KernelReady") || !has(CloudProviderAWS, "KernelReady") || !has(CloudProviderAWS, corev1.NodeReady) ||
-		!has(CloudProviderSim, disruptioncore.SimulatedUnhealthyCondition) || has(CloudProviderAWS, disruptioncore.SimulatedUnhealthyCondition) {
+		!has(CloudProviderSim, disruptionplan.SimulatedUnhealthyCondition) || has(CloudProviderAWS, disruptionplan.SimulatedUnhealthyCondition) {
 		t.Fatalf("sim %v, aws %v", RepairPolicies(CloudProviderSim), RepairPolicies(CloudProviderAWS))
 	}
 }

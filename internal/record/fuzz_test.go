@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/record"
 	"capstan.dev/capstan/internal/scheme"
 	"capstan.dev/capstan/internal/snapshot"
@@ -44,7 +44,7 @@ func FuzzRead(f *testing.F) {
 		for _, nc := range r.NodeClaims {
 			recorded[nc.Name] = true
 		}
-		d := disruption.Decide(snap, disruption.Options{})
+		d := disruptionplan.Decide(snap, disruptionplan.Options{})
 		if d.Command != nil {
 			for _, c := range d.Command.Candidates {
 				if !recorded[c.NodeClaim.Name] {

@@ -11,7 +11,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
@@ -44,8 +44,8 @@ func fragmentedT(b testing.TB, policy karpv1.ConsolidationPolicy, pods int) *rep
 	// needs no search, the round measured is the consolidation after it.
 	c.Run(nil, time.Minute)
 	for {
-		dec := disruption.Decide(c.Snapshot(), disruption.Options{})
-		if dec.Command == nil || dec.Command.Method != disruption.MethodEmptiness {
+		dec := disruptionplan.Decide(c.Snapshot(), disruptionplan.Options{})
+		if dec.Command == nil || dec.Command.Method != disruptionplan.MethodEmptiness {
 			break
 		}
 		c.Apply(dec.Command)
@@ -78,7 +78,7 @@ type node struct {
 }
 
 // evictable describes the cluster's machines, as snap has them, for floorAtEvictions.
-func evictable(c *replay.Cluster, snap *disruption.Snapshot, catalog []*cloudprovider.InstanceType) fleet {
+func evictable(c *replay.Cluster, snap *disruptionplan.Snapshot, catalog []*cloudprovider.InstanceType) fleet {
 	var f fleet
 	price := map[string]float64{}
 	for _, m := range c.Machines() {
@@ -283,9 +283,9 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				catalog := poolCatalog(b, onDemandPool(policy))
 				snap := c.Snapshot()
 				machines := evictable(c, snap, catalog)
-				var dec *disruption.Decision
+				var dec *disruptionplan.Decision
 				for b.Loop() {
-					dec = disruption.Decide(snap, disruption.Options{})
+					dec = disruptionplan.Decide(snap, disruptionplan.Options{})
 				}
 				b.StopTimer()
 				before, nodes := c.Price(), c.Nodes()
@@ -309,10 +309,10 @@ func BenchmarkConsolidationRound(b *testing.B) {
 				// (default) and without it. The yardstick is a fresh plan of the same pods by the
 				// solver; the LP bound is loose for this mix (2-CPU pods cannot use the cheapest
 				// 2-vCPU types the relaxation buys fractions of), FitLPBound is not.
-				settle := func(c *replay.Cluster, machines fleet, opts disruption.Options, label string) {
+				settle := func(c *replay.Cluster, machines fleet, opts disruptionplan.Options, label string) {
 					rounds, start := 1, time.Now()
 					for ; rounds < 500; rounds++ {
-						d := disruption.Decide(c.Snapshot(), opts)
+						d := disruptionplan.Decide(c.Snapshot(), opts)
 						if d.Command == nil && d.Settling == "" {
 							break
 						}
@@ -333,9 +333,9 @@ func BenchmarkConsolidationRound(b *testing.B) {
 					b.ReportMetric(c.Price()/workload.FitLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods()), label+"/fitLP")
 					b.ReportMetric(c.Price()/workload.ConfigLPBound(poolCatalog(b, onDemandPool(policy)), c.Pods(), 200), label+"/configLP")
 				}
-				settle(c, machines, disruption.Options{}, "settled")
+				settle(c, machines, disruptionplan.Options{}, "settled")
 				c2 := fragmented(b, policy, size.pods)
-				settle(c2, evictable(c2, c2.Snapshot(), catalog), disruption.Options{EvictionMemory: time.Nanosecond}, "settled-noguard")
+				settle(c2, evictable(c2, c2.Snapshot(), catalog), disruptionplan.Options{EvictionMemory: time.Nanosecond}, "settled-noguard")
 				np := onDemandPool(policy)
 				reqs, err := nodepools.Requirements(np)
 				if err != nil {

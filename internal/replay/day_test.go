@@ -8,7 +8,7 @@ import (
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/replay"
 )
 
@@ -70,7 +70,7 @@ func BenchmarkReplayDay(b *testing.B) {
 					np = onDemandPool(karpv1.ConsolidationPolicyWhenEmpty)
 				}
 				c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(b), Step: time.Minute, DisableDisruption: policy == "none",
-					Disruption: disruption.Options{DisablePlanning: rn.noPlanning}, PodDeletionCost: rn.deletionCost})
+					Disruption: disruptionplan.Options{DisablePlanning: rn.noPlanning}, PodDeletionCost: rn.deletionCost})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -85,8 +85,8 @@ func BenchmarkReplayDay(b *testing.B) {
 			b.ReportMetric(float64(r.Reevictions), "evictions-twice")
 			b.ReportMetric(r.PendingPodSeconds, "pod-s-pending")
 			b.ReportMetric(float64(commands), "commands")
-			b.ReportMetric(float64(r.Commands[disruption.MethodEmptiness]), "empty")
-			b.ReportMetric(float64(r.Commands[disruption.MethodMultiNode]+r.Commands[disruption.MethodSingleNode]), "consolidations")
+			b.ReportMetric(float64(r.Commands[disruptionplan.MethodEmptiness]), "empty")
+			b.ReportMetric(float64(r.Commands[disruptionplan.MethodMultiNode]+r.Commands[disruptionplan.MethodSingleNode]), "consolidations")
 			b.ReportMetric(float64(r.Launched), "launched")
 			b.ReportMetric(float64(r.PeakNodes), "peak-nodes")
 		})
@@ -106,8 +106,8 @@ func BenchmarkReplayDays(b *testing.B) {
 		calm   time.Duration
 	}{
 		{"WhenEmptyOrUnderutilized/k=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, -1, 0},
-		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruption.DefaultUnderutilizedK, 0},
-		{"WhenEmptyOrUnderutilized/k=3/calm=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruption.DefaultUnderutilizedK, -1},
+		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, 0},
+		{"WhenEmptyOrUnderutilized/k=3/calm=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, -1},
 		{"Balanced", karpv1.ConsolidationPolicyBalanced, 0, 0},
 	} {
 		b.Run(rn.name, func(b *testing.B) {
@@ -117,7 +117,7 @@ func BenchmarkReplayDays(b *testing.B) {
 				cost, evictions, twice = 0, 0, 0
 				for _, seed := range []uint64{1, 2, 3, 7, 42} {
 					c, err := replay.New(replay.Config{NodePool: onDemandPool(rn.policy), InstanceTypes: simCatalog(b), Step: time.Minute,
-						Disruption: disruption.Options{UnderutilizedK: rn.k, CalmAfterScaleDown: rn.calm}, PodDeletionCost: true})
+						Disruption: disruptionplan.Options{UnderutilizedK: rn.k, CalmAfterScaleDown: rn.calm}, PodDeletionCost: true})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
 )
@@ -32,7 +32,7 @@ func TestCalmRulesHalveTheMovesOfScaleDowns(t *testing.T) {
 		{cases[2], karpv1.ConsolidationPolicyBalanced},
 	} {
 		t.Run(tc.sc.name+"/"+string(tc.policy), func(t *testing.T) {
-			_, offEnd, off := runScaleDown(t, tc.sc, tc.policy, replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1, CalmAfterScaleDown: -1}})
+			_, offEnd, off := runScaleDown(t, tc.sc, tc.policy, replay.Config{Disruption: disruptionplan.Options{DisableScaleDownWait: true, UnderutilizedK: -1, CalmAfterScaleDown: -1}})
 			_, onEnd, on := runScaleDown(t, tc.sc, tc.policy, replay.Config{PodDeletionCost: true})
 			t.Logf("rules off: %.3f $/h, %d evictions; on: %.3f $/h, %d evictions", offEnd, off.Evictions, onEnd, on.Evictions)
 			if 2*on.Evictions > off.Evictions || off.Evictions == 0 {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/pods"
 )
 
@@ -35,14 +35,14 @@ func (c *Cluster) disrupt() {
 		if c.now.Sub(c.decidedAt) < c.cfg.ValidationPeriod {
 			return
 		}
-		cmd, _ := disruption.Validate(snap, c.cfg.Disruption, c.decided)
+		cmd, _ := disruptionplan.Validate(snap, c.cfg.Disruption, c.decided)
 		c.decided = nil
 		if cmd != nil {
 			c.execute(cmd)
 		}
 		return
 	}
-	dec := disruption.Decide(snap, c.cfg.Disruption)
+	dec := disruptionplan.Decide(snap, c.cfg.Disruption)
 	if !dec.KeepPlanned {
 		planned := map[string]bool{}
 		for _, n := range dec.Planned {
@@ -58,8 +58,8 @@ func (c *Cluster) disrupt() {
 }
 
 // Snapshot is the cluster as the decision core sees it now.
-func (c *Cluster) Snapshot() *disruption.Snapshot {
-	snap := &disruption.Snapshot{Now: c.now, NodePools: c.pools, Pending: slices.Clone(c.pending),
+func (c *Cluster) Snapshot() *disruptionplan.Snapshot {
+	snap := &disruptionplan.Snapshot{Now: c.now, NodePools: c.pools, Pending: slices.Clone(c.pending),
 		Evictions: c.evictions, ScaleDowns: c.scaleDowns, OtherNodes: c.fixed.OtherNodes, PDBs: c.fixed.PDBs,
 		DaemonSetPods: c.fixed.DaemonSetPods, NamespaceLabels: c.fixed.NamespaceLabels, WellKnownLabels: c.fixed.WellKnownLabels}
 	for _, m := range c.machines {
@@ -73,7 +73,7 @@ func (c *Cluster) Snapshot() *disruption.Snapshot {
 			nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
 				Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(c.now)})
 		}
-		n := &disruption.Node{NodeClaim: nc, Node: m.node.Node, Pods: m.node.Pods}
+		n := &disruptionplan.Node{NodeClaim: nc, Node: m.node.Node, Pods: m.node.Pods}
 		if m.node.Node == nil {
 			n.Pods = m.nominated
 		}
@@ -93,7 +93,7 @@ func (c *Cluster) machine(name string) *machine {
 
 // execute taints the candidates and launches the replacements; without replacements the
 // candidates go at once.
-func (c *Cluster) execute(cmd *disruption.Command) {
+func (c *Cluster) execute(cmd *disruptionplan.Command) {
 	e := &execution{cmd: cmd}
 	for _, cand := range cmd.Candidates {
 		m := c.machine(cand.NodeClaim.Name)
@@ -133,7 +133,7 @@ func (c *Cluster) finish(e *execution) {
 			}
 			owner := metav1.GetControllerOf(p)
 			if e.cmd.Reason == karpv1.DisruptionReasonUnderutilized && owner != nil {
-				c.evictions = append(c.evictions, disruption.Eviction{Namespace: p.Namespace, Name: p.Name, Owner: owner.UID, At: c.now})
+				c.evictions = append(c.evictions, disruptionplan.Eviction{Namespace: p.Namespace, Name: p.Name, Owner: owner.UID, At: c.now})
 			}
 			if fresh := c.recreate(p); fresh != nil {
 				c.moved[fresh] = true
@@ -143,7 +143,7 @@ func (c *Cluster) finish(e *execution) {
 	}
 	// Forget evictions the churn guard no longer needs.
 	memory := c.cfg.Disruption.ChurnMemory()
-	c.evictions = slices.DeleteFunc(c.evictions, func(ev disruption.Eviction) bool { return c.now.Sub(ev.At) >= memory })
+	c.evictions = slices.DeleteFunc(c.evictions, func(ev disruptionplan.Eviction) bool { return c.now.Sub(ev.At) >= memory })
 	// The evicted pods' replacements are scheduled at once, as the kube-scheduler would.
 	c.schedule()
 	c.bringUp()

@@ -5,14 +5,14 @@ import (
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/replay"
 )
 
 // scaleDown is the side-by-side workload with Karpenter: 1,000 pods of 250m/256Mi on large
 // machines (more than 15 vCPU), scaled to 300 after ten minutes; then 20 minutes of
 // consolidation under a 10% budget (one node at a time here).
-func scaleDown(t *testing.T, opts disruption.Options) (before, after float64, r replay.Report) {
+func scaleDown(t *testing.T, opts disruptionplan.Options) (before, after float64, r replay.Report) {
 	return scaleDownWith(t, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, replay.Config{Disruption: opts})
 }
 
@@ -46,8 +46,8 @@ func scaleDownWith(t *testing.T, policy karpv1.ConsolidationPolicy, cfg replay.C
 // pod moves. Planning marks that node (and the nodes budgets hold back) so that pods go to the
 // nodes that stay.
 func TestPlanningMovesFewerPodsAndEndsCheaper(t *testing.T) {
-	base, baseAfter, without := scaleDown(t, disruption.Options{DisablePlanning: true, DisableScaleDownWait: true, UnderutilizedK: -1})
-	_, after, with := scaleDown(t, disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1})
+	base, baseAfter, without := scaleDown(t, disruptionplan.Options{DisablePlanning: true, DisableScaleDownWait: true, UnderutilizedK: -1})
+	_, after, with := scaleDown(t, disruptionplan.Options{DisableScaleDownWait: true, UnderutilizedK: -1})
 	t.Logf("from %.3f $/h: without planning %.3f $/h, %d evictions; with planning %.3f $/h, %d evictions",
 		base, baseAfter, without.Evictions, after, with.Evictions)
 	if with.Evictions >= without.Evictions {
@@ -67,8 +67,8 @@ func TestPlanningMovesFewerPodsAndEndsCheaper(t *testing.T) {
 // Without the churn guard nothing stops a pod from moving twice; planning is what keeps the
 // moves down (the calm rules, which would refuse some of these moves, are off).
 func TestPlanningWithoutTheChurnGuard(t *testing.T) {
-	_, _, without := scaleDown(t, disruption.Options{DisablePlanning: true, EvictionMemory: time.Nanosecond, DisableScaleDownWait: true, UnderutilizedK: -1})
-	_, _, with := scaleDown(t, disruption.Options{EvictionMemory: time.Nanosecond, DisableScaleDownWait: true, UnderutilizedK: -1})
+	_, _, without := scaleDown(t, disruptionplan.Options{DisablePlanning: true, EvictionMemory: time.Nanosecond, DisableScaleDownWait: true, UnderutilizedK: -1})
+	_, _, with := scaleDown(t, disruptionplan.Options{EvictionMemory: time.Nanosecond, DisableScaleDownWait: true, UnderutilizedK: -1})
 	t.Logf("without planning %d evictions (%d twice); with planning %d (%d twice)", without.Evictions, without.Reevictions, with.Evictions, with.Reevictions)
 	if with.Reevictions >= without.Reevictions || with.Evictions >= without.Evictions {
 		t.Errorf("planning: %d evictions, %d moved twice; without: %d, %d", with.Evictions, with.Reevictions, without.Evictions, without.Reevictions)

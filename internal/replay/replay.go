@@ -18,7 +18,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/pods"
@@ -47,9 +47,9 @@ type Config struct {
 	// ValidationPeriod is the wait before a decision is re-checked and carried out (default 15s).
 	ValidationPeriod time.Duration
 	// Disruption are the decision core's options; DisableDisruption turns rounds off.
-	Disruption        disruption.Options
+	Disruption        disruptionplan.Options
 	DisableDisruption bool
-	// PodDeletionCost writes the decision core's deletion costs (disruption.DeletionCosts) on the
+	// PodDeletionCost writes the decision core's deletion costs (disruptionplan.DeletionCosts) on the
 	// pods, as the PodDeletionCostManagement gate does, at most every DeletionCostPeriod (default
 	// 30s); the ReplicaSets' scale-ins read them.
 	PodDeletionCost    bool
@@ -70,7 +70,7 @@ type Report struct {
 	// PendingPodSeconds sums, over steps, pending pods times the step.
 	PendingPodSeconds float64
 	// Commands counts the commands carried out, per method.
-	Commands map[disruption.Method]int
+	Commands map[disruptionplan.Method]int
 	// Launched counts machines launched; PeakNodes is the most at once.
 	Launched, PeakNodes int
 	// Lost counts evicted pods no controller recreates (a snapshot's bare pods); Interrupted the
@@ -80,7 +80,7 @@ type Report struct {
 
 // machine is a node in the replay.
 type machine struct {
-	node    *disruption.Node
+	node    *disruptionplan.Node
 	price   float64
 	readyAt time.Time
 	// lastPodEvent is when a pod last arrived or left.
@@ -89,17 +89,17 @@ type machine struct {
 	nominated []*corev1.Pod
 	leaving   bool
 	// planned is set while the last decision planned the machine for a later round
-	// (disruption.Decision.Planned): the scheduler prefers other machines.
+	// (disruptionplan.Decision.Planned): the scheduler prefers other machines.
 	planned bool
 }
 
 // Cluster is the replayed cluster's state.
 type Cluster struct {
 	cfg   Config
-	pools []disruption.Pool
+	pools []disruptionplan.Pool
 	// fixed is what a snapshot brings that the replay does not change: nodes no pool manages,
 	// PodDisruptionBudgets, DaemonSet pods, namespaces' labels, well-known labels.
-	fixed    disruption.Snapshot
+	fixed    disruptionplan.Snapshot
 	now      time.Time
 	machines []*machine
 	pending  []*corev1.Pod
@@ -108,22 +108,22 @@ type Cluster struct {
 	seq      int
 	report   Report
 	// inflight is the command being carried out and when it was decided.
-	decided   *disruption.Command
+	decided   *disruptionplan.Command
 	decidedAt time.Time
 	executing *execution
-	evictions []disruption.Eviction
+	evictions []disruptionplan.Eviction
 	// moved are the pods created to replace evicted pods.
 	moved map[*corev1.Pod]bool
 	// ranked is when deletion costs were last written.
 	ranked time.Time
 	// scaleDowns are the deployments' last scale-downs.
-	scaleDowns []disruption.ScaleDown
+	scaleDowns []disruptionplan.ScaleDown
 	// unschedulable are the solver's answers for the pods it could place nowhere in the last solve.
 	unschedulable []solver.PodError
 }
 
 type execution struct {
-	cmd          *disruption.Command
+	cmd          *disruptionplan.Command
 	replacements []*machine
 }
 
@@ -134,7 +134,7 @@ func New(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the NodePool's requirements: %w", err)
 	}
-	c.pools = []disruption.Pool{{NodePool: cfg.NodePool, Solver: solver.NodePool{Name: cfg.NodePool.Name, Requirements: reqs,
+	c.pools = []disruptionplan.Pool{{NodePool: cfg.NodePool, Solver: solver.NodePool{Name: cfg.NodePool.Name, Requirements: reqs,
 		InstanceTypes: cfg.InstanceTypes, Taints: cfg.NodePool.Spec.Template.Spec.Taints}}}
 	return c, nil
 }
@@ -156,7 +156,7 @@ func newCluster(cfg Config) *Cluster {
 		cfg.Start = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
 	}
 	return &Cluster{cfg: cfg, now: cfg.Start, byDep: map[string][]*corev1.Pod{}, deps: map[string]Deployment{},
-		report: Report{Commands: map[disruption.Method]int{}}, moved: map[*corev1.Pod]bool{}}
+		report: Report{Commands: map[disruptionplan.Method]int{}}, moved: map[*corev1.Pod]bool{}}
 }
 
 // FromSnapshot makes the cluster a decision snapshot shows — its pools, machines (priced at
@@ -165,11 +165,11 @@ func newCluster(cfg Config) *Cluster {
 // Consolidatable has waited out consolidateAfter; the others start waiting now. Machines still
 // launching are ready after the launch delay. Pods evicted later come back pending as copies
 // when a controller owns them (Report.Lost counts the others).
-func FromSnapshot(snap *disruption.Snapshot, cfg Config) (*Cluster, error) {
+func FromSnapshot(snap *disruptionplan.Snapshot, cfg Config) (*Cluster, error) {
 	cfg.Start = snap.Now
 	c := newCluster(cfg)
 	c.pools = snap.NodePools
-	c.fixed = disruption.Snapshot{OtherNodes: snap.OtherNodes, PDBs: snap.PDBs, DaemonSetPods: snap.DaemonSetPods,
+	c.fixed = disruptionplan.Snapshot{OtherNodes: snap.OtherNodes, PDBs: snap.PDBs, DaemonSetPods: snap.DaemonSetPods,
 		NamespaceLabels: snap.NamespaceLabels, WellKnownLabels: snap.WellKnownLabels}
 	c.evictions, c.scaleDowns = slices.Clone(snap.Evictions), slices.Clone(snap.ScaleDowns)
 	for _, n := range snap.Nodes {
@@ -177,8 +177,8 @@ func FromSnapshot(snap *disruption.Snapshot, cfg Config) (*Cluster, error) {
 		if pool == nil {
 			return nil, fmt.Errorf("NodeClaim %s: its NodePool %q is not in the snapshot", n.NodeClaim.Name, n.NodeClaim.Labels[karpv1.NodePoolLabelKey])
 		}
-		price, _ := disruption.NodePrice(n, pool)
-		m := &machine{node: &disruption.Node{NodeClaim: n.NodeClaim.DeepCopy()}, price: price, readyAt: c.now, lastPodEvent: c.now}
+		price, _ := disruptionplan.NodePrice(n, pool)
+		m := &machine{node: &disruptionplan.Node{NodeClaim: n.NodeClaim.DeepCopy()}, price: price, readyAt: c.now, lastPodEvent: c.now}
 		if n.Node != nil {
 			m.node.Node = n.Node.DeepCopy()
 			for _, p := range n.Pods {
@@ -201,7 +201,7 @@ func FromSnapshot(snap *disruption.Snapshot, cfg Config) (*Cluster, error) {
 }
 
 // poolOf is the pool of that name, or nil.
-func (c *Cluster) poolOf(name string) *disruption.Pool {
+func (c *Cluster) poolOf(name string) *disruptionplan.Pool {
 	for i := range c.pools {
 		if c.pools[i].NodePool.Name == name {
 			return &c.pools[i]
@@ -274,7 +274,7 @@ func (c *Cluster) rankDeletionCosts() {
 		return
 	}
 	c.ranked = c.now
-	costs := disruption.DeletionCosts(c.Snapshot(), c.cfg.Disruption)
+	costs := disruptionplan.DeletionCosts(c.Snapshot(), c.cfg.Disruption)
 	for _, m := range c.machines {
 		v, ok := costs[m.node.Name()]
 		for _, p := range m.node.Pods {
@@ -339,14 +339,14 @@ func (c *Cluster) shrank(owner string, uid types.UID) {
 	since := c.now
 	for i, sd := range c.scaleDowns {
 		if sd.Owner == owner {
-			if c.now.Sub(sd.At) < disruption.DefaultScaleDownWait {
+			if c.now.Sub(sd.At) < disruptionplan.DefaultScaleDownWait {
 				since = sd.Since
 			}
 			c.scaleDowns = slices.Delete(c.scaleDowns, i, i+1)
 			break
 		}
 	}
-	c.scaleDowns = append(c.scaleDowns, disruption.ScaleDown{Owner: owner, UID: uid, At: c.now, Since: since})
+	c.scaleDowns = append(c.scaleDowns, disruptionplan.ScaleDown{Owner: owner, UID: uid, At: c.now, Since: since})
 }
 
 // remove deletes a pod wherever it is.
@@ -497,7 +497,7 @@ func (c *Cluster) schedule() {
 }
 
 // launch adds a machine of the plan's cheapest allowed offering, ready after the launch delay.
-func (c *Cluster) launch(nc *solver.PlannedNodeClaim, replacementFor disruption.Method) *machine {
+func (c *Cluster) launch(nc *solver.PlannedNodeClaim, replacementFor disruptionplan.Method) *machine {
 	c.seq++
 	pool := c.poolOf(nc.NodePool)
 	name := fmt.Sprintf("%s-%d", pool.NodePool.Name, c.seq)
@@ -509,14 +509,14 @@ func (c *Cluster) launch(nc *solver.PlannedNodeClaim, replacementFor disruption.
 	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, CreationTimestamp: metav1.NewTime(c.now)},
 		Spec: karpv1.NodeClaimSpec{Taints: pool.NodePool.Spec.Template.Spec.Taints}}
 	if replacementFor != "" {
-		claim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(replacementFor)}
+		claim.Annotations = map[string]string{disruptionplan.ReplacementAnnotationKey: string(replacementFor)}
 	}
 	claim.Status.ProviderID = "replay://" + name
 	claim.Status.NodeName = name
 	claim.Status.Capacity, claim.Status.Allocatable = it.Capacity, it.Allocatable()
 	claim.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched",
 		LastTransitionTime: metav1.NewTime(c.now)}}
-	m := &machine{node: &disruption.Node{NodeClaim: claim}, price: o.Price + pool.Solver.NodeCost, readyAt: c.now.Add(c.cfg.LaunchDelay), lastPodEvent: c.now}
+	m := &machine{node: &disruptionplan.Node{NodeClaim: claim}, price: o.Price + pool.Solver.NodeCost, readyAt: c.now.Add(c.cfg.LaunchDelay), lastPodEvent: c.now}
 	c.machines = append(c.machines, m)
 	c.report.Launched++
 	return m
@@ -574,7 +574,7 @@ func (c *Cluster) Pods() []*corev1.Pod {
 
 // Apply carries out a command at once (replacements ready immediately), for benchmarks that
 // measure one round's effect.
-func (c *Cluster) Apply(cmd *disruption.Command) {
+func (c *Cluster) Apply(cmd *disruptionplan.Command) {
 	e := &execution{cmd: cmd}
 	for _, r := range cmd.Replacements {
 		m := c.launch(r, cmd.Method)

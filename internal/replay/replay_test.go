@@ -13,7 +13,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/replay"
 )
 
@@ -62,7 +62,7 @@ func TestConsolidationSettlesAndThenStaysPut(t *testing.T) {
 	c.Run(deps, 10*time.Minute)
 	peak := c.Price()
 	settled := c.Run(deps, 50*time.Minute)
-	if settled.Commands[disruption.MethodMultiNode]+settled.Commands[disruption.MethodSingleNode]+settled.Commands[disruption.MethodEmptiness] == 0 {
+	if settled.Commands[disruptionplan.MethodMultiNode]+settled.Commands[disruptionplan.MethodSingleNode]+settled.Commands[disruptionplan.MethodEmptiness] == 0 {
 		t.Fatalf("no consolidation after the batch shrank: %+v", settled)
 	}
 	if c.Price() >= peak {

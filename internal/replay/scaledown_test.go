@@ -9,7 +9,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -133,14 +133,14 @@ func BenchmarkScaleDowns(b *testing.B) {
 				name string
 				cfg  replay.Config
 			}{
-				{"off", replay.Config{Disruption: disruption.Options{DisableScaleDownWait: true, UnderutilizedK: -1}}},
-				{"wait", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}}},
-				{"wait+deletion-cost", replay.Config{Disruption: disruption.Options{UnderutilizedK: -1}, PodDeletionCost: true}},
+				{"off", replay.Config{Disruption: disruptionplan.Options{DisableScaleDownWait: true, UnderutilizedK: -1}}},
+				{"wait", replay.Config{Disruption: disruptionplan.Options{UnderutilizedK: -1}}},
+				{"wait+deletion-cost", replay.Config{Disruption: disruptionplan.Options{UnderutilizedK: -1}, PodDeletionCost: true}},
 				{"defaults", replay.Config{PodDeletionCost: true}},
 				// The defaults without the falling load's bar (Options.CalmAfterScaleDown).
-				{"defaults-calm-off", replay.Config{PodDeletionCost: true, Disruption: disruption.Options{CalmAfterScaleDown: -1}}},
+				{"defaults-calm-off", replay.Config{PodDeletionCost: true, Disruption: disruptionplan.Options{CalmAfterScaleDown: -1}}},
 				// The same with bursts of fewer, larger machines at equal price.
-				{"defaults+fewer-machines", replay.Config{PodDeletionCost: true, Disruption: disruption.Options{Solver: solver.Options{FewerMachines: true}}}},
+				{"defaults+fewer-machines", replay.Config{PodDeletionCost: true, Disruption: disruptionplan.Options{Solver: solver.Options{FewerMachines: true}}}},
 			} {
 				b.Run(fmt.Sprintf("%s/%s/rules=%s", sc.name, policy, rules.name), func(b *testing.B) {
 					var peak, end float64
@@ -187,7 +187,7 @@ func BenchmarkScaleInSweep(b *testing.B) {
 						for _, n := range targets {
 							sc := scaleDownCase{name: fmt.Sprintf("1000-%d", n), spot: spot, deps: []replay.Deployment{
 								{Name: "web", CPU: "250m", Memory: "256Mi", Replicas: ramp(1000, 50*time.Second, step{10 * time.Minute, n})}}}
-							p, e, r := runScaleDown(b, sc, policy, replay.Config{PodDeletionCost: true, Disruption: disruption.Options{Solver: sizing.opts}})
+							p, e, r := runScaleDown(b, sc, policy, replay.Config{PodDeletionCost: true, Disruption: disruptionplan.Options{Solver: sizing.opts}})
 							peak, end = peak+p/float64(len(targets)), end+e/float64(len(targets))
 							evictions, twice = evictions+r.Evictions, twice+r.Reevictions
 						}

@@ -20,7 +20,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/trace"
 )
@@ -31,7 +31,7 @@ type Config struct {
 	Name            string
 	NodePool        *karpv1.NodePool
 	InstanceTypes   []*cloudprovider.InstanceType
-	Decision        disruption.Options
+	Decision        disruptionplan.Options
 	PodDeletionCost bool
 }
 

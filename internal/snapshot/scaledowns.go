@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // scaleDownMemory is how long a scale-down is remembered: far longer than any wait it causes.
@@ -24,7 +24,7 @@ type ScaleDowns struct {
 	mu sync.Mutex
 	// desired is each owner's desired replicas as last seen; seen its last scale-down.
 	desired map[types.UID]int32
-	seen    map[types.UID]disruption.ScaleDown
+	seen    map[types.UID]disruptionplan.ScaleDown
 }
 
 // scalable is what the tracker needs of a ReplicaSet or StatefulSet.
@@ -68,11 +68,11 @@ func desiredReplicas(r *int32) int32 {
 // observe records the owners seen shrinking now and returns the scale-downs remembered. An owner
 // seen for the first time (Capstan just started) counts only while it has more replicas than it
 // wants; owners gone are forgotten.
-func (s *ScaleDowns) observe(now time.Time, wait time.Duration, owners []scalable) []disruption.ScaleDown {
+func (s *ScaleDowns) observe(now time.Time, wait time.Duration, owners []scalable) []disruptionplan.ScaleDown {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.desired == nil {
-		s.desired, s.seen = map[types.UID]int32{}, map[types.UID]disruption.ScaleDown{}
+		s.desired, s.seen = map[types.UID]int32{}, map[types.UID]disruptionplan.ScaleDown{}
 	}
 	present := make(map[types.UID]bool, len(owners))
 	for _, o := range owners {
@@ -82,13 +82,13 @@ func (s *ScaleDowns) observe(now time.Time, wait time.Duration, owners []scalabl
 		if !(known && o.desired < prev) && o.current <= o.desired {
 			continue
 		}
-		sd := disruption.ScaleDown{Owner: o.name, UID: o.uid, At: now, Since: now}
+		sd := disruptionplan.ScaleDown{Owner: o.name, UID: o.uid, At: now, Since: now}
 		if last, ok := s.seen[o.uid]; ok && now.Sub(last.At) < wait {
 			sd.Since = last.Since
 		}
 		s.seen[o.uid] = sd
 	}
-	var out []disruption.ScaleDown
+	var out []disruptionplan.ScaleDown
 	for uid, sd := range s.seen {
 		if !present[uid] || now.Sub(sd.At) >= scaleDownMemory {
 			delete(s.seen, uid)

@@ -16,7 +16,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/defaultspread"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -27,13 +27,13 @@ type Options struct {
 	Now time.Time
 	// NodeCost is the per-node cost of pools without their own (Capstan's NODE_COST).
 	NodeCost float64
-	// ScaleDownWait is how long a scale-down is waited for (disruption.DefaultScaleDownWait when
+	// ScaleDownWait is how long a scale-down is waited for (disruptionplan.DefaultScaleDownWait when
 	// zero); ScaleDowns remembers owners seen shrinking across reads (nil: a fresh memory, which
 	// sees only owners with more replicas than they want).
 	ScaleDownWait time.Duration
 	ScaleDowns    *ScaleDowns
 	// Evictions are the churn guard's record of recent evictions.
-	Evictions []disruption.Eviction
+	Evictions []disruptionplan.Eviction
 	// Buffers are the CapacityBuffers' virtual pods (nil: none).
 	Buffers func(context.Context) ([]*corev1.Pod, error)
 	// DefaultSpread gives the pods that may move (pending, and those of the nodes Capstan
@@ -51,7 +51,7 @@ type Options struct {
 // other nodes, the pending pods, PodDisruptionBudgets, DaemonSets, namespaces' labels and the
 // scale-downs in progress. The disruption controller and `kubectl capstan explain` both read
 // with it.
-func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, o Options) (*disruption.Snapshot, error) {
+func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, o Options) (*disruptionplan.Snapshot, error) {
 	var shared []client.ListOption
 	if o.Shared {
 		shared = append(shared, client.UnsafeDisableDeepCopy)
@@ -98,11 +98,11 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		return nil, fmt.Errorf("listing limitranges: %w", err)
 	}
 
-	snap := &disruption.Snapshot{Now: o.Now,
+	snap := &disruptionplan.Snapshot{Now: o.Now,
 		WellKnownLabels: cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: o.Evictions}
 	wait := o.ScaleDownWait
 	if wait <= 0 {
-		wait = disruption.DefaultScaleDownWait
+		wait = disruptionplan.DefaultScaleDownWait
 	}
 	sd := o.ScaleDowns
 	if sd == nil {
@@ -117,7 +117,7 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 	}
 	managed := map[string]bool{}
 	for _, p := range planning.Pools(ctx, cloud, o.NodeCost, nps.Items, ncs.Items) {
-		snap.NodePools = append(snap.NodePools, disruption.Pool{NodePool: p.NodePool, Solver: p.Solver})
+		snap.NodePools = append(snap.NodePools, disruptionplan.Pool{NodePool: p.NodePool, Solver: p.Solver})
 		managed[p.NodePool.Name] = true
 	}
 
@@ -155,7 +155,7 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		if !managed[nc.Labels[karpv1.NodePoolLabelKey]] {
 			continue
 		}
-		n := &disruption.Node{NodeClaim: nc}
+		n := &disruptionplan.Node{NodeClaim: nc}
 		if nc.Status.ProviderID != "" {
 			n.Node = byProvider[nc.Status.ProviderID]
 		}

@@ -25,7 +25,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/snapshot"
@@ -73,7 +73,7 @@ type Options struct {
 	// NodeCost is Capstan's NODE_COST setting.
 	NodeCost float64
 	// Decision are the decision core's options Capstan runs with (feature gates, k).
-	Decision disruption.Options
+	Decision disruptionplan.Options
 	// Horizon bounds the simulated time (DefaultHorizon); Quiet is how long nothing happens
 	// before the cluster counts as settled (DefaultQuiet).
 	Horizon, Quiet time.Duration
@@ -159,7 +159,7 @@ func Simulate(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 }
 
 // fleet is the snapshot's machines, priced as the decision core prices them.
-func fleet(snap *disruption.Snapshot) Fleet {
+func fleet(snap *disruptionplan.Snapshot) Fleet {
 	c, err := replay.FromSnapshot(snap, replay.Config{})
 	if err != nil {
 		return Fleet{}
@@ -173,7 +173,7 @@ func fleet(snap *disruption.Snapshot) Fleet {
 }
 
 // play runs the snapshot forward until it has been quiet for o.Quiet or the horizon passed.
-func play(snap *disruption.Snapshot, dec disruption.Options, o Options) (*Outcome, error) {
+func play(snap *disruptionplan.Snapshot, dec disruptionplan.Options, o Options) (*Outcome, error) {
 	out := &Outcome{}
 	c, err := replay.FromSnapshot(snap, replay.Config{Disruption: dec, Log: func(s string) { out.Commands = append(out.Commands, s) }})
 	if err != nil {
@@ -330,7 +330,7 @@ func (a *Answer) WriteText(w io.Writer) error {
 // scale sets the Deployments' pod counts in the snapshot, as their ReplicaSets would: a scale-in
 // deletes pending pods first, then the lowest controller.kubernetes.io/pod-deletion-cost, then
 // the newest; a scale-out adds pending copies of one of its pods.
-func scale(ctx context.Context, c client.Reader, snap *disruption.Snapshot, scales []Scale) error {
+func scale(ctx context.Context, c client.Reader, snap *disruptionplan.Snapshot, scales []Scale) error {
 	if len(scales) == 0 {
 		return nil
 	}
@@ -351,7 +351,7 @@ func scale(ctx context.Context, c client.Reader, snap *disruption.Snapshot, scal
 		}
 		type placed struct {
 			pod  *corev1.Pod
-			node *disruption.Node
+			node *disruptionplan.Node
 		}
 		var all []placed
 		for _, p := range snap.Pending {

@@ -36,7 +36,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/scheme"
 	"capstan.dev/capstan/test/e2e"
 )
@@ -222,7 +222,7 @@ func run(b *testing.B, w *watcher, total int) {
 	for _, nc := range ncs {
 		switch {
 		case claimsBefore[nc.Name]:
-		case nc.Annotations[disruption.ReplacementAnnotationKey] != "":
+		case nc.Annotations[disruptionplan.ReplacementAnnotationKey] != "":
 			replacements++
 		default:
 			fresh = append(fresh, nc)

@@ -240,3 +240,19 @@ func reservationState(nc *awsv1.EC2NodeClass, id string) (string, bool) {
 	}
 	return "", false
 }
+
+// The provider-neutral core states the reservation labels and kinds itself; they are the AWS
+// API's, or a reserved machine's labels would not match what EC2NodeClass users select on.
+func TestNeutralReservationLabelsAreTheAWSAPIs(t *testing.T) {
+	for neutral, api := range map[string]string{
+		cloudprovider.ReservationIDLabelKey:            awsv1.LabelCapacityReservationID,
+		cloudprovider.ReservationTypeLabelKey:          awsv1.LabelCapacityReservationType,
+		cloudprovider.ReservationInterruptibleLabelKey: awsv1.LabelCapacityReservationInterruptible,
+		cloudprovider.ReservationTypeDefault:           awsv1.CapacityReservationTypeDefault,
+		cloudprovider.ReservationTypeCapacityBlock:     awsv1.CapacityReservationTypeCapacityBlock,
+	} {
+		if neutral != api {
+			t.Errorf("internal/cloudprovider says %q where api/aws/v1 says %q", neutral, api)
+		}
+	}
+}

@@ -21,7 +21,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/crashpoint"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
@@ -29,13 +29,13 @@ import (
 
 // CommandAnnotationKey is on the NodeClaims a disruption command is disrupting, with the
 // command's state (commandState as JSON), until they are deleted or the command rolls back; the
-// decision core reads its replacements' names from it (disruption.CommandAnnotationKey).
-const CommandAnnotationKey = disruption.CommandAnnotationKey
+// decision core reads its replacements' names from it (disruptionplan.CommandAnnotationKey).
+const CommandAnnotationKey = disruptionplan.CommandAnnotationKey
 
 // commandState is a command in flight, as recorded on its candidates.
 type commandState struct {
 	ID     string                  `json:"id"`
-	Method disruption.Method       `json:"method"`
+	Method disruptionplan.Method   `json:"method"`
 	Reason karpv1.DisruptionReason `json:"reason"`
 	// Replacements are the names of the NodeClaims launched first.
 	Replacements []string  `json:"replacements,omitempty"`
@@ -52,11 +52,11 @@ type commandState struct {
 
 func (s *commandState) consolidationType() string {
 	switch s.Method {
-	case disruption.MethodEmptiness:
+	case disruptionplan.MethodEmptiness:
 		return "empty"
-	case disruption.MethodSingleNode:
+	case disruptionplan.MethodSingleNode:
 		return "single"
-	case disruption.MethodMultiNode:
+	case disruptionplan.MethodMultiNode:
 		return "multi"
 	}
 	return ""
@@ -69,7 +69,7 @@ func (s *commandState) decision() string {
 	return "delete"
 }
 
-func candidateNames(cmd *disruption.Command) []string {
+func candidateNames(cmd *disruptionplan.Command) []string {
 	out := make([]string, 0, len(cmd.Candidates))
 	for _, c := range cmd.Candidates {
 		out = append(out, c.NodeClaim.Name)
@@ -79,7 +79,7 @@ func candidateNames(cmd *disruption.Command) []string {
 
 // execute starts a command: it records the command on the candidates, taints their nodes,
 // creates the replacements and, when there are none, deletes the candidates at once.
-func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption.Snapshot, cmd *disruption.Command) (time.Duration, error) {
+func (c *Controller) execute(ctx context.Context, opts Options, snap *disruptionplan.Snapshot, cmd *disruptionplan.Command) (time.Duration, error) {
 	st := &commandState{ID: rand.String(8), Method: cmd.Method, Reason: cmd.Reason, Started: c.Clock.Now().UTC().Truncate(time.Second),
 		PriceBefore: cmd.PriceBefore, PriceAfter: cmd.PriceAfter, candidates: candidateNames(cmd), Savings: map[string]float64{}}
 	for _, cand := range cmd.Candidates {
@@ -99,7 +99,7 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 		}
 		nc := planning.NewNodeClaim(np, r)
 		nc.Name = claimstore.NameFor(np.Name, fmt.Sprintf("%s-%d", st.ID, len(claims)))
-		nc.Annotations[disruption.ReplacementAnnotationKey] = string(cmd.Method)
+		nc.Annotations[disruptionplan.ReplacementAnnotationKey] = string(cmd.Method)
 		nodeclaims.ReservePods(nc, r.Pods)
 		claims = append(claims, nc)
 		st.Replacements = append(st.Replacements, nc.Name)
@@ -156,7 +156,7 @@ func (c *Controller) execute(ctx context.Context, opts Options, snap *disruption
 }
 
 // describe is a command as events tell it.
-func describe(st *commandState, cmd *disruption.Command) string {
+func describe(st *commandState, cmd *disruptionplan.Command) string {
 	s := fmt.Sprintf("Disrupting %s: %s/%s", few(st.candidates), st.Reason, st.decision())
 	if len(st.Replacements) > 0 {
 		var types []string
@@ -341,8 +341,8 @@ func (c *Controller) finish(ctx context.Context, opts Options, st *commandState)
 func (c *Controller) remember(p *corev1.Pod) {
 	now := c.Clock.Now()
 	memory := c.Options.Decision.ChurnMemory()
-	c.evictions = slices.DeleteFunc(c.evictions, func(e disruption.Eviction) bool { return now.Sub(e.At) >= memory })
-	e := disruption.Eviction{Namespace: p.Namespace, Name: p.Name, At: now}
+	c.evictions = slices.DeleteFunc(c.evictions, func(e disruptionplan.Eviction) bool { return now.Sub(e.At) >= memory })
+	e := disruptionplan.Eviction{Namespace: p.Namespace, Name: p.Name, At: now}
 	if o := metav1.GetControllerOf(p); o != nil {
 		e.Owner = o.UID
 	}

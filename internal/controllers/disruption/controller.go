@@ -14,7 +14,7 @@ import (
 
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/defaultspread"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/snapshot"
 )
@@ -41,7 +41,7 @@ type Options struct {
 	// FailureBackoff is the pause after a rollback (default 1m).
 	FailureBackoff time.Duration
 	// Decision are the decision core's options.
-	Decision disruption.Options
+	Decision disruptionplan.Options
 	// NodeCost is the per-node cost of pools without the annotation.
 	NodeCost float64
 	// Buffers are the CapacityBuffers' virtual pods, whose room consolidation keeps (nil: none).
@@ -95,7 +95,7 @@ type Controller struct {
 	backoffUntil time.Time
 	// evictions are the pods consolidation evicted, for the churn guard; memoryLoaded says
 	// whether those a previous leader saved were read.
-	evictions    []disruption.Eviction
+	evictions    []disruptionplan.Eviction
 	memoryLoaded bool
 	// told remembers the last explanation emitted per node, to emit once per change.
 	told map[string]string
@@ -107,7 +107,7 @@ type Controller struct {
 }
 
 type pendingCommand struct {
-	cmd *disruption.Command
+	cmd *disruptionplan.Command
 	at  time.Time
 }
 
@@ -161,7 +161,7 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 			return left, nil
 		}
 		c.pending = nil
-		cmd, why := disruption.Validate(snap, opts.Decision, p.cmd)
+		cmd, why := disruptionplan.Validate(snap, opts.Decision, p.cmd)
 		if cmd == nil {
 			log.FromContext(ctx).Info("abandoning disruption command: it no longer holds", "method", p.cmd.Method,
 				"candidates", candidateNames(p.cmd), "reason", why)
@@ -172,13 +172,13 @@ func (c *Controller) Round(ctx context.Context) (time.Duration, error) {
 	start := c.Clock.Now()
 	dopts := opts.Decision
 	dopts.Elapsed = func() time.Duration { return c.Clock.Since(start) }
-	dec := disruption.Decide(snap, dopts)
+	dec := disruptionplan.Decide(snap, dopts)
 	c.report(ctx, snap, dec)
 	c.plan(ctx, snap, dec)
 	if dec.Command == nil {
 		return opts.PollPeriod, nil
 	}
-	if opts.ValidationPeriod == 0 || dec.Command.Method == disruption.MethodDrift {
+	if opts.ValidationPeriod == 0 || dec.Command.Method == disruptionplan.MethodDrift {
 		// A drift is carried out at once, as Karpenter's (which validates emptiness and
 		// consolidation only): its candidates stay drifted, and waiting would add the period
 		// to every node of a rollout.

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
@@ -97,13 +97,13 @@ func TestReplaceLaunchesFirstAndSurvivesARestart(t *testing.T) {
 	}
 	big := f.claim("replace-big")
 	st := commandOf(t, big)
-	if st == nil || st.Method != disruption.MethodSingleNode || !slices.Equal(st.Replacements, []string{repl[0].Name}) {
+	if st == nil || st.Method != disruptionplan.MethodSingleNode || !slices.Equal(st.Replacements, []string{repl[0].Name}) {
 		t.Fatalf("command annotation %+v, want single-node naming %s", st, repl[0].Name)
 	}
 	if !f.tainted("replace-big") || !big.DeletionTimestamp.IsZero() {
 		t.Fatal("the candidate must be tainted and not deleted while its replacement starts")
 	}
-	if repl[0].Annotations[disruption.ReplacementAnnotationKey] != string(disruption.MethodSingleNode) || len(repl[0].Finalizers) == 0 {
+	if repl[0].Annotations[disruptionplan.ReplacementAnnotationKey] != string(disruptionplan.MethodSingleNode) || len(repl[0].Finalizers) == 0 {
 		t.Fatalf("replacement %s: annotations %v, finalizers %v; want the replacement mark and the termination finalizer",
 			repl[0].Name, repl[0].Annotations, repl[0].Finalizers)
 	}
@@ -131,7 +131,7 @@ func TestRestartBeforeTheReplacementWasCreatedRollsBack(t *testing.T) {
 	f := newFixture(t, "torn", nil)
 	nc, _ := f.node("torn-big", "m5.2xlarge", "500m")
 	// A command recorded and tainted, then the process died before creating its replacement.
-	st := &commandState{ID: "abc12345", Method: disruption.MethodSingleNode, Reason: karpv1.DisruptionReasonUnderutilized,
+	st := &commandState{ID: "abc12345", Method: disruptionplan.MethodSingleNode, Reason: karpv1.DisruptionReasonUnderutilized,
 		Replacements: []string{"torn-abc12345-0"}, Started: f.clk.Now()}
 	v, _ := json.Marshal(st)
 	orig := nc.DeepCopy()
@@ -308,7 +308,7 @@ func TestFinishedCommandIsNotRunAgainFromAStaleView(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig := nc.DeepCopy()
-	v, _ := json.Marshal(&commandState{ID: id, Method: disruption.MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty, Started: f.clk.Now()})
+	v, _ := json.Marshal(&commandState{ID: id, Method: disruptionplan.MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty, Started: f.clk.Now()})
 	nc.Annotations = map[string]string{CommandAnnotationKey: string(v)}
 	if err := env.Client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
@@ -429,7 +429,7 @@ func TestDriftIsCarriedOutWithoutTheValidationPeriod(t *testing.T) {
 	if repl := f.replacements(); len(repl) != 1 {
 		t.Fatalf("%d replacements after the first round, want the drifted node's one", len(repl))
 	}
-	if st := commandOf(t, f.claim("driftnow-old")); st == nil || st.Method != disruption.MethodDrift {
+	if st := commandOf(t, f.claim("driftnow-old")); st == nil || st.Method != disruptionplan.MethodDrift {
 		t.Fatalf("command %+v, want a drift", st)
 	}
 }

@@ -1,5 +1,5 @@
 // Package disruption carries out voluntary disruption: each round it builds a snapshot of the
-// cluster from the cache, asks the decision core (internal/disruption) for a command, waits a
+// cluster from the cache, asks the decision core (internal/disruptionplan) for a command, waits a
 // validation period and checks the command again against a fresh snapshot, then taints the
 // candidates karpenter.sh/disrupted:NoSchedule, launches the replacements, waits until they are
 // initialized, and deletes the candidates' NodeClaims, which the termination controller drains.

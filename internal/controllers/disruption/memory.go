@@ -10,7 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // MemoryConfigMapName is the ConfigMap (in the leader-election namespace) that keeps the churn
@@ -39,14 +39,14 @@ func (c *Controller) loadMemory(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("reading the churn guard's memory %s: %w", key, err)
 	default:
-		var saved []disruption.Eviction
+		var saved []disruptionplan.Eviction
 		if err := json.Unmarshal([]byte(cm.Data[memoryKey]), &saved); err != nil {
 			// A damaged record is dropped, not fatal: the guard then knows less, as after a
 			// restart without it.
 			saved = nil
 		}
 		now, memory := c.Clock.Now(), c.Options.Decision.ChurnMemory()
-		saved = slices.DeleteFunc(saved, func(e disruption.Eviction) bool { return now.Sub(e.At) >= memory })
+		saved = slices.DeleteFunc(saved, func(e disruptionplan.Eviction) bool { return now.Sub(e.At) >= memory })
 		known := map[string]bool{}
 		for _, e := range c.evictions {
 			known[evictionKey(e)] = true
@@ -102,6 +102,6 @@ func (c *Controller) saveMemory(ctx context.Context) error {
 
 // evictionKey identifies an eviction across a JSON round trip (which drops a time's monotonic
 // reading and location).
-func evictionKey(e disruption.Eviction) string {
+func evictionKey(e disruptionplan.Eviction) string {
 	return fmt.Sprintf("%s/%s/%s/%d", e.Namespace, e.Name, e.Owner, e.At.UnixNano())
 }

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
@@ -166,7 +166,7 @@ func (c *Controller) untaintStray(ctx context.Context, ncs []karpv1.NodeClaim, c
 
 // report emits the decision's explanations as events (once per node and message), and its
 // metrics.
-func (c *Controller) report(ctx context.Context, snap *disruption.Snapshot, dec *disruption.Decision) {
+func (c *Controller) report(ctx context.Context, snap *disruptionplan.Snapshot, dec *disruptionplan.Decision) {
 	if c.told == nil {
 		c.told = map[string]string{}
 	}
@@ -208,10 +208,10 @@ func (c *Controller) report(ctx context.Context, snap *disruption.Snapshot, dec 
 	c.Metrics.DisruptionRound(eligible, allowed)
 }
 
-// plan marks the decision's planned nodes (disruption.Decision.Planned) with
+// plan marks the decision's planned nodes (disruptionplan.Decision.Planned) with
 // nodeclaims.PlannedTaint and clears it from every other node of the pools, unless the decision
 // keeps the marks of an earlier round. Failures are logged; the next round tries again.
-func (c *Controller) plan(ctx context.Context, snap *disruption.Snapshot, dec *disruption.Decision) {
+func (c *Controller) plan(ctx context.Context, snap *disruptionplan.Snapshot, dec *disruptionplan.Decision) {
 	if dec.KeepPlanned {
 		return
 	}

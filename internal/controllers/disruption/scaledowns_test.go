@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // The controller reads ReplicaSets and StatefulSets from the API: a ReplicaSet scaled down
@@ -37,7 +37,7 @@ func TestConsolidationWaitsForAReplicaSetScaleDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := disruption.Decide(snap, disruption.Options{})
+	d := disruptionplan.Decide(snap, disruptionplan.Options{})
 	if d.Command != nil || !strings.Contains(d.Settling, "ReplicaSet "+f.ns+"/api shrank") {
 		t.Fatalf("command %v, settling %q; want consolidation to wait for the scale-down", d.Command, d.Settling)
 	}
@@ -46,7 +46,7 @@ func TestConsolidationWaitsForAReplicaSetScaleDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := disruption.Decide(snap, disruption.Options{}); d.Command == nil || d.Command.Reason != karpv1.DisruptionReasonUnderutilized {
+	if d := disruptionplan.Decide(snap, disruptionplan.Options{}); d.Command == nil || d.Command.Reason != karpv1.DisruptionReasonUnderutilized {
 		t.Fatalf("after the wait: command %v, settling %q; want the light node consolidated", d.Command, d.Settling)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/periodic"
@@ -85,7 +84,7 @@ func (c *Controller) Sync(ctx context.Context) error {
 		}
 		id := nc.Labels[cloudprovider.ReservationIDLabelKey]
 		r, ok := reservations[id]
-		if !ok || r.Type != awsv1.CapacityReservationTypeCapacityBlock || r.End.IsZero() || now.Before(r.End.Add(-cloudprovider.CapacityBlockDrainLead)) {
+		if !ok || r.Type != cloudprovider.ReservationTypeCapacityBlock || r.End.IsZero() || now.Before(r.End.Add(-cloudprovider.CapacityBlockDrainLead)) {
 			continue
 		}
 		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "CapacityBlockExpiring", "Disrupt",
@@ -107,7 +106,7 @@ func (c *Controller) onDemand(ctx context.Context, nc *karpv1.NodeClaim) error {
 		labels[karpv1.CapacityTypeLabelKey] = karpv1.CapacityTypeOnDemand
 		delete(labels, cloudprovider.ReservationIDLabelKey)
 		delete(labels, cloudprovider.ReservationTypeLabelKey)
-		delete(labels, awsv1.LabelCapacityReservationInterruptible)
+		delete(labels, cloudprovider.ReservationInterruptibleLabelKey)
 		obj.SetLabels(labels)
 		// Labels are a map: a merge patch changes these keys and leaves the others alone.
 		return client.IgnoreNotFound(c.Client.Patch(ctx, obj, client.MergeFrom(stored)))

@@ -31,7 +31,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/metrics"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
@@ -53,9 +53,9 @@ type Controller struct {
 	Recorder events.EventRecorder
 	Metrics  *metrics.Metrics
 	// NodeRepair is the NodeRepair feature gate; RepairPolicies the conditions it acts on
-	// (disruption.DefaultRepairPolicies when nil).
+	// (disruptionplan.DefaultRepairPolicies when nil).
 	NodeRepair     bool
-	RepairPolicies []disruption.RepairPolicy
+	RepairPolicies []disruptionplan.RepairPolicy
 	// TerminateFirstDrift is the gate of that name: a drifted node holding a machine of a
 	// capacity reservation, in a pool that has no other machine to launch its replacement on, is
 	// deleted before the replacement is launched.
@@ -132,20 +132,20 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // repair deletes the static pool's node unhealthy longest past its repair policy's toleration,
 // under the rules the decision core applies to dynamic pools: not a node marked
-// karpenter.sh/do-not-repair, none while more than disruption.RepairUnhealthyShare of the pool is
+// karpenter.sh/do-not-repair, none while more than disruptionplan.RepairUnhealthyShare of the pool is
 // unhealthy, within the pool's Unhealthy budget. The pool is refilled at its next reconcile (a
 // static pool's replacement is its count; its termination drains the node as any other). acted
 // says a node was deleted or is waited for.
 func (c *Controller) repair(ctx context.Context, np *karpv1.NodePool, live []*karpv1.NodeClaim, deleting int) (reconcile.Result, bool, error) {
 	policies := c.RepairPolicies
 	if policies == nil {
-		policies = disruption.DefaultRepairPolicies
+		policies = disruptionplan.DefaultRepairPolicies
 	}
 	now := c.Clock.Now()
 	type due struct {
 		nc     *karpv1.NodeClaim
 		node   *corev1.Node
-		policy disruption.RepairPolicy
+		policy disruptionplan.RepairPolicy
 		since  time.Time
 	}
 	var sick []due
@@ -161,7 +161,7 @@ func (c *Controller) repair(ctx context.Context, np *karpv1.NodePool, live []*ka
 			}
 			return reconcile.Result{}, false, err
 		}
-		p, since, ok := disruption.MatchRepair(node, policies)
+		p, since, ok := disruptionplan.MatchRepair(node, policies)
 		if !ok {
 			continue
 		}
@@ -174,18 +174,18 @@ func (c *Controller) repair(ctx context.Context, np *karpv1.NodePool, live []*ka
 		return reconcile.Result{}, false, nil
 	}
 	slices.SortStableFunc(sick, func(a, b due) int { return a.since.Compare(b.since) })
-	if why := disruption.CorrelatedFailure(np.Name, unhealthy, len(live)); why != "" {
-		c.event(np, corev1.EventTypeWarning, disruption.EventNodeRepairBlocked, "Repair", why)
+	if why := disruptionplan.CorrelatedFailure(np.Name, unhealthy, len(live)); why != "" {
+		c.event(np, corev1.EventTypeWarning, disruptionplan.EventNodeRepairBlocked, "Repair", why)
 		return reconcile.Result{RequeueAfter: Resync}, false, nil
 	}
 	for _, u := range sick {
 		what := fmt.Sprintf("nodeclaim %s: %s=%s for %s", u.nc.Name, u.policy.ConditionType, u.policy.ConditionStatus, now.Sub(u.since).Round(time.Second))
 		if u.node.Annotations[karpv1.DoNotRepairAnnotationKey] == "true" {
-			c.event(np, corev1.EventTypeNormal, disruption.EventDisruptionBlocked, "Repair", what+", but the node has "+karpv1.DoNotRepairAnnotationKey)
+			c.event(np, corev1.EventTypeNormal, disruptionplan.EventDisruptionBlocked, "Repair", what+", but the node has "+karpv1.DoNotRepairAnnotationKey)
 			continue
 		}
-		if a := disruption.PoolAllowance(np, karpv1.DisruptionReasonUnhealthy, now, len(live), deleting); a.Allowed < 1 {
-			c.event(np, corev1.EventTypeNormal, disruption.EventDisruptionBlocked, "Repair", what+", but the NodePool's Unhealthy budget allows no disruption now")
+		if a := disruptionplan.PoolAllowance(np, karpv1.DisruptionReasonUnhealthy, now, len(live), deleting); a.Allowed < 1 {
+			c.event(np, corev1.EventTypeNormal, disruptionplan.EventDisruptionBlocked, "Repair", what+", but the NodePool's Unhealthy budget allows no disruption now")
 			return reconcile.Result{RequeueAfter: Resync}, true, nil
 		}
 		log.FromContext(ctx).Info("repairing a static nodeclaim: deleting it, the pool is refilled after", "NodePool", np.Name, "NodeClaim", u.nc.Name,
@@ -425,7 +425,7 @@ func (c *Controller) replaceDrifted(ctx context.Context, np *karpv1.NodePool, ow
 			fmt.Sprintf("drifted nodeclaim %s waits: the NodePool's recent launches did not register (%s=False)", oldest.Name, karpv1.ConditionTypeNodeRegistrationHealthy))
 		return reconcile.Result{RequeueAfter: Resync}, nil
 	}
-	a := disruption.PoolAllowance(np, karpv1.DisruptionReasonDrifted, c.Clock.Now(), len(live), deleting)
+	a := disruptionplan.PoolAllowance(np, karpv1.DisruptionReasonDrifted, c.Clock.Now(), len(live), deleting)
 	if a.Allowed < 1 {
 		c.event(np, corev1.EventTypeNormal, "DisruptionBlocked", "Drift",
 			fmt.Sprintf("drifted nodeclaim %s waits: the NodePool's Drifted budget allows no disruption now", oldest.Name))

@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // Rollout counts a pool's nodes by where a rollout has them.
@@ -38,7 +38,7 @@ func rollout(hash string, claims []karpv1.NodeClaim) Rollout {
 		nc := &claims[i]
 		stale := meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeDrifted) ||
 			nc.Annotations[karpv1.NodePoolHashAnnotationKey] != "" && nc.Annotations[karpv1.NodePoolHashAnnotationKey] != hash
-		leaving := !nc.DeletionTimestamp.IsZero() || nc.Annotations[disruption.CommandAnnotationKey] != ""
+		leaving := !nc.DeletionTimestamp.IsZero() || nc.Annotations[disruptionplan.CommandAnnotationKey] != ""
 		switch {
 		case !stale && !nc.DeletionTimestamp.IsZero():
 		case !stale:

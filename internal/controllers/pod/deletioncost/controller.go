@@ -1,7 +1,7 @@
 // Package deletioncost writes controller.kubernetes.io/pod-deletion-cost on the ReplicaSet pods of
 // Capstan's nodes (Karpenter's PodDeletionCostManagement gate), so that a Deployment's scale-in
 // deletes pods where consolidation wants machines empty, and emptiness removes those machines
-// without an eviction. The ranking is the decision core's (disruption.DeletionCosts); this
+// without an eviction. The ranking is the decision core's (disruptionplan.DeletionCosts); this
 // controller only carries it out, and takes its values back when the gate is off.
 package deletioncost
 
@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/pods"
 )
 
@@ -45,9 +45,9 @@ type Controller struct {
 	Client client.Client
 	Clock  clock.Clock
 	// Snapshot reads the cluster in the decision core's terms (the disruption controller's view).
-	Snapshot func(context.Context) (*disruption.Snapshot, error)
+	Snapshot func(context.Context) (*disruptionplan.Snapshot, error)
 	// Decision are the decision core's options, for the ranking.
-	Decision disruption.Options
+	Decision disruptionplan.Options
 	// Enabled is the PodDeletionCostManagement gate; off, each pass removes Capstan's values.
 	Enabled bool
 	// Period is the time between passes (default DefaultPeriod); WritesPerSecond bounds the
@@ -156,7 +156,7 @@ func (c *Controller) Sync(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("reading the cluster: %w", err)
 		}
-		costs = disruption.DeletionCosts(snap, c.Decision)
+		costs = disruptionplan.DeletionCosts(snap, c.Decision)
 	}
 	list := &corev1.PodList{}
 	if err := c.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {

@@ -19,7 +19,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/clocktest"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -34,7 +34,7 @@ var start = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 // three, node-c two. Consolidation would take node-a first, then node-c, then node-b.
 type cluster struct {
 	ns   string
-	snap *disruption.Snapshot
+	snap *disruptionplan.Snapshot
 	pods map[string][]*corev1.Pod
 }
 
@@ -49,7 +49,7 @@ func newCluster(t *testing.T) *cluster {
 	np.Spec.Disruption = karpv1.Disruption{ConsolidateAfter: karpv1.NewDuration(30 * time.Second),
 		ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, Budgets: []karpv1.Budget{{Nodes: "10%"}}}
 	c := &cluster{ns: ns.Name, pods: map[string][]*corev1.Pod{},
-		snap: &disruption.Snapshot{Now: start, NodePools: []disruption.Pool{{NodePool: np}}}}
+		snap: &disruptionplan.Snapshot{Now: start, NodePools: []disruptionplan.Pool{{NodePool: np}}}}
 	for _, n := range []struct {
 		name string
 		pods int
@@ -60,7 +60,7 @@ func newCluster(t *testing.T) *cluster {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Status: corev1.NodeStatus{
 			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-		dn := &disruption.Node{NodeClaim: nc, Node: node}
+		dn := &disruptionplan.Node{NodeClaim: nc, Node: node}
 		for i := range n.pods {
 			p := c.createPod(t, fmt.Sprintf("%s-%d", n.name, i), n.name, true)
 			dn.Pods = append(dn.Pods, p)
@@ -88,7 +88,7 @@ func (c *cluster) createPod(t *testing.T, name, node string, owned bool) *corev1
 
 func (c *cluster) controller(enabled bool) *Controller {
 	return &Controller{Client: namespaced{env.Client, c.ns}, Clock: clocktest.Stepping{FakeClock: clocktesting.NewFakeClock(start)}, Enabled: enabled,
-		Snapshot: func(context.Context) (*disruption.Snapshot, error) { return c.snap, nil }}
+		Snapshot: func(context.Context) (*disruptionplan.Snapshot, error) { return c.snap, nil }}
 }
 
 // namespaced lists only the test's namespace, so tests do not see each other's pods.
@@ -132,8 +132,8 @@ func TestReplicaSetPodsGetTheirNodesRank(t *testing.T) {
 	if n := sync(t, ctl); n != 6 {
 		t.Fatalf("first pass wrote %d pods, want the 6 ReplicaSet pods", n)
 	}
-	want := disruption.DeletionCosts(c.snap, disruption.Options{})
-	if !(disruption.DeletionCostConsolidation <= want["node-a"] && want["node-a"] < want["node-c"] && want["node-c"] < want["node-b"] && want["node-b"] < 0) {
+	want := disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})
+	if !(disruptionplan.DeletionCostConsolidation <= want["node-a"] && want["node-a"] < want["node-c"] && want["node-c"] < want["node-b"] && want["node-b"] < 0) {
 		t.Fatalf("ranking %v, want node-a, node-c, node-b in the consolidation band", want)
 	}
 	for node, ps := range c.pods {
@@ -305,8 +305,8 @@ func TestBoundPodsWakeThePass(t *testing.T) {
 	waitFor("the bound pod started the debounce", func() bool { return clk.Waiters() == 3 })
 	clk.Step(DefaultDebounce)
 	waitFor("the pod bound after the pass got a deletion cost", ranked(late))
-	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruption.DeletionCosts(c.snap, disruption.Options{})["node-a"])) {
-		t.Errorf("the late pod on node-a got %s, want node-a's value %d", cost, disruption.DeletionCosts(c.snap, disruption.Options{})["node-a"])
+	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})["node-a"])) {
+		t.Errorf("the late pod on node-a got %s, want node-a's value %d", cost, disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})["node-a"])
 	}
 	if clk.Since(start) >= DefaultPeriod {
 		t.Errorf("the clock moved %s, a whole period", clk.Since(start))

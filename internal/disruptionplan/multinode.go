@@ -1,4 +1,4 @@
-package disruption
+package disruptionplan
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"slices"
@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
@@ -39,10 +39,10 @@ func TestDeletionCostsRankNodesByHowSoonTheyGo(t *testing.T) {
 	c.node("never", "kept", "l", karpv1.CapacityTypeOnDemand, pods("g", 1, "1")...)
 	c.node("default", "empty", "l", karpv1.CapacityTypeOnDemand)
 
-	got := disruption.DeletionCosts(c.snap, disruption.Options{})
+	got := disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})
 	want := map[string]int32{
-		"leaving":   disruption.DeletionCostDisrupting,
-		"drift-old": disruption.DeletionCostDrifted, "drift-new": disruption.DeletionCostDrifted + 1,
+		"leaving":   disruptionplan.DeletionCostDisrupting,
+		"drift-old": disruptionplan.DeletionCostDrifted, "drift-new": disruptionplan.DeletionCostDrifted + 1,
 	}
 	for name, v := range want {
 		if got[name] != v {
@@ -54,7 +54,7 @@ func TestDeletionCostsRankNodesByHowSoonTheyGo(t *testing.T) {
 	for i, name := range order {
 		v, ok := got[name]
 		switch {
-		case !ok || v < disruption.DeletionCostConsolidation || v >= 0:
+		case !ok || v < disruptionplan.DeletionCostConsolidation || v >= 0:
 			t.Errorf("%s: %d (ranked %v), want a value of the consolidation band", name, v, ok)
 		case i > 0 && v <= got[order[i-1]]:
 			t.Errorf("%s: %d, not after %s's %d", name, v, order[i-1], got[order[i-1]])
@@ -81,18 +81,18 @@ func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
 		c.node("default", "light", "m", karpv1.CapacityTypeOnDemand, pods("api", 1, "1")...)
 		return c
 	}
-	if d := setup().decide(disruption.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
+	if d := setup().decide(disruptionplan.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
 		t.Fatalf("without a scale-down: command %v, want light consolidated", names(d.Command))
 	}
 	// Pods terminating.
 	c := setup()
 	del := metav1.NewTime(t0.Add(20 * time.Second))
 	c.snap.Nodes[0].Pods[0].DeletionTimestamp = &del
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil || !strings.Contains(d.Settling, "1 pod(s) are terminating") {
 		t.Fatalf("command %v, settling %q; want consolidation to wait for the terminating pod", names(d.Command), d.Settling)
 	}
-	if d := c.decide(disruption.Options{DisableScaleDownWait: true}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
+	if d := c.decide(disruptionplan.Options{DisableScaleDownWait: true}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
 		t.Errorf("wait disabled: command %v, want light consolidated", names(d.Command))
 	}
 	// Pods draining off a node being disrupted are not a scale-down.
@@ -100,7 +100,7 @@ func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
 	drained := c.node("default", "drained", "m", karpv1.CapacityTypeOnDemand, pods("old", 1, "1")...)
 	drained.Node.Spec.Taints = []corev1.Taint{karpv1.DisruptedNoScheduleTaint}
 	drained.Pods[0].DeletionTimestamp = &del
-	if d := c.decide(disruption.Options{}); strings.Contains(d.Settling, "terminating") {
+	if d := c.decide(disruptionplan.Options{}); strings.Contains(d.Settling, "terminating") {
 		t.Errorf("settling %q: a drain by a disruption command taken for a scale-down", d.Settling)
 	}
 	c = setup()
@@ -108,34 +108,34 @@ func TestConsolidationWaitsForScaleDownsInProgress(t *testing.T) {
 	// A pod stuck terminating past its deadline does not hold consolidation for ever.
 	old := metav1.NewTime(t0.Add(-2 * time.Minute))
 	c.snap.Nodes[0].Pods[0].DeletionTimestamp = &old
-	if d := c.decide(disruption.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
+	if d := c.decide(disruptionplan.Options{}); d.Command == nil || !slices.Contains(names(d.Command), "light") {
 		t.Errorf("stuck terminating pod: command %v (settling %q), want light consolidated", names(d.Command), d.Settling)
 	}
 	// An owner seen shrinking within the wait; scale-downs in a row hold for at most
 	// MaxScaleDownHold.
 	c = setup()
-	c.snap.ScaleDowns = []disruption.ScaleDown{{Owner: "ReplicaSet default/web", At: t0.Add(-10 * time.Second), Since: t0.Add(-10 * time.Second)}}
-	if d := c.decide(disruption.Options{}); d.Command != nil || !strings.Contains(d.Settling, "ReplicaSet default/web shrank at 09:59:50 UTC") {
+	c.snap.ScaleDowns = []disruptionplan.ScaleDown{{Owner: "ReplicaSet default/web", At: t0.Add(-10 * time.Second), Since: t0.Add(-10 * time.Second)}}
+	if d := c.decide(disruptionplan.Options{}); d.Command != nil || !strings.Contains(d.Settling, "ReplicaSet default/web shrank at 09:59:50 UTC") {
 		t.Fatalf("command %v, settling %q; want consolidation to wait after the scale-down", names(d.Command), d.Settling)
 	}
 	c.snap.ScaleDowns[0].At = t0.Add(-40 * time.Second)
-	if d := c.decide(disruption.Options{}); d.Command == nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command == nil {
 		t.Errorf("40 s after the scale-down: no command (settling %q)", d.Settling)
 	}
-	c.snap.ScaleDowns = []disruption.ScaleDown{{Owner: "ReplicaSet default/web", At: t0.Add(-5 * time.Second), Since: t0.Add(-6 * time.Minute)}}
-	if d := c.decide(disruption.Options{}); d.Command == nil {
+	c.snap.ScaleDowns = []disruptionplan.ScaleDown{{Owner: "ReplicaSet default/web", At: t0.Add(-5 * time.Second), Since: t0.Add(-6 * time.Minute)}}
+	if d := c.decide(disruptionplan.Options{}); d.Command == nil {
 		t.Errorf("scale-downs for six minutes in a row: no command (settling %q); want the hold bounded at 5 minutes", d.Settling)
 	}
 	// A node emptied by the scale-down, not yet consolidatable; another empty node still goes.
 	c = setup()
 	emptied := c.node("default", "emptied", "l", karpv1.CapacityTypeOnDemand)
 	meta.RemoveStatusCondition(&emptied.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
-	d = c.decide(disruption.Options{})
+	d = c.decide(disruptionplan.Options{})
 	if d.Command != nil || !strings.Contains(d.Settling, "1 emptied node(s) wait for consolidateAfter") {
 		t.Fatalf("command %v, settling %q; want underutilisation to wait for emptiness", names(d.Command), d.Settling)
 	}
 	c.node("default", "empty", "s", karpv1.CapacityTypeOnDemand)
-	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) || d.Command.Method != disruption.MethodEmptiness {
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) || d.Command.Method != disruptionplan.MethodEmptiness {
 		t.Errorf("command %v; want the consolidatable empty node deleted while the scale-down settles", names(d.Command))
 	}
 }
@@ -156,7 +156,7 @@ func TestDeletionCostsOfOtherNodesStayPut(t *testing.T) {
 			n := c.node("default", "full-0", "l", karpv1.CapacityTypeOnDemand, pods("e", 7, "1")...)
 			n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
 		}
-		return disruption.DeletionCosts(c.snap, disruption.Options{})
+		return disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})
 	}
 	before := build(3, false)
 	if before["full-1"]+1 != before["full-2"] {

@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/solver"
 )
@@ -61,11 +61,11 @@ func catalog() []*cloudprovider.InstanceType {
 type cluster struct {
 	t    *testing.T
 	its  []*cloudprovider.InstanceType
-	snap *disruption.Snapshot
+	snap *disruptionplan.Snapshot
 }
 
 func newCluster(t *testing.T) *cluster {
-	return &cluster{t: t, its: catalog(), snap: &disruption.Snapshot{Now: t0}}
+	return &cluster{t: t, its: catalog(), snap: &disruptionplan.Snapshot{Now: t0}}
 }
 
 // pool adds a NodePool (WhenEmptyOrUnderutilized, consolidateAfter 0s, one budget of 100%
@@ -84,13 +84,13 @@ func (c *cluster) pool(name string, edit func(np *karpv1.NodePool)) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.snap.NodePools = append(c.snap.NodePools, disruption.Pool{NodePool: np,
+	c.snap.NodePools = append(c.snap.NodePools, disruptionplan.Pool{NodePool: np,
 		Solver: solver.NodePool{Name: name, Requirements: reqs, InstanceTypes: c.its, Taints: np.Spec.Template.Spec.Taints}})
 }
 
 // node adds an initialized, Ready, consolidatable node of the pool, of type shape and capacity
 // type ct in zone z1, with the pods bound to it.
-func (c *cluster) node(pool, name, shape, ct string, pods ...*corev1.Pod) *disruption.Node {
+func (c *cluster) node(pool, name, shape, ct string, pods ...*corev1.Pod) *disruptionplan.Node {
 	var it *cloudprovider.InstanceType
 	for _, x := range c.its {
 		if x.Name == shape {
@@ -120,7 +120,7 @@ func (c *cluster) node(pool, name, shape, ct string, pods ...*corev1.Pod) *disru
 		p.Spec.NodeName = name
 		p.Status.Phase = corev1.PodRunning
 	}
-	node := &disruption.Node{NodeClaim: nc, Node: n, Pods: pods}
+	node := &disruptionplan.Node{NodeClaim: nc, Node: n, Pods: pods}
 	c.snap.Nodes = append(c.snap.Nodes, node)
 	return node
 }
@@ -158,12 +158,12 @@ func (c *cluster) pdb(app string, allowed int32) {
 	})
 }
 
-func (c *cluster) decide(opts disruption.Options) *disruption.Decision {
-	return disruption.Decide(c.snap, opts)
+func (c *cluster) decide(opts disruptionplan.Options) *disruptionplan.Decision {
+	return disruptionplan.Decide(c.snap, opts)
 }
 
 // names are the candidates' names of the command, or nil.
-func names(cmd *disruption.Command) []string {
+func names(cmd *disruptionplan.Command) []string {
 	if cmd == nil {
 		return nil
 	}
@@ -175,7 +175,7 @@ func names(cmd *disruption.Command) []string {
 }
 
 // explanation returns the message explaining the node, or "".
-func explanation(d *disruption.Decision, node string) (event, msg string) {
+func explanation(d *disruptionplan.Decision, node string) (event, msg string) {
 	for _, e := range d.Explanations {
 		if e.Node.Name() == node {
 			return e.Event, e.Message

@@ -1,11 +1,11 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 func TestScheduleNext(t *testing.T) {
@@ -34,7 +34,7 @@ func TestScheduleNext(t *testing.T) {
 		{"0 0 29 2 *", "2026-11-30 10:00", "2028-02-29 00:00"},
 		{"0 0 30 2 *", "2026-11-30 10:00", "0001-01-01 00:00"}, // never
 	} {
-		s, err := disruption.ParseSchedule(tc.expr)
+		s, err := disruptionplan.ParseSchedule(tc.expr)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
@@ -61,14 +61,14 @@ func TestScheduleErrorsNameTheField(t *testing.T) {
 		"*/0 * * * *":                    "step",
 		"5-1 * * * *":                    `minute field "5-1": beginning of range (5) beyond end of range (1)`,
 	} {
-		if _, err := disruption.ParseSchedule(expr); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := disruptionplan.ParseSchedule(expr); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want it to contain %q", expr, err, want)
 		}
 	}
 }
 
 func TestActiveWindow(t *testing.T) {
-	s, _ := disruption.ParseSchedule("@hourly")
+	s, _ := disruptionplan.ParseSchedule("@hourly")
 	now := time.Date(2026, 11, 30, 10, 30, 0, 0, time.UTC)
 	// An hourly window of two hours never closes; the bounded look-ahead says when it would.
 	if active, until := s.ActiveWindow(now, 2*time.Hour); !active || until.Sub(now) < 24*time.Hour {

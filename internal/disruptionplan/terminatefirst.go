@@ -1,4 +1,4 @@
-package disruption
+package disruptionplan
 
 import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"

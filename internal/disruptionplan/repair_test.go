@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"slices"
@@ -11,17 +11,17 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // unready makes the node's Ready condition status since the duration before t0.
-func unready(n *disruption.Node, status corev1.ConditionStatus, since time.Duration) {
+func unready(n *disruptionplan.Node, status corev1.ConditionStatus, since time.Duration) {
 	n.Node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status,
 		LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
 }
 
 // repairFleet is a pool of ten m nodes, each with one pod of 1 CPU, room for them elsewhere.
-func repairFleet(t *testing.T, edit func(*karpv1.NodePool)) (*cluster, []*disruption.Node) {
+func repairFleet(t *testing.T, edit func(*karpv1.NodePool)) (*cluster, []*disruptionplan.Node) {
 	c := newCluster(t)
 	c.pool("p", func(np *karpv1.NodePool) {
 		np.Spec.Disruption.ConsolidateAfter = karpv1.NeverDuration() // only repair acts
@@ -29,7 +29,7 @@ func repairFleet(t *testing.T, edit func(*karpv1.NodePool)) (*cluster, []*disrup
 			edit(np)
 		}
 	})
-	var nodes []*disruption.Node
+	var nodes []*disruptionplan.Node
 	for i := range 10 {
 		nodes = append(nodes, c.node("p", string(rune('a'+i)), "m", karpv1.CapacityTypeOnDemand, pods(string(rune('a'+i)), 1, "1")...))
 	}
@@ -41,15 +41,15 @@ func repairFleet(t *testing.T, edit func(*karpv1.NodePool)) (*cluster, []*disrup
 func TestAnUnreadyNodeIsRepairedAfterItsToleration(t *testing.T) {
 	c, nodes := repairFleet(t, nil)
 	unready(nodes[3], corev1.ConditionUnknown, 29*time.Minute)
-	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true}); d.Command != nil {
 		t.Fatalf("within the toleration: %v", names(d.Command))
 	}
 	unready(nodes[3], corev1.ConditionUnknown, 30*time.Minute)
-	if d := c.decide(disruption.Options{}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command != nil {
 		t.Fatalf("gate off: %v", names(d.Command))
 	}
-	d := c.decide(disruption.Options{NodeRepair: true})
-	if d.Command == nil || d.Command.Method != disruption.MethodRepair || d.Command.Reason != karpv1.DisruptionReasonUnhealthy ||
+	d := c.decide(disruptionplan.Options{NodeRepair: true})
+	if d.Command == nil || d.Command.Method != disruptionplan.MethodRepair || d.Command.Reason != karpv1.DisruptionReasonUnhealthy ||
 		!slices.Equal(names(d.Command), []string{"d"}) {
 		t.Fatalf("command %+v, want node d repaired", d.Command)
 	}
@@ -57,12 +57,12 @@ func TestAnUnreadyNodeIsRepairedAfterItsToleration(t *testing.T) {
 		t.Errorf("rule %q", r)
 	}
 	// The command still holds after its validation period.
-	if cmd, why := disruption.Validate(c.snap, disruption.Options{NodeRepair: true}, d.Command); cmd == nil {
+	if cmd, why := disruptionplan.Validate(c.snap, disruptionplan.Options{NodeRepair: true}, d.Command); cmd == nil {
 		t.Errorf("validation: %s", why)
 	}
 	// Healthy again: the command is dropped.
 	unready(nodes[3], corev1.ConditionTrue, time.Minute)
-	if cmd, why := disruption.Validate(c.snap, disruption.Options{NodeRepair: true}, d.Command); cmd != nil || !strings.Contains(why, "no longer needs repair") {
+	if cmd, why := disruptionplan.Validate(c.snap, disruptionplan.Options{NodeRepair: true}, d.Command); cmd != nil || !strings.Contains(why, "no longer needs repair") {
 		t.Errorf("validation of a healthy node: %v, %q", cmd, why)
 	}
 }
@@ -74,16 +74,16 @@ func TestCorrelatedFailuresAreNotRepaired(t *testing.T) {
 	for i, n := range nodes[:3] {
 		unready(n, corev1.ConditionFalse, time.Hour+time.Duration(i)*time.Minute)
 	}
-	d := c.decide(disruption.Options{NodeRepair: true})
+	d := c.decide(disruptionplan.Options{NodeRepair: true})
 	if d.Command != nil {
 		t.Fatalf("3 of 10 unhealthy: %v repaired", names(d.Command))
 	}
 	ev, msg := explanation(d, "a")
-	if ev != disruption.EventNodeRepairBlocked || !strings.Contains(msg, "3 of NodePool p's 10 nodes are unhealthy, more than 20%") {
+	if ev != disruptionplan.EventNodeRepairBlocked || !strings.Contains(msg, "3 of NodePool p's 10 nodes are unhealthy, more than 20%") {
 		t.Fatalf("explanation %s %q", ev, msg)
 	}
 	unready(nodes[0], corev1.ConditionTrue, time.Minute)
-	d = c.decide(disruption.Options{NodeRepair: true})
+	d = c.decide(disruptionplan.Options{NodeRepair: true})
 	if !slices.Equal(names(d.Command), []string{"c"}) {
 		t.Fatalf("2 of 10 unhealthy: %v, want c (unhealthy longest)", names(d.Command))
 	}
@@ -95,22 +95,22 @@ func TestRepairRespectsItsBlockers(t *testing.T) {
 	c, nodes := repairFleet(t, nil)
 	unready(nodes[0], corev1.ConditionFalse, time.Hour)
 	nodes[0].Node.Annotations = map[string]string{karpv1.DoNotRepairAnnotationKey: "true"}
-	d := c.decide(disruption.Options{NodeRepair: true})
+	d := c.decide(disruptionplan.Options{NodeRepair: true})
 	if _, msg := explanation(d, "a"); d.Command != nil || !strings.Contains(msg, "do-not-repair") {
 		t.Fatalf("do-not-repair: %v, %q", names(d.Command), msg)
 	}
 	nodes[0].Node.Annotations = nil
 	c.pdb("a", 0)
-	d = c.decide(disruption.Options{NodeRepair: true})
+	d = c.decide(disruptionplan.Options{NodeRepair: true})
 	if _, msg := explanation(d, "a"); d.Command != nil || !strings.Contains(msg, "no terminationGracePeriod") {
 		t.Fatalf("PDB without a grace period: %v, %q", names(d.Command), msg)
 	}
 	nodes[0].NodeClaim.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Hour}
-	if d := c.decide(disruption.Options{NodeRepair: true}); !slices.Equal(names(d.Command), []string{"a"}) {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true}); !slices.Equal(names(d.Command), []string{"a"}) {
 		t.Fatalf("PDB with a grace period: %v, want a", names(d.Command))
 	}
 	c.snap.NodePools[0].NodePool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "0", Reasons: []karpv1.DisruptionReason{karpv1.DisruptionReasonUnhealthy}}}
-	d = c.decide(disruption.Options{NodeRepair: true})
+	d = c.decide(disruptionplan.Options{NodeRepair: true})
 	if _, msg := explanation(d, "a"); d.Command != nil || !strings.Contains(msg, "Unhealthy budget") {
 		t.Fatalf("budget 0: %v, %q", names(d.Command), msg)
 	}
@@ -119,32 +119,32 @@ func TestRepairRespectsItsBlockers(t *testing.T) {
 // On AWS a node whose kernel the node monitoring agent reports broken for 30 minutes is repaired;
 // the kubelet's policies alone leave it, and a GPU fault is repaired after 10 minutes.
 func TestNodeMonitoringAgentConditionsAreRepairedWithTheirPolicies(t *testing.T) {
-	aws := append(slices.Clone(disruption.DefaultRepairPolicies), disruption.NodeMonitoringAgentPolicies...)
+	aws := append(slices.Clone(disruptionplan.DefaultRepairPolicies), disruptionplan.NodeMonitoringAgentPolicies...)
 	c, nodes := repairFleet(t, nil)
-	cond := func(n *disruption.Node, typ corev1.NodeConditionType, since time.Duration) {
+	cond := func(n *disruptionplan.Node, typ corev1.NodeConditionType, since time.Duration) {
 		n.Node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
 			{Type: typ, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
 	}
 	cond(nodes[2], "KernelReady", 29*time.Minute)
-	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: aws}); d.Command != nil {
 		t.Fatalf("within the toleration: %v", names(d.Command))
 	}
 	cond(nodes[2], "KernelReady", 30*time.Minute)
-	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true}); d.Command != nil {
 		t.Fatalf("the kubelet's policies alone repaired %v", names(d.Command))
 	}
-	d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws})
+	d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: aws})
 	if d.Command == nil || !slices.Equal(names(d.Command), []string{"c"}) || !strings.Contains(d.Command.Rule(), "KernelReady=False") {
 		t.Fatalf("command %+v, want node c repaired for KernelReady=False", d.Command)
 	}
 	// Two conditions match: the one due first decides (the kernel's, though Ready went Unknown
 	// later and is not yet due).
 	nodes[2].Node.Status.Conditions[0] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(t0.Add(-5 * time.Minute))}
-	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "KernelReady=False") {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "KernelReady=False") {
 		t.Fatalf("Ready=Unknown for 5 minutes and KernelReady=False for 30: %+v", d.Command)
 	}
 	cond(nodes[2], "AcceleratedHardwareReady", 10*time.Minute)
-	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "AcceleratedHardwareReady=False") {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: aws}); d.Command == nil || !strings.Contains(d.Command.Rule(), "AcceleratedHardwareReady=False") {
 		t.Fatalf("a GPU fault for 10 minutes: %+v", d.Command)
 	}
 }
@@ -167,14 +167,14 @@ func TestTerminateFirstRepairFreesTheReservationsMachine(t *testing.T) {
 	n := c.node("p", "sick", "m", karpv1.CapacityTypeReserved, pods("sick", 1, "3")...)
 	n.NodeClaim.Labels[cloudprovider.ReservationIDLabelKey] = "cr-7"
 	unready(n, corev1.ConditionFalse, time.Hour)
-	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true}); d.Command != nil {
 		t.Fatalf("gate off: %v", names(d.Command))
 	}
-	d := c.decide(disruption.Options{NodeRepair: true, TerminateFirstRepair: true})
-	if d.Command == nil || d.Command.Method != disruption.MethodRepair || len(d.Command.Replacements) != 0 || d.Command.TerminateFirst == "" {
+	d := c.decide(disruptionplan.Options{NodeRepair: true, TerminateFirstRepair: true})
+	if d.Command == nil || d.Command.Method != disruptionplan.MethodRepair || len(d.Command.Replacements) != 0 || d.Command.TerminateFirst == "" {
 		t.Fatalf("gate on: command %+v, want the node deleted first", d.Command)
 	}
-	if cmd, why := disruption.Validate(c.snap, disruption.Options{NodeRepair: true, TerminateFirstRepair: true}, d.Command); cmd == nil || cmd.TerminateFirst == "" {
+	if cmd, why := disruptionplan.Validate(c.snap, disruptionplan.Options{NodeRepair: true, TerminateFirstRepair: true}, d.Command); cmd == nil || cmd.TerminateFirst == "" {
 		t.Fatalf("validation: %v (%s)", cmd, why)
 	}
 }
@@ -186,7 +186,7 @@ func TestANodesDoNotDisruptDoesNotHoldRepair(t *testing.T) {
 	c, nodes := repairFleet(t, nil)
 	unready(nodes[0], corev1.ConditionFalse, time.Hour)
 	nodes[0].Node.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
-	d := c.decide(disruption.Options{NodeRepair: true})
+	d := c.decide(disruptionplan.Options{NodeRepair: true})
 	if !slices.Equal(names(d.Command), []string{"a"}) {
 		_, msg := explanation(d, "a")
 		t.Fatalf("command %v (%q), want a repaired", names(d.Command), msg)
@@ -206,8 +206,8 @@ func TestANodeThatNeverInitializedIsRepaired(t *testing.T) {
 		return c.Type == karpv1.ConditionTypeInitialized
 	})
 	unready(n, corev1.ConditionFalse, 30*time.Minute)
-	d := c.decide(disruption.Options{NodeRepair: true})
-	if !slices.Equal(names(d.Command), []string{"e"}) || d.Command.Method != disruption.MethodRepair {
+	d := c.decide(disruptionplan.Options{NodeRepair: true})
+	if !slices.Equal(names(d.Command), []string{"e"}) || d.Command.Method != disruptionplan.MethodRepair {
 		_, msg := explanation(d, "e")
 		t.Fatalf("command %v (%q), want e repaired", names(d.Command), msg)
 	}
@@ -216,21 +216,21 @@ func TestANodeThatNeverInitializedIsRepaired(t *testing.T) {
 // On the simulated cloud an injected SimulatedUnhealthy=True is repaired after 30 seconds; the
 // kubelet's policies alone never act on it.
 func TestSimulatedFaultIsRepairedAfterThirtySeconds(t *testing.T) {
-	sim := append(slices.Clone(disruption.DefaultRepairPolicies), disruption.SimulatedFaultPolicies...)
+	sim := append(slices.Clone(disruptionplan.DefaultRepairPolicies), disruptionplan.SimulatedFaultPolicies...)
 	c, nodes := repairFleet(t, nil)
 	fault := func(since time.Duration) {
 		nodes[1].Node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
-			{Type: disruption.SimulatedUnhealthyCondition, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
+			{Type: disruptionplan.SimulatedUnhealthyCondition, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-since))}}
 	}
 	fault(29 * time.Second)
-	if d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: sim}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: sim}); d.Command != nil {
 		t.Fatalf("within the toleration: %v", names(d.Command))
 	}
 	fault(30 * time.Second)
-	if d := c.decide(disruption.Options{NodeRepair: true}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{NodeRepair: true}); d.Command != nil {
 		t.Fatalf("the kubelet's policies alone repaired %v", names(d.Command))
 	}
-	d := c.decide(disruption.Options{NodeRepair: true, RepairPolicies: sim})
+	d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: sim})
 	if d.Command == nil || !slices.Equal(names(d.Command), []string{"b"}) || !strings.Contains(d.Command.Rule(), "SimulatedUnhealthy=True") {
 		t.Fatalf("command %+v, want node b repaired for SimulatedUnhealthy=True", d.Command)
 	}

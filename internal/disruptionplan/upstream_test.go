@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 // Karpenter v1.15's own consolidation scenarios (pkg/controllers/disruption/consolidation_test.go
 // in its module), translated exactly: the instance types of its fake cloud provider's assorted
@@ -18,7 +18,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // assortedSpot is the first n spot types of the fake cloud provider's assorted list, in its order
@@ -62,7 +62,7 @@ func upstreamSpotToSpot(t *testing.T, minValues int) (got, cheapest []string, ch
 		it.Offerings[0].Price = 1.00 + float64(i)*0.1
 	}
 	its[16].Offerings[0].Price = 0.001
-	c := &cluster{t: t, its: its, snap: &disruption.Snapshot{Now: t0}}
+	c := &cluster{t: t, its: its, snap: &disruptionplan.Snapshot{Now: t0}}
 	c.pool("default", func(np *karpv1.NodePool) {
 		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpExists, MinValues: &minValues}}
 	})
@@ -92,8 +92,8 @@ func upstreamSpotToSpot(t *testing.T, minValues int) (got, cheapest []string, ch
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs", Controller: new(true)}}},
 		Spec:   corev1.PodSpec{NodeName: "spot", Containers: []corev1.Container{{Name: "c"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	c.snap.Nodes = append(c.snap.Nodes, &disruption.Node{NodeClaim: nc, Node: n, Pods: []*corev1.Pod{p}})
-	d := c.decide(disruption.Options{SpotToSpotConsolidation: true})
+	c.snap.Nodes = append(c.snap.Nodes, &disruptionplan.Node{NodeClaim: nc, Node: n, Pods: []*corev1.Pod{p}})
+	d := c.decide(disruptionplan.Options{SpotToSpotConsolidation: true})
 	if d.Command == nil || len(d.Command.Replacements) != 1 {
 		_, why := explanation(d, "spot")
 		t.Fatalf("command %+v (the node: %q); want the node replaced by one cheaper spot machine", d.Command, why)

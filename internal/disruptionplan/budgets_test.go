@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // emptyPool is a pool of n empty nodes (and one busy one) with the budgets.
@@ -61,13 +61,13 @@ func TestBudgets(t *testing.T) {
 			if !tc.now.IsZero() {
 				c.snap.Now = tc.now
 			}
-			d := c.decide(disruption.Options{})
+			d := c.decide(disruptionplan.Options{})
 			if got := len(names(d.Command)); got != tc.want {
 				t.Fatalf("disrupted %d nodes, want %d", got, tc.want)
 			}
 			if tc.blocked != "" {
 				ev, msg := explanation(d, "empty-00")
-				if ev != disruption.EventDisruptionBlocked || !strings.Contains(msg, tc.blocked) {
+				if ev != disruptionplan.EventDisruptionBlocked || !strings.Contains(msg, tc.blocked) {
 					t.Errorf("explanation = %s %q, want it to contain %q", ev, msg, tc.blocked)
 				}
 			}
@@ -80,7 +80,7 @@ func TestNodesBeingDisruptedUseTheBudget(t *testing.T) {
 	// One node is being deleted, one is not Ready: one disruption is left.
 	c.snap.Nodes[1].NodeClaim.DeletionTimestamp = &metav1.Time{Time: t0}
 	c.snap.Nodes[2].Node.Status.Conditions[0].Status = corev1.ConditionFalse
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if got := names(d.Command); len(got) != 1 {
 		t.Fatalf("disrupted %v, want one node", got)
 	}
@@ -100,8 +100,8 @@ func TestStartingNodesDoNotInflateAPercentage(t *testing.T) {
 		n := c.node("default", fmt.Sprintf("starting-%d", i), "s", karpv1.CapacityTypeOnDemand)
 		meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
 	}
-	d := c.decide(disruption.Options{})
-	if got := names(d.Command); len(got) != 1 || d.Command.Method != disruption.MethodDrift {
+	d := c.decide(disruptionplan.Options{})
+	if got := names(d.Command); len(got) != 1 || d.Command.Method != disruptionplan.MethodDrift {
 		t.Fatalf("disrupted %v, want one drifted node (10%% of 10 initialized)", got)
 	}
 }
@@ -116,13 +116,13 @@ func TestDriftBudgetOnlyLimitsDrift(t *testing.T) {
 	drifted.NodeClaim.Status.Conditions = append(drifted.NodeClaim.Status.Conditions,
 		metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
 	c.node("default", "empty", "s", karpv1.CapacityTypeOnDemand)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if got := names(d.Command); len(got) != 1 || got[0] != "empty" {
 		t.Fatalf("command = %v, want only the empty node", got)
 	}
 	// Once it is gone, drift is still frozen.
 	c.snap.Nodes = c.snap.Nodes[:1]
-	d = c.decide(disruption.Options{})
+	d = c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none: drift budget is 0", names(d.Command))
 	}

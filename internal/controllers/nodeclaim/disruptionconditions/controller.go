@@ -1,11 +1,11 @@
-// Package disruption marks NodeClaims that disruption may act on; it does not disrupt anything
+// Package disruptionconditions marks NodeClaims that disruption may act on; it does not disrupt anything
 // itself. An initialized NodeClaim is Consolidatable once its NodePool's consolidateAfter has
 // passed since a pod last arrived on or left its node (or since it initialized), and stays so
 // until the next pod event; with consolidateAfter Never it never is. A launched NodeClaim is Drifted when its NodePool's template hash changed (same hash
 // version), when its labels no longer satisfy its NodePool's requirements, or when the cloud
 // provider says its machine no longer matches its NodeClass. The condition carries the reason,
 // so `kubectl get nodeclaims -o wide` and the explain tools can say why.
-package disruption
+package disruptionconditions
 
 import (
 	"context"

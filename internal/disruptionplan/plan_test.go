@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 // A budget of one node lets one light node go now (the spot node, which only a spot machine
@@ -26,7 +26,7 @@ func TestPlannedNodesAreWhereLaterRoundsGo(t *testing.T) {
 		c.node("default", "big", "xl", karpv1.CapacityTypeSpot, pods("big", 10, "1")...)
 		return c
 	}
-	landsOn := func(cmd *disruption.Command) []string {
+	landsOn := func(cmd *disruptionplan.Command) []string {
 		var out []string
 		for _, b := range cmd.Bindings {
 			if !slices.Contains(out, b.Node) {
@@ -37,7 +37,7 @@ func TestPlannedNodesAreWhereLaterRoundsGo(t *testing.T) {
 		return out
 	}
 
-	d := build().decide(disruption.Options{DisableScaleDownWait: true})
+	d := build().decide(disruptionplan.Options{DisableScaleDownWait: true})
 	if d.Command == nil || len(d.Command.Candidates) != 1 {
 		t.Fatalf("command = %v, want one node (budget 1)", names(d.Command))
 	}
@@ -58,7 +58,7 @@ func TestPlannedNodesAreWhereLaterRoundsGo(t *testing.T) {
 	}
 
 	// Without planning the same pods fill the first node with room: the one just emptied.
-	off := build().decide(disruption.Options{DisablePlanning: true, DisableScaleDownWait: true})
+	off := build().decide(disruptionplan.Options{DisablePlanning: true, DisableScaleDownWait: true})
 	if len(off.Planned) != 0 || !slices.Contains(landsOn(off.Command), "emptied") {
 		t.Errorf("without planning: planned %d, pods land on %v; want none planned and the emptied node used", len(off.Planned), landsOn(off.Command))
 	}
@@ -72,7 +72,7 @@ func TestNothingPlannedBeyondAnOpenBudget(t *testing.T) {
 	c.node("default", "a", "m", karpv1.CapacityTypeOnDemand, pods("a", 2, "1")...)
 	c.node("default", "b", "m", karpv1.CapacityTypeOnDemand, pods("b", 2, "1")...)
 	c.node("default", "big", "xl", karpv1.CapacityTypeSpot, pods("big", 10, "1")...)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if got := names(d.Command); len(got) != 2 {
 		t.Fatalf("command = %v, want a and b together", got)
 	}

@@ -1,4 +1,4 @@
-package disruption_test
+package disruptionplan_test
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/disruption"
+	"capstan.dev/capstan/internal/disruptionplan"
 )
 
 func TestEmptyNodesGoInOneCommand(t *testing.T) {
@@ -26,8 +26,8 @@ func TestEmptyNodesGoInOneCommand(t *testing.T) {
 	c.node("default", "busy", "l", karpv1.CapacityTypeOnDemand, pods("web", 7, "1")...)
 	c.node("default", "empty-1", "m", karpv1.CapacityTypeOnDemand)
 	c.node("default", "empty-2", "s", karpv1.CapacityTypeOnDemand)
-	d := c.decide(disruption.Options{})
-	if d.Command == nil || d.Command.Method != disruption.MethodEmptiness {
+	d := c.decide(disruptionplan.Options{})
+	if d.Command == nil || d.Command.Method != disruptionplan.MethodEmptiness {
 		t.Fatalf("command = %+v, want emptiness", d.Command)
 	}
 	if got := names(d.Command); !slices.Equal(got, []string{"empty-1", "empty-2"}) {
@@ -46,7 +46,7 @@ func TestDaemonSetAndFinishedPodsDoNotKeepANodeBusy(t *testing.T) {
 	done := pod("job", "job", "1")
 	n := c.node("default", "n", "m", karpv1.CapacityTypeOnDemand, ds, done)
 	done.Status.Phase = corev1.PodSucceeded
-	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{n.Name()}) {
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{n.Name()}) {
 		t.Fatalf("command = %v, want the node with only a DaemonSet pod and a finished pod deleted", names(d.Command))
 	}
 }
@@ -56,7 +56,7 @@ func TestEmptyNodeWaitsForConsolidatable(t *testing.T) {
 	c.pool("default", nil)
 	n := c.node("default", "fresh", "m", karpv1.CapacityTypeOnDemand)
 	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none before consolidateAfter", names(d.Command))
 	}
@@ -68,22 +68,22 @@ func TestEmptyNodeWaitsForConsolidatable(t *testing.T) {
 func TestBlockers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(c *cluster, n *disruption.Node)
+		setup func(c *cluster, n *disruptionplan.Node)
 		want  string
 	}{
-		{"pod do-not-disrupt", func(c *cluster, n *disruption.Node) {
+		{"pod do-not-disrupt", func(c *cluster, n *disruptionplan.Node) {
 			n.Pods[0].Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
 		}, "pod default/web-0 has karpenter.sh/do-not-disrupt"},
-		{"node do-not-disrupt", func(c *cluster, n *disruption.Node) {
+		{"node do-not-disrupt", func(c *cluster, n *disruptionplan.Node) {
 			n.Node.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "true"}
 		}, "node big has karpenter.sh/do-not-disrupt"},
-		{"pdb at zero", func(c *cluster, n *disruption.Node) { c.pdb("web", 0) }, "pdb default/web allows no disruption"},
-		{"two pdbs", func(c *cluster, n *disruption.Node) {
+		{"pdb at zero", func(c *cluster, n *disruptionplan.Node) { c.pdb("web", 0) }, "pdb default/web allows no disruption"},
+		{"two pdbs", func(c *cluster, n *disruptionplan.Node) {
 			c.pdb("web", 1)
 			c.pdb("web", 1)
 			c.snap.PDBs[1].Name = "web-too"
 		}, "covered by 2 PodDisruptionBudgets"},
-		{"no controller", func(c *cluster, n *disruption.Node) { n.Pods[0].OwnerReferences = nil }, "pod default/web-0 has no controller"},
+		{"no controller", func(c *cluster, n *disruptionplan.Node) { n.Pods[0].OwnerReferences = nil }, "pod default/web-0 has no controller"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)
@@ -91,7 +91,7 @@ func TestBlockers(t *testing.T) {
 			// One pod on a large machine: a small one would do.
 			n := c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("web-0", "web", "1"))
 			tc.setup(c, n)
-			d := c.decide(disruption.Options{})
+			d := c.decide(disruptionplan.Options{})
 			if d.Command != nil {
 				t.Fatalf("command = %v %v, want none", d.Command.Method, names(d.Command))
 			}
@@ -142,7 +142,7 @@ func TestPDBLetsThePodsTheEvictionAPIEvicts(t *testing.T) {
 			if tc.pdb != nil {
 				tc.pdb(c.snap.PDBs[0])
 			}
-			d := c.decide(disruption.Options{})
+			d := c.decide(disruptionplan.Options{})
 			if tc.blocked {
 				if d.Command != nil {
 					t.Fatalf("command %v, want the PDB to hold the node", names(d.Command))
@@ -165,7 +165,7 @@ func TestPDBWithRoomDoesNotBlock(t *testing.T) {
 	c.pool("default", nil)
 	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("web-0", "web", "1"))
 	c.pdb("web", 1)
-	if d := c.decide(disruption.Options{}); d.Command == nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command == nil {
 		t.Fatal("no command; a PDB that allows a disruption must not block")
 	}
 }
@@ -174,9 +174,9 @@ func TestReplaceWithCheaperMachine(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", nil)
 	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "500m"), pod("b", "web", "500m"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	cmd := d.Command
-	if cmd == nil || cmd.Method != disruption.MethodSingleNode || len(cmd.Replacements) != 1 {
+	if cmd == nil || cmd.Method != disruptionplan.MethodSingleNode || len(cmd.Replacements) != 1 {
 		t.Fatalf("command = %+v, want a single-node replacement", cmd)
 	}
 	r := cmd.Replacements[0]
@@ -204,12 +204,12 @@ func TestNotCheaperIsExplained(t *testing.T) {
 			Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
 	})
 	c.node("default", "small", "s", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none", names(d.Command))
 	}
 	ev, msg := explanation(d, "small")
-	if ev != disruption.EventUnconsolidatable || !strings.Contains(msg, "is not cheaper than $0.0500/h") {
+	if ev != disruptionplan.EventUnconsolidatable || !strings.Contains(msg, "is not cheaper than $0.0500/h") {
 		t.Errorf("explanation = %s %q", ev, msg)
 	}
 }
@@ -218,7 +218,7 @@ func TestSpotIsReplacedOnlyBySpotWithTheGate(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", nil)
 	c.node("default", "spot", "l", karpv1.CapacityTypeSpot, pod("a", "web", "1"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none without SpotToSpotConsolidation", names(d.Command))
 	}
@@ -226,7 +226,7 @@ func TestSpotIsReplacedOnlyBySpotWithTheGate(t *testing.T) {
 		t.Errorf("explanation = %q", msg)
 	}
 	// With the gate, fewer than 15 cheaper spot types (the fixture has 2) is still no.
-	d = c.decide(disruption.Options{SpotToSpotConsolidation: true})
+	d = c.decide(disruptionplan.Options{SpotToSpotConsolidation: true})
 	if _, msg := explanation(d, "spot"); d.Command != nil || !strings.Contains(msg, "needs 15 spot types") {
 		t.Errorf("command %v, explanation %q; want none for want of 15 cheaper spot types", names(d.Command), msg)
 	}
@@ -243,7 +243,7 @@ func TestSpotToSpotWithEnoughTypes(t *testing.T) {
 	c.its = catalog()
 	c.pool("default", nil)
 	c.node("default", "spot", "l", karpv1.CapacityTypeSpot, pod("a", "web", "1"))
-	d := c.decide(disruption.Options{SpotToSpotConsolidation: true})
+	d := c.decide(disruptionplan.Options{SpotToSpotConsolidation: true})
 	if d.Command == nil || len(d.Command.Replacements) != 1 {
 		t.Fatalf("command = %+v, want a spot replacement", d.Command)
 	}
@@ -252,8 +252,8 @@ func TestSpotToSpotWithEnoughTypes(t *testing.T) {
 	if ct.Allows(karpv1.CapacityTypeOnDemand) || !ct.Allows(karpv1.CapacityTypeSpot) {
 		t.Errorf("replacement capacity types %s, want spot only", ct.String())
 	}
-	if len(r.InstanceTypes) != disruption.MinSpotToSpotTypes {
-		t.Errorf("replacement has %d types, want the %d cheapest", len(r.InstanceTypes), disruption.MinSpotToSpotTypes)
+	if len(r.InstanceTypes) != disruptionplan.MinSpotToSpotTypes {
+		t.Errorf("replacement has %d types, want the %d cheapest", len(r.InstanceTypes), disruptionplan.MinSpotToSpotTypes)
 	}
 }
 
@@ -273,9 +273,9 @@ func TestMultiNodeFindsCombinationBeyondThePrefix(t *testing.T) {
 	b.Node.Labels[corev1.LabelHostname] = "b"
 	b.Pods[0].Spec.NodeSelector = map[string]string{"special": "true"}
 	c.node("default", "c", "l", karpv1.CapacityTypeOnDemand, pod("pc", "z", "500m"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	cmd := d.Command
-	if cmd == nil || cmd.Method != disruption.MethodMultiNode {
+	if cmd == nil || cmd.Method != disruptionplan.MethodMultiNode {
 		t.Fatalf("command = %+v, want multi-node", cmd)
 	}
 	if got := names(cmd); !slices.Equal(got, []string{"a", "c"}) {
@@ -311,29 +311,29 @@ func TestSmallSavingsAreRefusedAndExplained(t *testing.T) {
 	// Three xl and 12 tiny pods: deleting the m outright would save $0.10/h of $1.30/h (7.7%) for
 	// 13 of 64 disruption units (20.3%), score 0.38; replacing it by an s saves half of that,
 	// score 0.19. Karpenter's WhenEmptyOrUnderutilized (the score turned off) replaces it.
-	d := build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, 3, 12).decide(disruption.Options{UnderutilizedK: -1})
+	d := build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, 3, 12).decide(disruptionplan.Options{UnderutilizedK: -1})
 	if !slices.Equal(names(d.Command), []string{"m"}) || len(d.Command.Replacements) != 1 {
 		t.Fatalf("WhenEmptyOrUnderutilized without the score: command = %v, want m replaced", names(d.Command))
 	}
 	// Capstan's prices the move against its evictions, with k = 3.
-	d = build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, 3, 12).decide(disruption.Options{})
+	d = build(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, 3, 12).decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("WhenEmptyOrUnderutilized: command = %v, want none", names(d.Command))
 	}
 	ev, msg := explanation(d, "m")
-	if want := "WhenEmptyOrUnderutilized: saving $0.0500/h is too small for 12 eviction(s): saving 3.8% of the pool for 20.3% of its disruption (score 0.19 < 0.33) in NodePool default"; ev != disruption.EventUnconsolidatable || msg != want {
+	if want := "WhenEmptyOrUnderutilized: saving $0.0500/h is too small for 12 eviction(s): saving 3.8% of the pool for 20.3% of its disruption (score 0.19 < 0.33) in NodePool default"; ev != disruptionplan.EventUnconsolidatable || msg != want {
 		t.Errorf("explanation = %s %q, want %q", ev, msg, want)
 	}
 	// Four xl and 30 tiny pods: even deleting the m saves $0.10/h of $1.70/h (5.9%) for 31 of 99
 	// units (31.3%): neither policy simulates it.
 	for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
-		d = build(policy, 4, 30).decide(disruption.Options{})
+		d = build(policy, 4, 30).decide(disruptionplan.Options{})
 		if d.Command != nil {
 			t.Fatalf("%s: command = %v, want none", policy, names(d.Command))
 		}
 		ev, msg = explanation(d, "m")
 		k := map[karpv1.ConsolidationPolicy]string{karpv1.ConsolidationPolicyBalanced: "0.50", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized: "0.33"}[policy]
-		if want := string(policy) + ": even deleting it outright would be saving 5.9% of the pool for 31.3% of its disruption (score 0.19 < " + k + "), too little for 30 eviction(s)"; ev != disruption.EventUnconsolidatable || msg != want {
+		if want := string(policy) + ": even deleting it outright would be saving 5.9% of the pool for 31.3% of its disruption (score 0.19 < " + k + "), too little for 30 eviction(s)"; ev != disruptionplan.EventUnconsolidatable || msg != want {
 			t.Errorf("explanation = %s %q, want %q", ev, msg, want)
 		}
 	}
@@ -346,7 +346,7 @@ func TestBalancedTakesLargeSavings(t *testing.T) {
 	// An xl with one small pod: replacing it by an s saves $0.35 of $0.80 (44%) for 2 of 19
 	// disruption units (11%): score 4.2.
 	c.node("default", "x2", "xl", karpv1.CapacityTypeOnDemand, pod("lonely", "l", "1"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if !slices.Equal(names(d.Command), []string{"x2"}) {
 		t.Fatalf("command = %v, want x2 replaced", names(d.Command))
 	}
@@ -360,12 +360,12 @@ func TestBalancedTakesLargeSavings(t *testing.T) {
 	// The same move under WhenEmptyOrUnderutilized passes its bar of 1/3 and says so; with the
 	// score turned off, the rule is the saving for the evictions.
 	c.snap.NodePools[0].NodePool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
-	d = c.decide(disruption.Options{})
+	d = c.decide(disruptionplan.Options{})
 	if r := d.Command.Rule(); !strings.HasPrefix(r, "saves $0.3800/h (95% of the candidates' price) for 1 eviction(s); WhenEmptyOrUnderutilized in NodePool default: saving 47.5% ") ||
 		!strings.Contains(r, ">= 0.33") {
 		t.Errorf("rule %q, want the saving, the evictions and the score against 1/3", r)
 	}
-	d = c.decide(disruption.Options{UnderutilizedK: -1})
+	d = c.decide(disruptionplan.Options{UnderutilizedK: -1})
 	if r := d.Command.Rule(); r != "WhenEmptyOrUnderutilized: saves $0.3800/h (95% of the candidates' price) for 1 eviction(s)" {
 		t.Errorf("rule %q", r)
 	}
@@ -377,9 +377,9 @@ func TestDriftReplacesEvenWhenNotCheaper(t *testing.T) {
 	n := c.node("default", "old", "s", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
 	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
 	n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	cmd := d.Command
-	if cmd == nil || cmd.Method != disruption.MethodDrift || cmd.Reason != karpv1.DisruptionReasonDrifted || len(cmd.Replacements) != 1 {
+	if cmd == nil || cmd.Method != disruptionplan.MethodDrift || cmd.Reason != karpv1.DisruptionReasonDrifted || len(cmd.Replacements) != 1 {
 		t.Fatalf("command = %+v, want drift with one replacement", cmd)
 	}
 }
@@ -390,11 +390,11 @@ func TestDriftRespectsPDB(t *testing.T) {
 	n := c.node("default", "old", "s", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
 	n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
 	c.pdb("web", 0)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none", names(d.Command))
 	}
-	if ev, msg := explanation(d, "old"); ev != disruption.EventDisruptionBlocked || msg != "pdb default/web allows no disruption" {
+	if ev, msg := explanation(d, "old"); ev != disruptionplan.EventDisruptionBlocked || msg != "pdb default/web allows no disruption" {
 		t.Errorf("explanation = %s %q", ev, msg)
 	}
 }
@@ -404,7 +404,7 @@ func TestLimitsBoundReplacements(t *testing.T) {
 	c.pool("default", nil)
 	c.snap.NodePools[0].Solver.Remaining = corev1.ResourceList{corev1.ResourceCPU: *resourceQ("1")}
 	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1500m"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %+v, want none: a 2-CPU replacement exceeds the 1 CPU left", d.Command)
 	}
@@ -418,8 +418,8 @@ func TestTwoQuarterUsedMachinesBecomeOne(t *testing.T) {
 	c.pool("default", nil)
 	c.node("default", "m1", "m", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
 	c.node("default", "m2", "m", karpv1.CapacityTypeOnDemand, pod("b", "web", "1"))
-	d := c.decide(disruption.Options{})
-	if !slices.Equal(names(d.Command), []string{"m1", "m2"}) || d.Command.Method != disruption.MethodMultiNode || len(d.Command.Replacements) != 1 {
+	d := c.decide(disruptionplan.Options{})
+	if !slices.Equal(names(d.Command), []string{"m1", "m2"}) || d.Command.Method != disruptionplan.MethodMultiNode || len(d.Command.Replacements) != 1 {
 		t.Fatalf("command = %+v, want m1 and m2 replaced by one machine", d.Command)
 	}
 }
@@ -430,8 +430,8 @@ func TestChurnGuard(t *testing.T) {
 	moved := pod("web-new", "web", "1")
 	moved.CreationTimestamp = metav1.NewTime(t0.Add(-20 * time.Minute))
 	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, moved)
-	c.snap.Evictions = []disruption.Eviction{{Namespace: "default", Name: "web-old", Owner: "rs-web", At: t0.Add(-20*time.Minute - 5*time.Second)}}
-	d := c.decide(disruption.Options{})
+	c.snap.Evictions = []disruptionplan.Eviction{{Namespace: "default", Name: "web-old", Owner: "rs-web", At: t0.Add(-20*time.Minute - 5*time.Second)}}
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none: its pod was moved by a consolidation 20 minutes ago", names(d.Command))
 	}
@@ -440,7 +440,7 @@ func TestChurnGuard(t *testing.T) {
 	}
 	// An hour later it may move again.
 	c.snap.Now = t0.Add(41 * time.Minute)
-	if d := c.decide(disruption.Options{}); d.Command == nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command == nil {
 		t.Error("no command after the churn guard's hour")
 	}
 }
@@ -449,9 +449,9 @@ func TestReplacementIsNotConsolidatedWithinConsolidateAfter(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(30 * time.Minute) })
 	n := c.node("default", "new", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
-	n.NodeClaim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(disruption.MethodSingleNode)}
+	n.NodeClaim.Annotations = map[string]string{disruptionplan.ReplacementAnnotationKey: string(disruptionplan.MethodSingleNode)}
 	n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-10 * time.Minute))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none", names(d.Command))
 	}
@@ -469,11 +469,11 @@ func TestAnEmptyReplacementWaitsForThePodsItWasBoughtFor(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", nil)
 	n := c.node("default", "new", "l", karpv1.CapacityTypeOnDemand)
-	n.NodeClaim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(disruption.MethodDrift)}
+	n.NodeClaim.Annotations = map[string]string{disruptionplan.ReplacementAnnotationKey: string(disruptionplan.MethodDrift)}
 	n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-3 * time.Minute))
 	meta.FindStatusCondition(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized).LastTransitionTime = metav1.NewTime(t0.Add(-30 * time.Second))
 	c.node("default", "plain", "l", karpv1.CapacityTypeOnDemand)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if got := names(d.Command); !slices.Equal(got, []string{"plain"}) {
 		t.Fatalf("command = %v, want emptiness of plain only: new is a replacement initialised 30 s ago", got)
 	}
@@ -481,11 +481,11 @@ func TestAnEmptyReplacementWaitsForThePodsItWasBoughtFor(t *testing.T) {
 		t.Errorf("explanation = %q", msg)
 	}
 	c.snap.Now = t0.Add(90 * time.Second)
-	if got := names(c.decide(disruption.Options{}).Command); !slices.Contains(got, "new") {
-		t.Errorf("command = %v, want the replacement taken once %s passed since it was initialised", got, disruption.DefaultReplacementSettle)
+	if got := names(c.decide(disruptionplan.Options{}).Command); !slices.Contains(got, "new") {
+		t.Errorf("command = %v, want the replacement taken once %s passed since it was initialised", got, disruptionplan.DefaultReplacementSettle)
 	}
 	c.snap.Now = t0
-	if got := names(c.decide(disruption.Options{ReplacementSettle: -1}).Command); !slices.Contains(got, "new") {
+	if got := names(c.decide(disruptionplan.Options{ReplacementSettle: -1}).Command); !slices.Contains(got, "new") {
 		t.Errorf("command = %v with the hold off, want the replacement taken", got)
 	}
 }
@@ -496,12 +496,12 @@ func TestAReplacementWaitsWhileItsCandidateDrains(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", nil)
 	n := c.node("default", "new", "l", karpv1.CapacityTypeOnDemand)
-	n.NodeClaim.Annotations = map[string]string{disruption.ReplacementAnnotationKey: string(disruption.MethodDrift)}
+	n.NodeClaim.Annotations = map[string]string{disruptionplan.ReplacementAnnotationKey: string(disruptionplan.MethodDrift)}
 	old := c.node("default", "old", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
-	old.NodeClaim.Annotations = map[string]string{disruption.CommandAnnotationKey: `{"id":"c1","method":"Drift","reason":"Drifted","replacements":["new"]}`}
+	old.NodeClaim.Annotations = map[string]string{disruptionplan.CommandAnnotationKey: `{"id":"c1","method":"Drift","reason":"Drifted","replacements":["new"]}`}
 	deleting := metav1.NewTime(t0.Add(-10 * time.Minute))
 	old.NodeClaim.DeletionTimestamp = &deleting
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if slices.Contains(names(d.Command), "new") {
 		t.Fatalf("command = %v, want the replacement kept while its candidate drains", names(d.Command))
 	}
@@ -509,7 +509,7 @@ func TestAReplacementWaitsWhileItsCandidateDrains(t *testing.T) {
 		t.Errorf("explanation = %q", msg)
 	}
 	c.snap.Nodes = c.snap.Nodes[:1]
-	if got := names(c.decide(disruption.Options{}).Command); !slices.Contains(got, "new") {
+	if got := names(c.decide(disruptionplan.Options{}).Command); !slices.Contains(got, "new") {
 		t.Errorf("command = %v once the candidate is gone (and the settle time long past), want the empty replacement taken", got)
 	}
 }
@@ -520,7 +520,7 @@ func TestWhenEmptyLeavesBusyNodes(t *testing.T) {
 		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
 	})
 	c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"))
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none under WhenEmpty", names(d.Command))
 	}
@@ -535,9 +535,9 @@ func TestDecisionIsDeterministic(t *testing.T) {
 	for i := range 12 {
 		c.node("default", "n"+string(rune('a'+i)), "l", karpv1.CapacityTypeOnDemand, pods("app"+string(rune('a'+i)), 1+i%3, "1")...)
 	}
-	first := names(c.decide(disruption.Options{}).Command)
+	first := names(c.decide(disruptionplan.Options{}).Command)
 	for range 3 {
-		if got := names(c.decide(disruption.Options{}).Command); !slices.Equal(got, first) {
+		if got := names(c.decide(disruptionplan.Options{}).Command); !slices.Equal(got, first) {
 			t.Fatalf("decision changed: %v then %v", first, got)
 		}
 	}
@@ -552,7 +552,7 @@ func TestConsolidationLaunchesOneMachineWhereSeveralWouldBeCheaper(t *testing.T)
 	// Three 1.5-CPU pods on an xl ($0.40/h): three s machines ($0.15/h) would hold them, but a
 	// consolidation launches one machine — an l ($0.20/h).
 	c.node("default", "xl", "xl", karpv1.CapacityTypeOnDemand, pods("web", 3, "1500m")...)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	cmd := d.Command
 	if cmd == nil || len(cmd.Replacements) != 1 {
 		t.Fatalf("command = %+v, want one replacement", cmd)
@@ -574,7 +574,7 @@ func TestConsolidationWaitsWhileTheClusterSettles(t *testing.T) {
 	c := setup()
 	n := c.node("default", "starting", "s", karpv1.CapacityTypeOnDemand)
 	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
-	if d := c.decide(disruption.Options{}); d.Command != nil || d.Settling != "1 machine(s) are starting" {
+	if d := c.decide(disruptionplan.Options{}); d.Command != nil || d.Settling != "1 machine(s) are starting" {
 		t.Fatalf("command %v, settling %q; want none while a machine starts", names(d.Command), d.Settling)
 	}
 	// A pending pod that will be placed.
@@ -582,14 +582,14 @@ func TestConsolidationWaitsWhileTheClusterSettles(t *testing.T) {
 	p := pod("pending", "batch", "1")
 	p.Spec.NodeName = ""
 	c.snap.Pending = []*corev1.Pod{p}
-	if d := c.decide(disruption.Options{}); d.Command != nil || d.Settling != "1 pending pod(s) are about to be placed" {
+	if d := c.decide(disruptionplan.Options{}); d.Command != nil || d.Settling != "1 pending pod(s) are about to be placed" {
 		t.Fatalf("command %v, settling %q; want none while a pod is about to be placed", names(d.Command), d.Settling)
 	}
 	// A pending pod that fits nowhere does not hold consolidation back.
 	huge := pod("huge", "batch", "100")
 	huge.Spec.NodeName = ""
 	c.snap.Pending = []*corev1.Pod{huge}
-	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) {
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) {
 		t.Fatalf("command %v, settling %q; want the empty node deleted", names(d.Command), d.Settling)
 	}
 }
@@ -599,17 +599,17 @@ func TestValidateAbandonsConsolidationWhenPodsArrive(t *testing.T) {
 	c.pool("default", nil)
 	c.node("default", "busy", "l", karpv1.CapacityTypeOnDemand, pods("web", 7, "1")...)
 	c.node("default", "empty", "m", karpv1.CapacityTypeOnDemand)
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command == nil {
 		t.Fatal("no command")
 	}
-	if cmd, why := disruption.Validate(c.snap, disruption.Options{}, d.Command); cmd == nil {
+	if cmd, why := disruptionplan.Validate(c.snap, disruptionplan.Options{}, d.Command); cmd == nil {
 		t.Fatalf("the command does not hold on the same cluster: %s", why)
 	}
 	p := pod("burst", "batch", "2")
 	p.Spec.NodeName = ""
 	c.snap.Pending = []*corev1.Pod{p}
-	if cmd, why := disruption.Validate(c.snap, disruption.Options{}, d.Command); cmd != nil || !strings.Contains(why, "settling") {
+	if cmd, why := disruptionplan.Validate(c.snap, disruptionplan.Options{}, d.Command); cmd != nil || !strings.Contains(why, "settling") {
 		t.Fatalf("command %v (%s); want it abandoned while a pod is about to be placed", cmd, why)
 	}
 }
@@ -622,7 +622,7 @@ func TestDriftWaitsForAPoolWhoseLaunchesDoNotRegister(t *testing.T) {
 		c.pool(name, func(np *karpv1.NodePool) { np.Spec.Template.ObjectMeta.Labels = map[string]string{"pool": name} })
 	}
 	c.snap.NodePools[0].Solver.RegistrationUnhealthy = true
-	drift := func(n *disruption.Node, since time.Duration) {
+	drift := func(n *disruptionplan.Node, since time.Duration) {
 		n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted,
 			Status: metav1.ConditionTrue, Reason: "NodePoolDrifted", LastTransitionTime: metav1.NewTime(t0.Add(-since))})
 	}
@@ -634,8 +634,8 @@ func TestDriftWaitsForAPoolWhoseLaunchesDoNotRegister(t *testing.T) {
 	// The broken pool's node drifted first: drift would take it first.
 	drift(c.node("broken", "old-broken", "s", karpv1.CapacityTypeOnDemand, selecting("a", "broken")), 2*time.Hour)
 	drift(c.node("ok", "old-ok", "s", karpv1.CapacityTypeOnDemand, selecting("b", "ok")), time.Hour)
-	d := c.decide(disruption.Options{})
-	if d.Command == nil || d.Command.Method != disruption.MethodDrift || !slices.Equal(names(d.Command), []string{"old-ok"}) {
+	d := c.decide(disruptionplan.Options{})
+	if d.Command == nil || d.Command.Method != disruptionplan.MethodDrift || !slices.Equal(names(d.Command), []string{"old-ok"}) {
 		t.Fatalf("command = %v, want old-ok's drift", names(d.Command))
 	}
 	if _, msg := explanation(d, "old-broken"); !strings.Contains(msg, "NodePool broken") || !strings.Contains(msg, karpv1.ConditionTypeNodeRegistrationHealthy+"=False") {
@@ -643,7 +643,7 @@ func TestDriftWaitsForAPoolWhoseLaunchesDoNotRegister(t *testing.T) {
 	}
 	// Healed, the broken pool's node goes first again.
 	c.snap.NodePools[0].Solver.RegistrationUnhealthy = false
-	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"old-broken"}) {
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"old-broken"}) {
 		t.Fatalf("healed: command = %v, want old-broken", names(d.Command))
 	}
 }
@@ -657,7 +657,7 @@ func TestEmptyNodeKeptAsCapacityBufferRoom(t *testing.T) {
 	chunk := pod("room-buffer-0", "room", "1")
 	chunk.Annotations = map[string]string{capacitybuffer.VirtualAnnotationKey: "default/room"}
 	c.snap.Buffer = []*corev1.Pod{chunk}
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if d.Command != nil {
 		t.Fatalf("command %v, want none: spare is the buffer's room", names(d.Command))
 	}
@@ -665,7 +665,7 @@ func TestEmptyNodeKeptAsCapacityBufferRoom(t *testing.T) {
 		t.Errorf("explanation %q", msg)
 	}
 	c.snap.Buffer = nil
-	if d := c.decide(disruption.Options{}); !slices.Equal(names(d.Command), []string{"spare"}) {
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"spare"}) {
 		t.Fatalf("without the buffer: %v, want spare removed", names(d.Command))
 	}
 }
@@ -682,11 +682,11 @@ func TestConsolidationKeepsCapacityBufferRoom(t *testing.T) {
 	chunk := pod("room-buffer-0", "room", "3")
 	chunk.Annotations = map[string]string{capacitybuffer.VirtualAnnotationKey: "default/room"}
 	c.snap.Buffer = []*corev1.Pod{chunk}
-	if d := c.decide(disruption.Options{}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command != nil {
 		t.Fatalf("command %v (%s) %.2f -> %.2f, %d replacements, want none: the buffer's 3 CPU are the room left", names(d.Command), d.Command.Method, d.Command.PriceBefore, d.Command.PriceAfter, len(d.Command.Replacements))
 	}
 	c.snap.Buffer = nil
-	if d := c.decide(disruption.Options{}); d.Command == nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command == nil {
 		t.Fatal("without the buffer the two nodes should become one")
 	}
 }
@@ -708,7 +708,7 @@ func TestConsolidationMovesOntoAReservation(t *testing.T) {
 				Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}}}
 		})
 		c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "1"), pod("b", "web", "1"))
-		d := c.decide(disruption.Options{})
+		d := c.decide(disruptionplan.Options{})
 		cmd := d.Command
 		if slots == 0 {
 			if cmd != nil {
@@ -740,7 +740,7 @@ func TestConsolidationMovesOntoAReservation(t *testing.T) {
 		}
 	}
 	c.snap.NodePools[0].Solver.InstanceTypes = c.its
-	if d := c.decide(disruption.Options{}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{}); d.Command != nil {
 		t.Fatalf("a reserved machine was replaced: %v", names(d.Command))
 	}
 }
@@ -770,22 +770,22 @@ func TestTerminateFirstDriftFreesTheReservationsMachine(t *testing.T) {
 		return c
 	}
 	c := setup(karpv1.CapacityTypeReserved)
-	d := c.decide(disruption.Options{})
-	if ev, msg := explanation(d, "held"); d.Command != nil || ev != disruption.EventDisruptionBlocked || !strings.Contains(msg, "drifted, but") {
+	d := c.decide(disruptionplan.Options{})
+	if ev, msg := explanation(d, "held"); d.Command != nil || ev != disruptionplan.EventDisruptionBlocked || !strings.Contains(msg, "drifted, but") {
 		t.Fatalf("gate off: command %v, explanation %s %q", names(d.Command), ev, msg)
 	}
-	d = c.decide(disruption.Options{TerminateFirstDrift: true})
+	d = c.decide(disruptionplan.Options{TerminateFirstDrift: true})
 	cmd := d.Command
-	if cmd == nil || cmd.Method != disruption.MethodDrift || len(cmd.Replacements) != 0 || len(cmd.Candidates) != 1 || cmd.TerminateFirst == "" ||
+	if cmd == nil || cmd.Method != disruptionplan.MethodDrift || len(cmd.Replacements) != 0 || len(cmd.Candidates) != 1 || cmd.TerminateFirst == "" ||
 		!strings.Contains(cmd.Rule(), "terminating first") {
 		t.Fatalf("gate on: command %+v, want the node deleted first, without a replacement", cmd)
 	}
-	if again, why := disruption.Validate(c.snap, disruption.Options{TerminateFirstDrift: true}, cmd); again == nil || again.TerminateFirst == "" || len(again.Replacements) != 0 {
+	if again, why := disruptionplan.Validate(c.snap, disruptionplan.Options{TerminateFirstDrift: true}, cmd); again == nil || again.TerminateFirst == "" || len(again.Replacements) != 0 {
 		t.Fatalf("the command does not validate again: %v (%s)", again, why)
 	}
 	// On-demand nodes hold no reservation: nothing to free, so nothing is deleted first.
 	c = setup(karpv1.CapacityTypeOnDemand)
-	if d := c.decide(disruption.Options{TerminateFirstDrift: true}); d.Command != nil {
+	if d := c.decide(disruptionplan.Options{TerminateFirstDrift: true}); d.Command != nil {
 		t.Fatalf("an on-demand node was deleted first: %v", names(d.Command))
 	}
 }
@@ -795,7 +795,7 @@ func TestTerminateFirstDriftFreesTheReservationsMachine(t *testing.T) {
 // an older scale-down, or the rule turned off leave the bar at 1/3. Balanced's 1/2 becomes 4 the
 // same way.
 func TestFallingLoadBar(t *testing.T) {
-	build := func(sds ...disruption.ScaleDown) *cluster {
+	build := func(sds ...disruptionplan.ScaleDown) *cluster {
 		c := newCluster(t)
 		c.pool("default", func(np *karpv1.NodePool) {
 			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
@@ -811,20 +811,20 @@ func TestFallingLoadBar(t *testing.T) {
 		c.snap.ScaleDowns = sds
 		return c
 	}
-	shrank := func(uid string, ago time.Duration) disruption.ScaleDown {
-		return disruption.ScaleDown{Owner: "ReplicaSet default/" + uid, UID: types.UID(uid), At: t0.Add(-ago), Since: t0.Add(-ago)}
+	shrank := func(uid string, ago time.Duration) disruptionplan.ScaleDown {
+		return disruptionplan.ScaleDown{Owner: "ReplicaSet default/" + uid, UID: types.UID(uid), At: t0.Add(-ago), Since: t0.Add(-ago)}
 	}
 	for _, tc := range []struct {
 		name string
-		sds  []disruption.ScaleDown
-		opts disruption.Options
+		sds  []disruptionplan.ScaleDown
+		opts disruptionplan.Options
 		take bool
 	}{
-		{"no scale-down", nil, disruption.Options{}, true},
-		{"its pods' owner shrank 2 minutes ago", []disruption.ScaleDown{shrank("rs-tiny", 2*time.Minute)}, disruption.Options{}, false},
-		{"another owner shrank", []disruption.ScaleDown{shrank("rs-x0", 2*time.Minute)}, disruption.Options{}, true},
-		{"its pods' owner shrank 11 minutes ago", []disruption.ScaleDown{shrank("rs-tiny", 11*time.Minute)}, disruption.Options{}, true},
-		{"the rule turned off", []disruption.ScaleDown{shrank("rs-tiny", 2*time.Minute)}, disruption.Options{CalmAfterScaleDown: -1}, true},
+		{"no scale-down", nil, disruptionplan.Options{}, true},
+		{"its pods' owner shrank 2 minutes ago", []disruptionplan.ScaleDown{shrank("rs-tiny", 2*time.Minute)}, disruptionplan.Options{}, false},
+		{"another owner shrank", []disruptionplan.ScaleDown{shrank("rs-x0", 2*time.Minute)}, disruptionplan.Options{}, true},
+		{"its pods' owner shrank 11 minutes ago", []disruptionplan.ScaleDown{shrank("rs-tiny", 11*time.Minute)}, disruptionplan.Options{}, true},
+		{"the rule turned off", []disruptionplan.ScaleDown{shrank("rs-tiny", 2*time.Minute)}, disruptionplan.Options{CalmAfterScaleDown: -1}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := build(tc.sds...).decide(tc.opts)
@@ -832,7 +832,7 @@ func TestFallingLoadBar(t *testing.T) {
 				if !slices.Equal(names(d.Command), []string{"m"}) || len(d.Command.Replacements) != 0 {
 					t.Fatalf("command = %v, want m deleted", names(d.Command))
 				}
-				if s := d.Command.Scores["default"]; s.Calm || s.K != disruption.DefaultUnderutilizedK {
+				if s := d.Command.Scores["default"]; s.Calm || s.K != disruptionplan.DefaultUnderutilizedK {
 					t.Errorf("score %v, want the bar of 1/3", s)
 				}
 				return
@@ -841,7 +841,7 @@ func TestFallingLoadBar(t *testing.T) {
 				t.Fatalf("command = %v, want none", names(d.Command))
 			}
 			ev, msg := explanation(d, "m")
-			if want := "WhenEmptyOrUnderutilized: even deleting it outright would be saving 7.7% of the pool for 21.3% of its disruption (score 0.36 < 4.00, the bar while an owner of its pods is scaling down), too little for 12 eviction(s)"; ev != disruption.EventUnconsolidatable || msg != want {
+			if want := "WhenEmptyOrUnderutilized: even deleting it outright would be saving 7.7% of the pool for 21.3% of its disruption (score 0.36 < 4.00, the bar while an owner of its pods is scaling down), too little for 12 eviction(s)"; ev != disruptionplan.EventUnconsolidatable || msg != want {
 				t.Errorf("explanation = %s %q, want %q", ev, msg, want)
 			}
 		})
@@ -850,11 +850,11 @@ func TestFallingLoadBar(t *testing.T) {
 	// disruption), which Karpenter's 1/2 passes; while the tiny pods' owner shrinks the bar is 4
 	// there too (stricter than Karpenter's rule, never looser), and another owner's scale-down
 	// leaves Karpenter's bar.
-	balanced := func(sds ...disruption.ScaleDown) *disruption.Decision {
+	balanced := func(sds ...disruptionplan.ScaleDown) *disruptionplan.Decision {
 		c := build(sds...)
 		c.snap.NodePools[0].NodePool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyBalanced
 		c.snap.Nodes[3].Pods = c.snap.Nodes[3].Pods[:4]
-		return c.decide(disruption.Options{})
+		return c.decide(disruptionplan.Options{})
 	}
 	if d := balanced(shrank("rs-tiny", 2*time.Minute)); d.Command != nil {
 		t.Errorf("Balanced while the owner shrinks: command = %v, want none", names(d.Command))
@@ -865,7 +865,7 @@ func TestFallingLoadBar(t *testing.T) {
 	if !slices.Equal(names(d.Command), []string{"m"}) {
 		t.Fatalf("Balanced, another owner shrank: command = %v, want m deleted", names(d.Command))
 	}
-	if s := d.Command.Scores["default"]; s.Calm || s.K != disruption.BalancedK {
+	if s := d.Command.Scores["default"]; s.Calm || s.K != disruptionplan.BalancedK {
 		t.Errorf("Balanced: score %v, want the bar of 1/2", s)
 	}
 }
@@ -888,7 +888,7 @@ func TestReplacementsKeepMinValues(t *testing.T) {
 		})
 		// An l (0.20 $/h) with one small pod: s and m are cheaper.
 		c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "500m"))
-		opts := disruption.Options{}
+		opts := disruptionplan.Options{}
 		opts.Solver.MinValuesBestEffort = tc.bestEffort
 		d := c.decide(opts)
 		if tc.want == 0 {
@@ -925,7 +925,7 @@ func TestConsolidationMovesNoPodOntoANodeInsideConsolidateAfter(t *testing.T) {
 	fresh := c.node("default", "fresh", "l", karpv1.CapacityTypeOnDemand, pod("b-0", "b", "1"))
 	fresh.NodeClaim.Status.LastPodEventTime = metav1.NewTime(t0.Add(-5 * time.Second))
 	meta.RemoveStatusCondition(&fresh.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable)
-	on := func(d *disruption.Decision, node string) bool {
+	on := func(d *disruptionplan.Decision, node string) bool {
 		if d.Command == nil {
 			return false
 		}
@@ -936,12 +936,12 @@ func TestConsolidationMovesNoPodOntoANodeInsideConsolidateAfter(t *testing.T) {
 		}
 		return false
 	}
-	d := c.decide(disruption.Options{})
+	d := c.decide(disruptionplan.Options{})
 	if on(d, "fresh") {
 		t.Fatalf("command %v moves a pod onto fresh, 5 s into its 30 s consolidateAfter", names(d.Command))
 	}
 	fresh.NodeClaim.Status.LastPodEventTime = metav1.NewTime(t0.Add(-time.Minute))
-	d = c.decide(disruption.Options{})
+	d = c.decide(disruptionplan.Options{})
 	if !on(d, "fresh") {
 		t.Fatalf("command %+v, want old's pod moved onto fresh past its consolidateAfter", d.Command)
 	}
@@ -955,7 +955,7 @@ func TestConsolidationMovesNoPodOntoANodeInsideConsolidateAfter(t *testing.T) {
 func TestDriftBuysNothingForAMovingPodAFreshNodeTakes(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", func(np *karpv1.NodePool) { np.Spec.Disruption.ConsolidateAfter = karpv1.NewDuration(5 * time.Second) })
-	drifted := func(n *disruption.Node) {
+	drifted := func(n *disruptionplan.Node) {
 		n.NodeClaim.Status.Conditions = append(n.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
 	}
 	// One pod per node: required anti-affinity by hostname.
@@ -977,8 +977,8 @@ func TestDriftBuysNothingForAMovingPodAFreshNodeTakes(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		drifted(c.node("default", name, "m", karpv1.CapacityTypeOnDemand, spread("p-"+name)))
 	}
-	d := c.decide(disruption.Options{})
-	if d.Command == nil || d.Command.Method != disruption.MethodDrift {
+	d := c.decide(disruptionplan.Options{})
+	if d.Command == nil || d.Command.Method != disruptionplan.MethodDrift {
 		t.Fatalf("command %+v, want a drift", d.Command)
 	}
 	var planned []string
