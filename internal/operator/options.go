@@ -213,50 +213,73 @@ type raw struct {
 	ignoreDRA                                                       bool
 }
 
+// flags registers flags with their environment variables.
+type flags struct {
+	fs *flag.FlagSet
+	// envs maps a flag to its environment variable.
+	envs map[string]string
+}
+
+func (f flags) str(p *string, name, env, def, usage string) {
+	f.envs[name] = env
+	f.fs.StringVar(p, name, def, usage)
+}
+
+func (f flags) dur(p *time.Duration, name, env string, def time.Duration, usage string) {
+	f.envs[name] = env
+	f.fs.DurationVar(p, name, def, usage)
+}
+
+func (f flags) integer(p *int, name, env string, def int, usage string) {
+	f.envs[name] = env
+	f.fs.IntVar(p, name, def, usage)
+}
+
+func (f flags) boolean(p *bool, name, env string, def bool, usage string) {
+	f.envs[name] = env
+	f.fs.BoolVar(p, name, def, usage)
+}
+
 // define registers every flag on a new set; envs maps a flag to its environment variable.
 func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
-	fs = flag.NewFlagSet("capstan", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	envs = map[string]string{}
-	str := func(p *string, name, env, def, usage string) {
-		envs[name] = env
-		fs.StringVar(p, name, def, usage)
-	}
-	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
-		envs[name] = env
-		fs.DurationVar(p, name, def, usage)
-	}
-	integer := func(p *int, name, env string, def int, usage string) {
-		envs[name] = env
-		fs.IntVar(p, name, def, usage)
-	}
-	boolean := func(p *bool, name, env string, def bool, usage string) {
-		envs[name] = env
-		fs.BoolVar(p, name, def, usage)
-	}
-	str(&o.ClusterName, "cluster-name", "CLUSTER_NAME", "capstan-local", "name of the cluster, used to tag and find its machines")
-	str(&o.CloudProvider, "cloud-provider", "CLOUD_PROVIDER", CloudProviderSim, "cloud provider: sim or aws")
-	fs.StringVar(&o.CloudProvider, "cloud", CloudProviderSim, "short for --cloud-provider")
-	dur(&o.BatchIdleDuration, "batch-idle-duration", "BATCH_IDLE_DURATION", time.Second, "a batch of pending pods ends when none arrived for this long")
-	dur(&o.BatchMaxDuration, "batch-max-duration", "BATCH_MAX_DURATION", 10*time.Second, "the longest a batch of pending pods waits")
-	integer(&o.MetricsPort, "metrics-port", "METRICS_PORT", 8080, "port of the Prometheus /metrics endpoint")
-	integer(&o.HealthProbePort, "health-probe-port", "HEALTH_PROBE_PORT", 8081, "port of /healthz and /readyz")
-	str(&o.MetricsBindAddress, "metrics-bind-address", "METRICS_BIND_ADDRESS", "", "full address of /metrics, replacing --metrics-port (\"0\" disables)")
-	str(&o.HealthProbeBindAddress, "health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS", "", "full address of the health probes, replacing --health-probe-port")
-	integer(&o.KubeClientQPS, "kube-client-qps", "KUBE_CLIENT_QPS", 200, "smoothed rate of queries to the API server")
-	integer(&o.KubeClientBurst, "kube-client-burst", "KUBE_CLIENT_BURST", 300, "largest burst of queries to the API server")
-	boolean(&o.EnableProfiling, "enable-profiling", "ENABLE_PROFILING", false, "serve Go's pprof profiles on the metrics endpoint")
-	boolean(&o.DisableLeaderElection, "disable-leader-election", "DISABLE_LEADER_ELECTION", false, "act without electing a leader (one replica only)")
-	str(&o.LeaderElectionName, "leader-election-name", "LEADER_ELECTION_NAME", "capstan-leader-election", "name of the leader-election Lease")
-	str(&o.LeaderElectionNamespace, "leader-election-namespace", "LEADER_ELECTION_NAMESPACE", "kube-system", "namespace of the leader-election Lease")
-	envs["memory-limit"] = "MEMORY_LIMIT"
-	fs.Int64Var(&o.MemoryLimit, "memory-limit", -1, "memory limit of the container in bytes; Go's soft limit is set to 90% of it (-1: none)")
-	str(&o.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: debug, info or error")
-	str(&r.outPaths, "log-output-paths", "LOG_OUTPUT_PATHS", "stdout", "comma-separated log destinations (stdout, stderr or files)")
-	str(&r.errPaths, "log-error-output-paths", "LOG_ERROR_OUTPUT_PATHS", "stderr", "comma-separated destinations of the logger's own errors")
-	str(&o.PreferencePolicy, "preference-policy", "PREFERENCE_POLICY", PreferencePolicyRespect, "Respect or Ignore pods' preferences (preferred affinity, ScheduleAnyway spreads) when planning")
-	envs["node-cost"] = "NODE_COST"
-	fs.Func("node-cost", "what every machine costs per hour beyond its instance price, in US dollars (root volume, IP, per-node licences); a NodePool's capstan.dev/node-cost annotation overrides it (default 0)", func(v string) error {
+	f := flags{fs: flag.NewFlagSet("capstan", flag.ContinueOnError), envs: map[string]string{}}
+	f.fs.SetOutput(io.Discard)
+	defineGeneral(f, o, r)
+	defineDisruption(f, o)
+	defineAWS(f, o, r)
+	f.str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "make the simulated cloud's API calls fail or hang, as errors=N,hangs=M,seed=S (percentages of calls, and a seed that fixes which calls; for chaos tests; default none)")
+	f.str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
+	f.fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
+	f.fs.BoolVar(&o.Version, "version", false, "print the version and exit")
+	f.fs.BoolVar(&o.Help, "help", false, "print the flags and their environment variables and exit")
+	return f.fs, f.envs
+}
+
+// defineGeneral registers the flags of the process, its clients and provisioning.
+func defineGeneral(f flags, o *Options, r *raw) {
+	f.str(&o.ClusterName, "cluster-name", "CLUSTER_NAME", "capstan-local", "name of the cluster, used to tag and find its machines")
+	f.str(&o.CloudProvider, "cloud-provider", "CLOUD_PROVIDER", CloudProviderSim, "cloud provider: sim or aws")
+	f.fs.StringVar(&o.CloudProvider, "cloud", CloudProviderSim, "short for --cloud-provider")
+	f.dur(&o.BatchIdleDuration, "batch-idle-duration", "BATCH_IDLE_DURATION", time.Second, "a batch of pending pods ends when none arrived for this long")
+	f.dur(&o.BatchMaxDuration, "batch-max-duration", "BATCH_MAX_DURATION", 10*time.Second, "the longest a batch of pending pods waits")
+	f.integer(&o.MetricsPort, "metrics-port", "METRICS_PORT", 8080, "port of the Prometheus /metrics endpoint")
+	f.integer(&o.HealthProbePort, "health-probe-port", "HEALTH_PROBE_PORT", 8081, "port of /healthz and /readyz")
+	f.str(&o.MetricsBindAddress, "metrics-bind-address", "METRICS_BIND_ADDRESS", "", "full address of /metrics, replacing --metrics-port (\"0\" disables)")
+	f.str(&o.HealthProbeBindAddress, "health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS", "", "full address of the health probes, replacing --health-probe-port")
+	f.integer(&o.KubeClientQPS, "kube-client-qps", "KUBE_CLIENT_QPS", 200, "smoothed rate of queries to the API server")
+	f.integer(&o.KubeClientBurst, "kube-client-burst", "KUBE_CLIENT_BURST", 300, "largest burst of queries to the API server")
+	f.boolean(&o.EnableProfiling, "enable-profiling", "ENABLE_PROFILING", false, "serve Go's pprof profiles on the metrics endpoint")
+	f.boolean(&o.DisableLeaderElection, "disable-leader-election", "DISABLE_LEADER_ELECTION", false, "act without electing a leader (one replica only)")
+	f.str(&o.LeaderElectionName, "leader-election-name", "LEADER_ELECTION_NAME", "capstan-leader-election", "name of the leader-election Lease")
+	f.str(&o.LeaderElectionNamespace, "leader-election-namespace", "LEADER_ELECTION_NAMESPACE", "kube-system", "namespace of the leader-election Lease")
+	f.envs["memory-limit"] = "MEMORY_LIMIT"
+	f.fs.Int64Var(&o.MemoryLimit, "memory-limit", -1, "memory limit of the container in bytes; Go's soft limit is set to 90% of it (-1: none)")
+	f.str(&o.LogLevel, "log-level", "LOG_LEVEL", "info", "log level: debug, info or error")
+	f.str(&r.outPaths, "log-output-paths", "LOG_OUTPUT_PATHS", "stdout", "comma-separated log destinations (stdout, stderr or files)")
+	f.str(&r.errPaths, "log-error-output-paths", "LOG_ERROR_OUTPUT_PATHS", "stderr", "comma-separated destinations of the logger's own errors")
+	f.str(&o.PreferencePolicy, "preference-policy", "PREFERENCE_POLICY", PreferencePolicyRespect, "Respect or Ignore pods' preferences (preferred affinity, ScheduleAnyway spreads) when planning")
+	f.envs["node-cost"] = "NODE_COST"
+	f.fs.Func("node-cost", "what every machine costs per hour beyond its instance price, in US dollars (root volume, IP, per-node licences); a NodePool's capstan.dev/node-cost annotation overrides it (default 0)", func(v string) error {
 		f, err := nodepools.ParseNodeCost(v)
 		if err != nil {
 			return errors.New("not a non-negative decimal price in US dollars per hour")
@@ -264,43 +287,45 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 		o.NodeCost = f
 		return nil
 	})
-	str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
-	str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
-	str(&r.schedulerConfig, "scheduler-config", "SCHEDULER_CONFIG", "", "YAML or JSON with the kube-scheduler's podTopologySpread.defaultConstraints, applied to pods without their own constraints as the scheduler applies them (Karpenter's setting)")
-	boolean(&r.ignoreDRA, "ignore-dra-requests", "IGNORE_DRA_REQUESTS", true, "pods with Dynamic Resource Allocation requirements are not planned for (FailedScheduling event), as Karpenter's default; false is refused: Capstan does not simulate DRA devices")
-	dur(&o.DisruptionPollPeriod, "disruption-poll-period", "DISRUPTION_POLL_PERIOD", 10*time.Second, "time between disruption rounds when nothing is in flight")
-	dur(&o.DisruptionValidationPeriod, "disruption-validation-period", "DISRUPTION_VALIDATION_PERIOD", 15*time.Second, "how long a disruption decision waits before it is checked again against the cluster and carried out")
-	dur(&o.DisruptionReplacementTimeout, "disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", 10*time.Minute, "how long a disruption waits for its replacements to initialize before it rolls back")
-	dur(&o.MultiNodeConsolidationTimeout, "multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", time.Minute, "bound on the time one round spends searching for a multi-node (and single-node) consolidation")
-	dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
-	envs["consolidation-planning"] = "CONSOLIDATION_PLANNING"
-	fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
-	envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
-	fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptionplan.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
-	dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptionplan.DefaultReplacementSettle, "for this long after a replacement a disruption launched is initialised, it is not consolidated (not even as empty): the pods it was bought for may still be on their way; 0 turns that off")
-	dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptionplan.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
-	str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
-	str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
-	str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
-	str(&o.ClusterCABundle, "cluster-ca-bundle", "CLUSTER_CA_BUNDLE", "", "base64 PEM CA bundle new nodes trust for the API server (default: Capstan's own)")
-	str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
-	envs["replace-on-rebalance-recommendation"] = "REPLACE_ON_REBALANCE_RECOMMENDATION"
-	fs.BoolVar(&o.ReplaceOnRebalance, "replace-on-rebalance-recommendation", false, "replace a Spot machine when the interruption queue brings its rebalance recommendation, before any interruption warning (AWS; default: an event only, as Karpenter)")
-	envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
-	fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
-	boolean(&o.IsolatedVPC, "isolated-vpc", "ISOLATED_VPC", false, "the VPC reaches no AWS endpoint without a VPC endpoint: never call the Pricing API, price on-demand offerings from the embedded catalog (AWS)")
-	integer(&o.ReservedENIs, "reserved-enis", "RESERVED_ENIS", 0, "network interfaces per machine kept from the VPC CNI; pods per type are (ENIs - reserved) x (IPv4 per ENI - 1) + 2 (AWS)")
-	boolean(&o.EKSControlPlane, "eks-control-plane", "EKS_CONTROL_PLANE", false, "the cluster is EKS: read its endpoint, CA bundle and service CIDR with EKS DescribeCluster where --cluster-endpoint and --cluster-ca-bundle are not set (AWS)")
-	str(&r.awsGates, "aws-feature-gates", "AWS_FEATURE_GATES", "NodeClassCEL=false", "Karpenter's AWS feature gates, Name=true|false, comma-separated; Capstan implements none, so none may be true")
-	dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
-	dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
-	dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
-	str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "make the simulated cloud's API calls fail or hang, as errors=N,hangs=M,seed=S (percentages of calls, and a seed that fixes which calls; for chaos tests; default none)")
-	str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
-	fs.BoolVar(&o.Version, "version", false, "print the version and exit")
-	fs.BoolVar(&o.Help, "help", false, "print the flags and their environment variables and exit")
-	return fs, envs
+	f.str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
+	f.str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
+	f.str(&r.schedulerConfig, "scheduler-config", "SCHEDULER_CONFIG", "", "YAML or JSON with the kube-scheduler's podTopologySpread.defaultConstraints, applied to pods without their own constraints as the scheduler applies them (Karpenter's setting)")
+	f.boolean(&r.ignoreDRA, "ignore-dra-requests", "IGNORE_DRA_REQUESTS", true, "pods with Dynamic Resource Allocation requirements are not planned for (FailedScheduling event), as Karpenter's default; false is refused: Capstan does not simulate DRA devices")
+}
+
+// defineDisruption registers the flags of disruption.
+func defineDisruption(f flags, o *Options) {
+	f.dur(&o.DisruptionPollPeriod, "disruption-poll-period", "DISRUPTION_POLL_PERIOD", 10*time.Second, "time between disruption rounds when nothing is in flight")
+	f.dur(&o.DisruptionValidationPeriod, "disruption-validation-period", "DISRUPTION_VALIDATION_PERIOD", 15*time.Second, "how long a disruption decision waits before it is checked again against the cluster and carried out")
+	f.dur(&o.DisruptionReplacementTimeout, "disruption-replacement-timeout", "DISRUPTION_REPLACEMENT_TIMEOUT", 10*time.Minute, "how long a disruption waits for its replacements to initialize before it rolls back")
+	f.dur(&o.MultiNodeConsolidationTimeout, "multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", time.Minute, "bound on the time one round spends searching for a multi-node (and single-node) consolidation")
+	f.dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
+	f.envs["consolidation-planning"] = "CONSOLIDATION_PLANNING"
+	f.fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
+	f.envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
+	f.fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptionplan.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
+	f.dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptionplan.DefaultReplacementSettle, "for this long after a replacement a disruption launched is initialised, it is not consolidated (not even as empty): the pods it was bought for may still be on their way; 0 turns that off")
+	f.dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptionplan.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
+}
+
+// defineAWS registers the flags of the AWS provider.
+func defineAWS(f flags, o *Options, r *raw) {
+	f.str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
+	f.str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
+	f.str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
+	f.str(&o.ClusterCABundle, "cluster-ca-bundle", "CLUSTER_CA_BUNDLE", "", "base64 PEM CA bundle new nodes trust for the API server (default: Capstan's own)")
+	f.str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
+	f.envs["replace-on-rebalance-recommendation"] = "REPLACE_ON_REBALANCE_RECOMMENDATION"
+	f.fs.BoolVar(&o.ReplaceOnRebalance, "replace-on-rebalance-recommendation", false, "replace a Spot machine when the interruption queue brings its rebalance recommendation, before any interruption warning (AWS; default: an event only, as Karpenter)")
+	f.envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
+	f.fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
+	f.boolean(&o.IsolatedVPC, "isolated-vpc", "ISOLATED_VPC", false, "the VPC reaches no AWS endpoint without a VPC endpoint: never call the Pricing API, price on-demand offerings from the embedded catalog (AWS)")
+	f.integer(&o.ReservedENIs, "reserved-enis", "RESERVED_ENIS", 0, "network interfaces per machine kept from the VPC CNI; pods per type are (ENIs - reserved) x (IPv4 per ENI - 1) + 2 (AWS)")
+	f.boolean(&o.EKSControlPlane, "eks-control-plane", "EKS_CONTROL_PLANE", false, "the cluster is EKS: read its endpoint, CA bundle and service CIDR with EKS DescribeCluster where --cluster-endpoint and --cluster-ca-bundle are not set (AWS)")
+	f.str(&r.awsGates, "aws-feature-gates", "AWS_FEATURE_GATES", "NodeClassCEL=false", "Karpenter's AWS feature gates, Name=true|false, comma-separated; Capstan implements none, so none may be true")
+	f.dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
+	f.dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
+	f.dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
 }
 
 // Parse reads options from args and the environment. --help and --version are not errors: they
@@ -371,69 +396,69 @@ func splitPaths(s string) []string {
 
 // Validate checks the options and names the bad one with its environment variable.
 func (o Options) Validate() error {
-	var errs []error
-	bad := func(flag, env string, v any, want string) {
-		errs = append(errs, fmt.Errorf("--%s (%s) %q: %s", flag, env, fmt.Sprint(v), want))
-	}
+	var p problems
 	if o.CloudProvider != CloudProviderSim && o.CloudProvider != CloudProviderAWS {
-		bad("cloud-provider", "CLOUD_PROVIDER", o.CloudProvider, "must be sim or aws")
+		p.bad("cloud-provider", "CLOUD_PROVIDER", o.CloudProvider, "must be sim or aws")
 	}
 	if o.UnderutilizedConsolidationK < 0 {
-		bad("underutilized-consolidation-k", "UNDERUTILIZED_CONSOLIDATION_K", o.UnderutilizedConsolidationK, "must not be negative")
+		p.bad("underutilized-consolidation-k", "UNDERUTILIZED_CONSOLIDATION_K", o.UnderutilizedConsolidationK, "must not be negative")
 	}
 	if o.ReplacementSettle < 0 {
-		bad("replacement-settle", "REPLACEMENT_SETTLE", o.ReplacementSettle, "must not be negative")
+		p.bad("replacement-settle", "REPLACEMENT_SETTLE", o.ReplacementSettle, "must not be negative")
 	}
 	if o.CalmAfterScaleDown < 0 {
-		bad("calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", o.CalmAfterScaleDown, "must not be negative")
-	}
-	if o.ReservedENIs < 0 {
-		bad("reserved-enis", "RESERVED_ENIS", o.ReservedENIs, "must not be negative")
-	}
-	for _, s := range []struct {
-		flag, env string
-		on        bool
-	}{{"isolated-vpc", "ISOLATED_VPC", o.IsolatedVPC}, {"eks-control-plane", "EKS_CONTROL_PLANE", o.EKSControlPlane},
-		{"reserved-enis", "RESERVED_ENIS", o.ReservedENIs != 0}} {
-		if s.on && o.CloudProvider != CloudProviderAWS {
-			bad(s.flag, s.env, "set", "needs --cloud-provider aws")
-		}
-	}
-	if o.VMMemoryOverheadPercent < 0 || o.VMMemoryOverheadPercent >= 1 {
-		bad("vm-memory-overhead-percent", "VM_MEMORY_OVERHEAD_PERCENT", o.VMMemoryOverheadPercent, "must be a fraction in [0, 1)")
-	}
-	for _, r := range []struct {
-		flag, env string
-		v         time.Duration
-	}{{"ami-refresh-interval", "AMI_REFRESH_INTERVAL", o.AMIRefreshInterval}, {"subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", o.SubnetRefreshInterval},
-		{"security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", o.SecurityGroupRefreshInterval}} {
-		if r.v < time.Minute {
-			bad(r.flag, r.env, r.v, "must be at least 1m")
-		}
-	}
-	if o.InterruptionQueue != "" && o.CloudProvider != CloudProviderAWS {
-		bad("interruption-queue", "INTERRUPTION_QUEUE", o.InterruptionQueue, "needs --cloud-provider aws")
-	}
-	if o.ReplaceOnRebalance && o.InterruptionQueue == "" {
-		bad("replace-on-rebalance-recommendation", "REPLACE_ON_REBALANCE_RECOMMENDATION", o.ReplaceOnRebalance, "needs --interruption-queue (rebalance recommendations arrive there)")
-	}
-	if o.BatchIdleDuration <= 0 {
-		bad("batch-idle-duration", "BATCH_IDLE_DURATION", o.BatchIdleDuration, "must be positive")
-	}
-	if o.BatchMaxDuration <= 0 || o.BatchMaxDuration < o.BatchIdleDuration {
-		bad("batch-max-duration", "BATCH_MAX_DURATION", o.BatchMaxDuration, "must be positive and at least the batch idle duration")
+		p.bad("calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", o.CalmAfterScaleDown, "must not be negative")
 	}
 	if !slices.Contains([]string{"debug", "info", "error"}, o.LogLevel) {
-		bad("log-level", "LOG_LEVEL", o.LogLevel, "must be debug, info or error")
+		p.bad("log-level", "LOG_LEVEL", o.LogLevel, "must be debug, info or error")
 	}
 	if o.ClusterName == "" {
-		bad("cluster-name", "CLUSTER_NAME", o.ClusterName, "must not be empty")
+		p.bad("cluster-name", "CLUSTER_NAME", o.ClusterName, "must not be empty")
 	}
 	if o.MetricsPort < 0 || o.MetricsPort > 65535 {
-		bad("metrics-port", "METRICS_PORT", o.MetricsPort, "must be a port number")
+		p.bad("metrics-port", "METRICS_PORT", o.MetricsPort, "must be a port number")
 	}
 	if o.HealthProbePort < 0 || o.HealthProbePort > 65535 {
-		bad("health-probe-port", "HEALTH_PROBE_PORT", o.HealthProbePort, "must be a port number")
+		p.bad("health-probe-port", "HEALTH_PROBE_PORT", o.HealthProbePort, "must be a port number")
+	}
+	if o.KubeClientQPS <= 0 {
+		p.bad("kube-client-qps", "KUBE_CLIENT_QPS", o.KubeClientQPS, "must be positive")
+	}
+	if o.KubeClientBurst <= 0 {
+		p.bad("kube-client-burst", "KUBE_CLIENT_BURST", o.KubeClientBurst, "must be positive")
+	}
+	if o.PreferencePolicy != PreferencePolicyRespect && o.PreferencePolicy != PreferencePolicyIgnore {
+		p.bad("preference-policy", "PREFERENCE_POLICY", o.PreferencePolicy, "must be Respect or Ignore")
+	}
+	if o.MinValuesPolicy != MinValuesPolicyStrict && o.MinValuesPolicy != MinValuesPolicyBest {
+		p.bad("min-values-policy", "MIN_VALUES_POLICY", o.MinValuesPolicy, "must be Strict or BestEffort")
+	}
+	if o.LeaderElectionName == "" {
+		p.bad("leader-election-name", "LEADER_ELECTION_NAME", o.LeaderElectionName, "must not be empty")
+	}
+	if len(o.LogOutputPaths) == 0 {
+		p.bad("log-output-paths", "LOG_OUTPUT_PATHS", "", "must name at least one destination")
+	}
+	o.validateDurations(&p)
+	o.validateAWS(&p)
+	return errors.Join(p...)
+}
+
+// problems are the options Validate refuses.
+type problems []error
+
+// bad refuses the value v of a flag, saying what it wants.
+func (p *problems) bad(flag, env string, v any, want string) {
+	*p = append(*p, fmt.Errorf("--%s (%s) %q: %s", flag, env, fmt.Sprint(v), want))
+}
+
+// validateDurations checks the batching and disruption durations.
+func (o Options) validateDurations(p *problems) {
+	if o.BatchIdleDuration <= 0 {
+		p.bad("batch-idle-duration", "BATCH_IDLE_DURATION", o.BatchIdleDuration, "must be positive")
+	}
+	if o.BatchMaxDuration <= 0 || o.BatchMaxDuration < o.BatchIdleDuration {
+		p.bad("batch-max-duration", "BATCH_MAX_DURATION", o.BatchMaxDuration, "must be positive and at least the batch idle duration")
 	}
 	for _, d := range []struct {
 		flag, env string
@@ -451,28 +476,43 @@ func (o Options) Validate() error {
 			if d.zeroOK {
 				want = "must not be negative"
 			}
-			bad(d.flag, d.env, d.v, want)
+			p.bad(d.flag, d.env, d.v, want)
 		}
 	}
-	if o.KubeClientQPS <= 0 {
-		bad("kube-client-qps", "KUBE_CLIENT_QPS", o.KubeClientQPS, "must be positive")
+}
+
+// validateAWS checks the settings of the AWS provider, and that they are set only with it.
+func (o Options) validateAWS(p *problems) {
+	if o.ReservedENIs < 0 {
+		p.bad("reserved-enis", "RESERVED_ENIS", o.ReservedENIs, "must not be negative")
 	}
-	if o.KubeClientBurst <= 0 {
-		bad("kube-client-burst", "KUBE_CLIENT_BURST", o.KubeClientBurst, "must be positive")
+	for _, s := range []struct {
+		flag, env string
+		on        bool
+	}{{"isolated-vpc", "ISOLATED_VPC", o.IsolatedVPC}, {"eks-control-plane", "EKS_CONTROL_PLANE", o.EKSControlPlane},
+		{"reserved-enis", "RESERVED_ENIS", o.ReservedENIs != 0}} {
+		if s.on && o.CloudProvider != CloudProviderAWS {
+			p.bad(s.flag, s.env, "set", "needs --cloud-provider aws")
+		}
 	}
-	if o.PreferencePolicy != PreferencePolicyRespect && o.PreferencePolicy != PreferencePolicyIgnore {
-		bad("preference-policy", "PREFERENCE_POLICY", o.PreferencePolicy, "must be Respect or Ignore")
+	if o.VMMemoryOverheadPercent < 0 || o.VMMemoryOverheadPercent >= 1 {
+		p.bad("vm-memory-overhead-percent", "VM_MEMORY_OVERHEAD_PERCENT", o.VMMemoryOverheadPercent, "must be a fraction in [0, 1)")
 	}
-	if o.MinValuesPolicy != MinValuesPolicyStrict && o.MinValuesPolicy != MinValuesPolicyBest {
-		bad("min-values-policy", "MIN_VALUES_POLICY", o.MinValuesPolicy, "must be Strict or BestEffort")
+	for _, r := range []struct {
+		flag, env string
+		v         time.Duration
+	}{{"ami-refresh-interval", "AMI_REFRESH_INTERVAL", o.AMIRefreshInterval}, {"subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", o.SubnetRefreshInterval},
+		{"security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", o.SecurityGroupRefreshInterval}} {
+		if r.v < time.Minute {
+			p.bad(r.flag, r.env, r.v, "must be at least 1m")
+		}
 	}
-	if o.LeaderElectionName == "" {
-		bad("leader-election-name", "LEADER_ELECTION_NAME", o.LeaderElectionName, "must not be empty")
+	if o.InterruptionQueue != "" && o.CloudProvider != CloudProviderAWS {
+		p.bad("interruption-queue", "INTERRUPTION_QUEUE", o.InterruptionQueue, "needs --cloud-provider aws")
 	}
-	if len(o.LogOutputPaths) == 0 {
-		bad("log-output-paths", "LOG_OUTPUT_PATHS", "", "must name at least one destination")
+	if o.ReplaceOnRebalance && o.InterruptionQueue == "" {
+		p.bad("replace-on-rebalance-recommendation", "REPLACE_ON_REBALANCE_RECOMMENDATION", o.ReplaceOnRebalance, "needs --interruption-queue (rebalance recommendations arrive there)")
 	}
-	return errors.Join(errs...)
 }
 
 // metricsAddress is where /metrics is served.

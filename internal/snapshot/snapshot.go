@@ -52,52 +52,10 @@ type Options struct {
 // scale-downs in progress. The disruption controller and `kubectl capstan explain` both read
 // with it.
 func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, o Options) (*disruptionplan.Snapshot, error) {
-	var shared []client.ListOption
-	if o.Shared {
-		shared = append(shared, client.UnsafeDisableDeepCopy)
+	l, err := readLists(ctx, c, o.Shared)
+	if err != nil {
+		return nil, err
 	}
-	nps := &karpv1.NodePoolList{}
-	if err := c.List(ctx, nps); err != nil {
-		return nil, fmt.Errorf("listing nodepools: %w", err)
-	}
-	ncs := &karpv1.NodeClaimList{}
-	if err := c.List(ctx, ncs, shared...); err != nil {
-		return nil, fmt.Errorf("listing nodeclaims: %w", err)
-	}
-	nodes := &corev1.NodeList{}
-	if err := c.List(ctx, nodes, shared...); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, shared...); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	pdbs := &policyv1.PodDisruptionBudgetList{}
-	if err := c.List(ctx, pdbs); err != nil {
-		return nil, fmt.Errorf("listing poddisruptionbudgets: %w", err)
-	}
-	dss := &appsv1.DaemonSetList{}
-	if err := c.List(ctx, dss); err != nil {
-		return nil, fmt.Errorf("listing daemonsets: %w", err)
-	}
-	rss := &appsv1.ReplicaSetList{}
-	if err := c.List(ctx, rss, shared...); err != nil {
-		return nil, fmt.Errorf("listing replicasets: %w", err)
-	}
-	sss := &appsv1.StatefulSetList{}
-	if err := c.List(ctx, sss, shared...); err != nil {
-		return nil, fmt.Errorf("listing statefulsets: %w", err)
-	}
-	nss := &corev1.NamespaceList{}
-	if err := c.List(ctx, nss); err != nil {
-		return nil, fmt.Errorf("listing namespaces: %w", err)
-	}
-
-	lrs := &corev1.LimitRangeList{}
-	if err := c.List(ctx, lrs); err != nil {
-		return nil, fmt.Errorf("listing limitranges: %w", err)
-	}
-
 	snap := &disruptionplan.Snapshot{Now: o.Now,
 		WellKnownLabels: cloud.WellKnownLabels(), NamespaceLabels: map[string]map[string]string{}, Evictions: o.Evictions}
 	wait := o.ScaleDownWait
@@ -108,22 +66,21 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 	if sd == nil {
 		sd = &ScaleDowns{}
 	}
-	snap.ScaleDowns = sd.observe(snap.Now, wait, append(replicaSets(rss.Items), statefulSets(sss.Items)...))
-	for i := range nss.Items {
-		snap.NamespaceLabels[nss.Items[i].Name] = nss.Items[i].Labels
+	snap.ScaleDowns = sd.observe(snap.Now, wait, append(replicaSets(l.rss.Items), statefulSets(l.sss.Items)...))
+	for i := range l.nss.Items {
+		snap.NamespaceLabels[l.nss.Items[i].Name] = l.nss.Items[i].Labels
 	}
-	for i := range pdbs.Items {
-		snap.PDBs = append(snap.PDBs, &pdbs.Items[i])
+	for i := range l.pdbs.Items {
+		snap.PDBs = append(snap.PDBs, &l.pdbs.Items[i])
 	}
 	managed := map[string]bool{}
-	for _, p := range planning.Pools(ctx, cloud, o.NodeCost, nps.Items, ncs.Items) {
+	for _, p := range planning.Pools(ctx, cloud, o.NodeCost, l.nps.Items, l.ncs.Items) {
 		snap.NodePools = append(snap.NodePools, disruptionplan.Pool{NodePool: p.NodePool, Solver: p.Solver})
 		managed[p.NodePool.Name] = true
 	}
-
 	bound := map[string][]*corev1.Pod{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range l.pods.Items {
+		p := &l.pods.Items[i]
 		switch {
 		case planning.Provisionable(p):
 			snap.Pending = append(snap.Pending, p)
@@ -131,7 +88,7 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 			bound[p.Spec.NodeName] = append(bound[p.Spec.NodeName], p)
 		}
 	}
-	snap.DaemonSetPods = planning.DaemonSetPods(dss.Items, bound, lrs.Items)
+	snap.DaemonSetPods = planning.DaemonSetPods(l.dss.Items, bound, l.lrs.Items)
 	snap.Pending = o.DefaultSpread.Apply(ctx, snap.Pending)
 	if o.Buffers != nil {
 		buf, err := o.Buffers(ctx)
@@ -140,18 +97,63 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		}
 		snap.Buffer = o.DefaultSpread.Apply(ctx, buf)
 	}
+	addNodes(ctx, snap, l, managed, bound, o.DefaultSpread)
+	return snap, nil
+}
+
+// lists are the objects a snapshot is built from.
+type lists struct {
+	nps   karpv1.NodePoolList
+	ncs   karpv1.NodeClaimList
+	nodes corev1.NodeList
+	pods  corev1.PodList
+	pdbs  policyv1.PodDisruptionBudgetList
+	dss   appsv1.DaemonSetList
+	rss   appsv1.ReplicaSetList
+	sss   appsv1.StatefulSetList
+	nss   corev1.NamespaceList
+	lrs   corev1.LimitRangeList
+}
+
+// readLists lists the objects; with shared, the large lists are the reader's own objects.
+func readLists(ctx context.Context, c client.Reader, shared bool) (*lists, error) {
+	l := &lists{}
+	for _, r := range []struct {
+		list   client.ObjectList
+		what   string
+		shared bool
+	}{
+		{&l.nps, "nodepools", false}, {&l.ncs, "nodeclaims", true}, {&l.nodes, "nodes", true},
+		{&l.pods, "pods", true}, {&l.pdbs, "poddisruptionbudgets", false}, {&l.dss, "daemonsets", false},
+		{&l.rss, "replicasets", true}, {&l.sss, "statefulsets", true}, {&l.nss, "namespaces", false},
+		{&l.lrs, "limitranges", false},
+	} {
+		var opts []client.ListOption
+		if shared && r.shared {
+			opts = append(opts, client.UnsafeDisableDeepCopy)
+		}
+		if err := c.List(ctx, r.list, opts...); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", r.what, err)
+		}
+	}
+	return l, nil
+}
+
+// addNodes adds the managed pools' NodeClaims, each with its Node and pods, and the other nodes
+// pods may move to.
+func addNodes(ctx context.Context, snap *disruptionplan.Snapshot, l *lists, managed map[string]bool, bound map[string][]*corev1.Pod, spread *defaultspread.Applier) {
 	byProvider := map[string]*corev1.Node{}
-	for i := range nodes.Items {
-		if id := nodes.Items[i].Spec.ProviderID; id != "" {
-			byProvider[id] = &nodes.Items[i]
+	for i := range l.nodes.Items {
+		if id := l.nodes.Items[i].Spec.ProviderID; id != "" {
+			byProvider[id] = &l.nodes.Items[i]
 		}
 	}
 	owned, claimedIDs := map[string]bool{}, map[string]bool{}
-	for i := range ncs.Items {
-		claimedIDs[ncs.Items[i].Status.ProviderID] = true
+	for i := range l.ncs.Items {
+		claimedIDs[l.ncs.Items[i].Status.ProviderID] = true
 	}
-	for i := range ncs.Items {
-		nc := &ncs.Items[i]
+	for i := range l.ncs.Items {
+		nc := &l.ncs.Items[i]
 		if !managed[nc.Labels[karpv1.NodePoolLabelKey]] {
 			continue
 		}
@@ -160,13 +162,13 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 			n.Node = byProvider[nc.Status.ProviderID]
 		}
 		if n.Node != nil {
-			n.Pods = o.DefaultSpread.Apply(ctx, bound[n.Node.Name])
+			n.Pods = spread.Apply(ctx, bound[n.Node.Name])
 			owned[n.Node.Name] = true
 		}
 		snap.Nodes = append(snap.Nodes, n)
 	}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
+	for i := range l.nodes.Items {
+		n := &l.nodes.Items[i]
 		// Nodes of pools not managed here (static, being deleted) are not room pods may move to.
 		if owned[n.Name] || n.Spec.ProviderID != "" && claimedIDs[n.Spec.ProviderID] {
 			continue
@@ -174,5 +176,4 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		snap.OtherNodes = append(snap.OtherNodes, solver.ExistingNode{Name: n.Name, Labels: n.Labels, Taints: n.Spec.Taints,
 			Allocatable: n.Status.Allocatable, Pods: bound[n.Name], Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero()})
 	}
-	return snap, nil
 }

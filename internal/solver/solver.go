@@ -378,11 +378,7 @@ func (s *solver) prepare() {
 		c.pods = append(c.pods, p)
 	}
 	// Existing pods' required anti-affinity terms make groups too (their symmetry binds new pods).
-	type owned struct {
-		node   int
-		groups []int
-	}
-	var owners []owned
+	var owners []antiAffinityOwner
 	for ni := range s.in.Nodes {
 		for _, p := range s.in.Nodes[ni].Pods {
 			if a := p.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
@@ -392,7 +388,7 @@ func (s *solver) prepare() {
 						gs = append(gs, pt.group)
 					}
 				}
-				owners = append(owners, owned{node: ni, groups: gs})
+				owners = append(owners, antiAffinityOwner{node: ni, groups: gs})
 			}
 		}
 	}
@@ -408,6 +404,20 @@ func (s *solver) prepare() {
 	slices.Sort(s.topoKeys)
 	s.scratch = make(vec, s.ri.len())
 
+	s.addExisting(owners)
+	s.matchClasses()
+}
+
+// antiAffinityOwner is an existing node with pods whose required anti-affinity terms make the
+// groups named.
+type antiAffinityOwner struct {
+	node   int
+	groups []int
+}
+
+// addExisting adds the existing nodes as targets, with their pods counted in the groups they
+// match and the anti-affinity groups their pods own.
+func (s *solver) addExisting(owners []antiAffinityOwner) {
 	// Existing nodes, with their pods counted; their targets and what they use are carved
 	// from a slab an earlier Solve left.
 	w := s.ri.len()
@@ -449,7 +459,11 @@ func (s *solver) prepare() {
 			g.record(t, d, false, true)
 		}
 	}
+}
 
+// matchClasses records the groups each class's pods match, and the least each resource any
+// class requests.
+func (s *solver) matchClasses() {
 	for _, c := range s.classes {
 		for gi, g := range s.groups {
 			if g.matches(c.ns, c.labels, s.in.NamespaceLabels) {

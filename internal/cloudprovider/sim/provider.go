@@ -26,6 +26,7 @@ import (
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/requirements"
 )
 
 // Name is the simulated cloud's provider name and provider-ID scheme.
@@ -451,37 +452,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 	if err != nil {
 		return nil, fmt.Errorf("NodeClaim %s requirements: %w", nc.Name, err)
 	}
-	var cands []candidate
-	for _, it := range its {
-		if it.Requirements.Intersects(reqs) != nil || !it.Holds(nc.Spec.Resources.Requests) {
-			continue
-		}
-		for _, o := range it.Offerings {
-			if !o.Available {
-				continue
-			}
-			if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
-				continue
-			}
-			if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
-				continue
-			}
-			if o.ReservationID != "" {
-				// Only a claim pinned to the reservation launches into it: the planner counts
-				// its slots by the claims pinned.
-				if r, ok := reqs.Get(cloudprovider.ReservationIDLabelKey); !ok || !r.Allows(o.ReservationID) {
-					continue
-				}
-			}
-			cands = append(cands, candidate{it, o})
-		}
-	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		if cands[i].o.Price != cands[j].o.Price {
-			return cands[i].o.Price < cands[j].o.Price
-		}
-		return cands[i].it.Name < cands[j].it.Name
-	})
+	cands := candidates(its, reqs, nc.Spec.Resources.Requests)
 	var ice []cloudprovider.OfferingKey
 	for _, c := range cands {
 		key := cloudprovider.OfferingKey{InstanceType: c.it.Name, Zone: c.o.Zone, CapacityType: c.o.CapacityType, ReservationID: c.o.ReservationID}
@@ -521,6 +492,42 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), nc.Name)}
 	}
 	return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no instance type of SimNodeClass %s satisfies NodeClaim %s", snc.Name, nc.Name)}
+}
+
+// candidates are the available offerings of the types that satisfy reqs and hold requests,
+// cheapest first. A reserved offering is one only for a claim pinned to its reservation: the
+// planner counts a reservation's slots by the claims pinned.
+func candidates(its []*cloudprovider.InstanceType, reqs requirements.Requirements, requests corev1.ResourceList) []candidate {
+	var cands []candidate
+	for _, it := range its {
+		if it.Requirements.Intersects(reqs) != nil || !it.Holds(requests) {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if !o.Available {
+				continue
+			}
+			if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
+				continue
+			}
+			if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
+				continue
+			}
+			if o.ReservationID != "" {
+				if r, ok := reqs.Get(cloudprovider.ReservationIDLabelKey); !ok || !r.Allows(o.ReservationID) {
+					continue
+				}
+			}
+			cands = append(cands, candidate{it, o})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].o.Price != cands[j].o.Price {
+			return cands[i].o.Price < cands[j].o.Price
+		}
+		return cands[i].it.Name < cands[j].it.Name
+	})
+	return cands
 }
 
 func (p *Provider) newInstance(id string, nc *karpv1.NodeClaim, snc *simv1alpha1.SimNodeClass, c candidate, never bool) *Instance {

@@ -330,24 +330,109 @@ type Result struct {
 // Provision runs one pass over the pending pods.
 func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	logger := log.FromContext(ctx)
+	in, said, err := p.pendingPods(ctx)
+	if said != nil {
+		defer func() { p.unschedulable = said }()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(in.pending) == 0 {
+		return &Result{Buffered: len(in.virtual)}, nil
+	}
+	st, err := planning.ReadState(ctx, p.Client, p.Cloud, p.NodeCost, in.bound, p.withCreated)
+	if err != nil {
+		return nil, err
+	}
+	p.nominatedMu.Lock()
+	if p.nominated == nil {
+		p.nominated = nominations{}
+	}
+	pending, waiting, cameUp := p.nominated.split(in.pending, st.InFlight, st.Registered)
+	p.nominatedMu.Unlock()
+	pending, missed := p.guard(ctx, pending, st.Inputs, cameUp, said)
+	outcomes := bufferOutcomes(in.virtual, waiting)
+	defer func() {
+		if len(outcomes) > 0 {
+			if err := bufferstore.WriteProvisioning(ctx, p.Client, metav1.NewTime(p.Clock.Now()), outcomes); err != nil {
+				logger.Error(err, "writing capacitybuffers' Provisioning condition")
+			}
+		}
+	}()
+	for claim, pods := range waiting {
+		en := &st.Nodes[st.InFlight[claim]]
+		en.Pods = append(slices.Clip(en.Pods), pods...)
+	}
+	if len(pending) == 0 {
+		return &Result{Buffered: len(in.virtual)}, nil
+	}
+	logger.Info("found provisionable pod(s)", "Pods", planning.PodList(pending), "duration", "0s")
+	if err := p.limitAttachments(ctx, in.vols, st.Nodes); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	plan := p.solve(ctx, st, in.vols, pending, missed, said)
+	res := &Result{Plan: plan, Buffered: len(in.virtual)}
+	countPlaced(outcomes, plan)
+	if len(plan.NodeClaims) > 0 {
+		placed := 0
+		for _, nc := range plan.NodeClaims {
+			placed += len(nc.Pods)
+		}
+		logger.Info("computed new nodeclaim(s) to fit pod(s)", "nodeclaims", len(plan.NodeClaims), "pods", placed,
+			"duration", time.Since(start).String())
+	}
+	made, unresolved, errs := p.createClaims(ctx, st, plan)
+	res.Created = p.recordCreated(ctx, st, plan, made, unresolved, missed)
+	if len(plan.NodeClaims) > 0 {
+		// One line per pass with the counts: in a burst the per-claim lines are sampled away.
+		failed, pods := 0, 0
+		for i, err := range errs {
+			if err != nil || unresolved[i] {
+				failed++
+			} else {
+				pods += len(plan.NodeClaims[i].Pods)
+			}
+		}
+		logger.Info("created nodeclaims", "created", len(res.Created), "failed", failed, "pods", pods,
+			"duration", time.Since(start).String())
+	}
+	// Pods that fit nowhere are told so whether or not every create succeeded: a failed create
+	// is retried, their answer does not depend on it.
+	p.tellUnschedulable(ctx, plan.Unschedulable, said)
+	return res, errors.Join(errs...)
+}
+
+// passInput is what a pass plans for: the pods waiting for a machine (the CapacityBuffers'
+// virtual ones among them), the pods bound to each node, and the volumes the pending pods use.
+type passInput struct {
+	pending, virtual []*corev1.Pod
+	bound            map[string][]*corev1.Pod
+	vols             *volumes
+}
+
+// pendingPods reads the pods a pass plans for. Pods with DRA requests are left to the
+// kube-scheduler and told so; what was told is in the map it returns (nil when the pods could
+// not be listed), which becomes the pass's record of what pods were told.
+func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID]string, error) {
+	logger := log.FromContext(ctx)
 	pods := &corev1.PodList{}
 	// Read-only (the pass and the solver only read pods, the solver's packings concurrently):
 	// the cache's own objects, not a copy of every pod of the cluster on every pass.
 	if err := p.Client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return passInput{}, nil, fmt.Errorf("listing pods: %w", err)
 	}
-	pending, bound := planning.SplitPods(pods.Items)
-	var virtual []*corev1.Pod
+	var in passInput
+	in.pending, in.bound = planning.SplitPods(pods.Items)
 	if p.Buffers != nil {
 		var err error
-		if virtual, err = p.Buffers(ctx); err != nil {
-			return nil, err
+		if in.virtual, err = p.Buffers(ctx); err != nil {
+			return passInput{}, nil, err
 		}
-		pending = append(pending, virtual...)
+		in.pending = append(in.pending, in.virtual...)
 	}
-	pending, dra := splitDRA(pending)
+	pending, dra := splitDRA(in.pending)
 	said := make(map[types.UID]string, len(dra))
-	defer func() { p.unschedulable = said }()
 	for _, pod := range dra {
 		// Left to the kube-scheduler: Capstan does not simulate DRA devices (Karpenter v1.15 with
 		// its default IGNORE_DRA_REQUESTS=true does the same).
@@ -363,45 +448,17 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	pending = p.DefaultSpread.Apply(ctx, pending)
 	pending, vols, err := p.withVolumes(ctx, pending)
 	if err != nil {
-		return nil, err
-	}
-	if len(pending) == 0 {
-		return &Result{Buffered: len(virtual)}, nil
+		return passInput{}, said, err
 	}
 	sort.Slice(pending, func(i, j int) bool {
 		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
 	})
+	in.pending, in.vols = pending, vols
+	return in, said, nil
+}
 
-	st, err := planning.ReadState(ctx, p.Client, p.Cloud, p.NodeCost, bound, p.withCreated)
-	if err != nil {
-		return nil, err
-	}
-	p.nominatedMu.Lock()
-	if p.nominated == nil {
-		p.nominated = nominations{}
-	}
-	pending, waiting, cameUp := p.nominated.split(pending, st.InFlight, st.Registered)
-	p.nominatedMu.Unlock()
-	pending, missed := p.guard(ctx, pending, st.Inputs, cameUp, said)
-	outcomes := bufferOutcomes(virtual, waiting)
-	defer func() {
-		if len(outcomes) > 0 {
-			if err := bufferstore.WriteProvisioning(ctx, p.Client, metav1.NewTime(p.Clock.Now()), outcomes); err != nil {
-				logger.Error(err, "writing capacitybuffers' Provisioning condition")
-			}
-		}
-	}()
-	for claim, pods := range waiting {
-		en := &st.Nodes[st.InFlight[claim]]
-		en.Pods = append(slices.Clip(en.Pods), pods...)
-	}
-	if len(pending) == 0 {
-		return &Result{Buffered: len(virtual)}, nil
-	}
-	logger.Info("found provisionable pod(s)", "Pods", planning.PodList(pending), "duration", "0s")
-	if err := p.limitAttachments(ctx, vols, st.Nodes); err != nil {
-		return nil, err
-	}
+// solve plans the pending pods; the pods the runaway guard holds back are planned without.
+func (p *Provisioner) solve(ctx context.Context, st *planning.State, vols *volumes, pending []*corev1.Pod, missed map[types.UID][]string, said map[types.UID]string) *solver.Result {
 	in := solver.Input{Pods: pending, NodePools: st.Pools, Nodes: st.Nodes, DaemonSetPods: st.DaemonSetPods, WellKnownLabels: p.Cloud.WellKnownLabels()}
 	if vols != nil {
 		in.Attachments = vols.attachments
@@ -414,24 +471,18 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		plan = solver.Solve(in, p.SolverOptions)
 	}
 	p.Metrics.Scheduled(p.Name(), time.Since(start).Seconds(), len(pending), len(plan.Unschedulable))
-	res := &Result{Plan: plan, Buffered: len(virtual)}
-	countPlaced(outcomes, plan)
-	if len(plan.NodeClaims) > 0 {
-		placed := 0
-		for _, nc := range plan.NodeClaims {
-			placed += len(nc.Pods)
-		}
-		logger.Info("computed new nodeclaim(s) to fit pod(s)", "nodeclaims", len(plan.NodeClaims), "pods", placed,
-			"duration", time.Since(start).String())
-	}
-	// Claims are created concurrently: on a busy API server one at a time takes seconds per
-	// fifty, and the next pass waits for this one.
-	made := make([]*karpv1.NodeClaim, len(plan.NodeClaims))
-	errs := make([]error, len(plan.NodeClaims))
-	// unresolved claims may exist: their pods wait for them as for made ones (nominated, and the
-	// claims remembered until the cache lists them or createdTTL passes), but they are not
-	// counted or told as created.
-	unresolved := make([]bool, len(plan.NodeClaims))
+	return plan
+}
+
+// createClaims creates the plan's NodeClaims, concurrently: on a busy API server one at a time
+// takes seconds per fifty, and the next pass waits for this one. A claim whose create may or may
+// not have happened (unresolved) is returned as made too: its pods wait for it as for a made one
+// (nominated, and the claim remembered until the cache lists it or createdTTL passes), but it is
+// not counted or told as created.
+func (p *Provisioner) createClaims(ctx context.Context, st *planning.State, plan *solver.Result) (made []*karpv1.NodeClaim, unresolved []bool, errs []error) {
+	made = make([]*karpv1.NodeClaim, len(plan.NodeClaims))
+	errs = make([]error, len(plan.NodeClaims))
+	unresolved = make([]bool, len(plan.NodeClaims))
 	workers := p.CreateConcurrency
 	if workers <= 0 {
 		workers = DefaultCreateConcurrency
@@ -461,6 +512,13 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	p.nominatedMu.Lock()
 	p.nominated.nominate(plan, made)
 	p.nominatedMu.Unlock()
+	return made, unresolved, errs
+}
+
+// recordCreated remembers the made claims, and counts, logs and tells their pods of the created
+// ones, which it returns.
+func (p *Provisioner) recordCreated(ctx context.Context, st *planning.State, plan *solver.Result, made []*karpv1.NodeClaim, unresolved []bool, missed map[types.UID][]string) []*karpv1.NodeClaim {
+	var created []*karpv1.NodeClaim
 	for i, nc := range made {
 		if nc == nil {
 			continue
@@ -470,9 +528,9 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			continue
 		}
 		planned, np := plan.NodeClaims[i], st.ByName[plan.NodeClaims[i].NodePool]
-		res.Created = append(res.Created, nc)
+		created = append(created, nc)
 		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, planned.MinValuesRelaxed)
-		logger.Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
+		log.FromContext(ctx).Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", planning.TypeList(planned.InstanceTypes), "pods", len(planned.Pods))
 		p.nominatedEvent(planned.Pods, nc.Name)
 		for _, pod := range planned.Pods {
@@ -483,22 +541,14 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			}
 		}
 	}
-	if len(plan.NodeClaims) > 0 {
-		// One line per pass with the counts: in a burst the per-claim lines are sampled away.
-		failed, pods := 0, 0
-		for i, err := range errs {
-			if err != nil || unresolved[i] {
-				failed++
-			} else {
-				pods += len(plan.NodeClaims[i].Pods)
-			}
-		}
-		logger.Info("created nodeclaims", "created", len(res.Created), "failed", failed, "pods", pods,
-			"duration", time.Since(start).String())
-	}
-	// Pods that fit nowhere are told so whether or not every create succeeded: a failed create
-	// is retried, their answer does not depend on it.
-	for _, u := range plan.Unschedulable {
+	return created
+}
+
+// tellUnschedulable tells each pod that fits nowhere why, in an event each pass and a log line
+// when the reason changed.
+func (p *Provisioner) tellUnschedulable(ctx context.Context, unschedulable []solver.PodError, said map[types.UID]string) {
+	logger := log.FromContext(ctx)
+	for _, u := range unschedulable {
 		msg := UnschedulableMessage(u)
 		if capacitybuffer.IsVirtual(u.Pod) {
 			continue
@@ -516,7 +566,6 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		}
 		logger.V(1).Info("could not schedule pod: every NodePool", "Pod", klog.KObj(u.Pod), "reason", u.Reason)
 	}
-	return res, errors.Join(errs...)
 }
 
 // bufferOutcomes starts each buffer's count with its chunks waiting for machines being launched.

@@ -146,17 +146,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Another provider's pool: its status is not Capstan's to write.
 		return reconcile.Result{}, nil
 	}
-	hash := nodepools.Hash(np)
-	if np.Annotations[karpv1.NodePoolHashAnnotationKey] != hash || np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] != nodepools.HashVersion {
-		orig := np.DeepCopy()
-		if np.Annotations == nil {
-			np.Annotations = map[string]string{}
-		}
-		np.Annotations[karpv1.NodePoolHashAnnotationKey] = hash
-		np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] = nodepools.HashVersion
-		if err := c.Client.Patch(ctx, np, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("annotating nodepool hash: %w", err))
-		}
+	hash, err := c.stampHash(ctx, np)
+	if err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	stored := np.DeepCopy()
 	ncs := &karpv1.NodeClaimList{}
@@ -167,27 +159,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.restamp(ctx, hash, ncs.Items); err != nil {
 		return reconcile.Result{}, err
 	}
-	total := corev1.ResourceList{}
-	for _, nc := range ncs.Items {
-		for k, q := range nc.Status.Capacity {
-			cur := total[k]
-			cur.Add(q)
-			total[k] = cur
-		}
-	}
-	np.Status.Nodes = int64(len(ncs.Items))
-	total[corev1.ResourceName("nodes")] = *resource.NewQuantity(np.Status.Nodes, resource.DecimalSI)
-	np.Status.Resources = total
-
-	now := metav1.NewTime(c.Clock.Now())
-	set := func(t string, ok bool, reason, msg string) {
-		s := metav1.ConditionTrue
-		if !ok {
-			s = metav1.ConditionFalse
-		}
-		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
-			ObservedGeneration: np.Generation, LastTransitionTime: now})
-	}
+	setResources(np, ncs.Items)
+	set := conditionSetter(np, metav1.NewTime(c.Clock.Now()))
 	its, err := c.Cloud.GetInstanceTypes(ctx, np)
 	if pending := (*cloudprovider.OverlaysPendingError)(nil); errors.As(err, &pending) {
 		// Not the class's fault: the pool's NodeOverlays are evaluated in a moment (its cost
@@ -207,18 +180,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else {
 		set(karpv1.ConditionTypeValidationSucceeded, false, "ValidationFailed", strings.Join(problems, "; "))
 	}
-	switch {
-	case np.Spec.Replicas == nil:
-		meta.RemoveStatusCondition(&np.Status.Conditions, ConditionTypeStaticCapacity)
-	case c.StaticCapacity:
-		set(ConditionTypeStaticCapacity, true, "Enabled", fmt.Sprintf("Capstan keeps %d node(s)", *np.Spec.Replicas))
-	default:
-		msg := fmt.Sprintf("spec.replicas is %d, and the StaticCapacity feature gate is off: Capstan launches nothing for this pool (as Karpenter with the gate off)", *np.Spec.Replicas)
-		set(ConditionTypeStaticCapacity, false, "FeatureGateDisabled", msg)
-		if _, logged := c.warned.LoadOrStore(np.Name, true); !logged {
-			log.FromContext(ctx).Info("static NodePool ignored: "+msg, "NodePool", np.Name)
-		}
-	}
+	c.setStatic(ctx, np, set)
 	ro := rollout(hash, ncs.Items)
 	if ro.Done() {
 		set(nodepools.ConditionTypeRolledOut, true, "RolledOut", ro.Message())
@@ -253,6 +215,72 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.Health.Reset(np.UID)
 	}
 	return reconcile.Result{}, nil
+}
+
+// stampHash writes the pool's template hash and hash version as its annotations (when they
+// changed) and returns the hash.
+func (c *Controller) stampHash(ctx context.Context, np *karpv1.NodePool) (string, error) {
+	hash := nodepools.Hash(np)
+	if np.Annotations[karpv1.NodePoolHashAnnotationKey] == hash && np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] == nodepools.HashVersion {
+		return hash, nil
+	}
+	orig := np.DeepCopy()
+	if np.Annotations == nil {
+		np.Annotations = map[string]string{}
+	}
+	np.Annotations[karpv1.NodePoolHashAnnotationKey] = hash
+	np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] = nodepools.HashVersion
+	if err := c.Client.Patch(ctx, np, client.MergeFrom(orig)); err != nil {
+		return "", fmt.Errorf("annotating nodepool hash: %w", err)
+	}
+	return hash, nil
+}
+
+// setResources sets the pool's node count and the capacity its claims hold.
+func setResources(np *karpv1.NodePool, ncs []karpv1.NodeClaim) {
+	total := corev1.ResourceList{}
+	for _, nc := range ncs {
+		for k, q := range nc.Status.Capacity {
+			cur := total[k]
+			cur.Add(q)
+			total[k] = cur
+		}
+	}
+	np.Status.Nodes = int64(len(ncs))
+	total[corev1.ResourceName("nodes")] = *resource.NewQuantity(np.Status.Nodes, resource.DecimalSI)
+	np.Status.Resources = total
+}
+
+// setCondition sets one of the pool's conditions, True when ok.
+type setCondition func(t string, ok bool, reason, msg string)
+
+// conditionSetter sets the pool's conditions at now, for its generation.
+func conditionSetter(np *karpv1.NodePool, now metav1.Time) setCondition {
+	return func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionTrue
+		if !ok {
+			s = metav1.ConditionFalse
+		}
+		meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
+			ObservedGeneration: np.Generation, LastTransitionTime: now})
+	}
+}
+
+// setStatic sets the StaticCapacity condition of a pool with replicas (and removes it from one
+// without), and logs once that a static pool is ignored with the gate off.
+func (c *Controller) setStatic(ctx context.Context, np *karpv1.NodePool, set setCondition) {
+	switch {
+	case np.Spec.Replicas == nil:
+		meta.RemoveStatusCondition(&np.Status.Conditions, ConditionTypeStaticCapacity)
+	case c.StaticCapacity:
+		set(ConditionTypeStaticCapacity, true, "Enabled", fmt.Sprintf("Capstan keeps %d node(s)", *np.Spec.Replicas))
+	default:
+		msg := fmt.Sprintf("spec.replicas is %d, and the StaticCapacity feature gate is off: Capstan launches nothing for this pool (as Karpenter with the gate off)", *np.Spec.Replicas)
+		set(ConditionTypeStaticCapacity, false, "FeatureGateDisabled", msg)
+		if _, logged := c.warned.LoadOrStore(np.Name, true); !logged {
+			log.FromContext(ctx).Info("static NodePool ignored: "+msg, "NodePool", np.Name)
+		}
+	}
 }
 
 // ReasonNoRecentLaunches is the reason of NodeRegistrationHealthy=Unknown: no launch since the
