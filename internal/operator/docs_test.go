@@ -82,3 +82,16 @@ func TestFeatureGatesAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Each flag's help is one short line (--help prints them all); the long explanation is in
+// docs/settings.md, whose rows the test above holds to the flags.
+func TestFlagHelpIsShort(t *testing.T) {
+	var o Options
+	var r raw
+	fs, _ := define(&o, &r)
+	fs.VisitAll(func(f *flag.Flag) {
+		if n := len([]rune(f.Usage)); n > 100 {
+			t.Errorf("--%s's help has %d characters (at most 100; say the rest in docs/settings.md): %s", f.Name, n, f.Usage)
+		}
+	})
+}

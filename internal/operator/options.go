@@ -247,9 +247,9 @@ func define(o *Options, r *raw) (fs *flag.FlagSet, envs map[string]string) {
 	defineGeneral(f, o, r)
 	defineDisruption(f, o)
 	defineAWS(f, o, r)
-	f.str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "make the simulated cloud's API calls fail or hang, as errors=N,hangs=M,seed=S (percentages of calls, and a seed that fixes which calls; for chaos tests; default none)")
-	f.str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps in the leader-election namespace)")
-	f.fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, which may list several files as kubectl reads it, then in-cluster)")
+	f.str(&r.simFaults, "sim-faults", "SIM_FAULTS", "", "fail or hang the simulated cloud's calls: errors=N,hangs=M,seed=S (percentages)")
+	f.str(&o.SimStateFile, "sim-state-file", "SIM_STATE_FILE", "", "file the simulated cloud keeps its machines in (default: ConfigMaps)")
+	f.fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster)")
 	f.fs.BoolVar(&o.Version, "version", false, "print the version and exit")
 	f.fs.BoolVar(&o.Help, "help", false, "print the flags and their environment variables and exit")
 	return f.fs, f.envs
@@ -279,7 +279,7 @@ func defineGeneral(f flags, o *Options, r *raw) {
 	f.str(&r.errPaths, "log-error-output-paths", "LOG_ERROR_OUTPUT_PATHS", "stderr", "comma-separated destinations of the logger's own errors")
 	f.str(&o.PreferencePolicy, "preference-policy", "PREFERENCE_POLICY", PreferencePolicyRespect, "Respect or Ignore pods' preferences (preferred affinity, ScheduleAnyway spreads) when planning")
 	f.envs["node-cost"] = "NODE_COST"
-	f.fs.Func("node-cost", "what every machine costs per hour beyond its instance price, in US dollars (root volume, IP, per-node licences); a NodePool's capstan.dev/node-cost annotation overrides it (default 0)", func(v string) error {
+	f.fs.Func("node-cost", "what every machine costs per hour beyond its instance price, in US dollars", func(v string) error {
 		f, err := nodepools.ParseNodeCost(v)
 		if err != nil {
 			return errors.New("not a non-negative decimal price in US dollars per hour")
@@ -289,8 +289,8 @@ func defineGeneral(f flags, o *Options, r *raw) {
 	})
 	f.str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
 	f.str(&r.gates, "feature-gates", "FEATURE_GATES", defaultFeatureGates(), "Karpenter's feature gates, Name=true|false, comma-separated")
-	f.str(&r.schedulerConfig, "scheduler-config", "SCHEDULER_CONFIG", "", "YAML or JSON with the kube-scheduler's podTopologySpread.defaultConstraints, applied to pods without their own constraints as the scheduler applies them (Karpenter's setting)")
-	f.boolean(&r.ignoreDRA, "ignore-dra-requests", "IGNORE_DRA_REQUESTS", true, "pods with Dynamic Resource Allocation requirements are not planned for (FailedScheduling event), as Karpenter's default; false is refused: Capstan does not simulate DRA devices")
+	f.str(&r.schedulerConfig, "scheduler-config", "SCHEDULER_CONFIG", "", "the kube-scheduler's podTopologySpread.defaultConstraints, YAML or JSON")
+	f.boolean(&r.ignoreDRA, "ignore-dra-requests", "IGNORE_DRA_REQUESTS", true, "leave pods with DRA resource claims to the kube-scheduler (false is refused)")
 }
 
 // defineDisruption registers the flags of disruption.
@@ -301,29 +301,29 @@ func defineDisruption(f flags, o *Options) {
 	f.dur(&o.MultiNodeConsolidationTimeout, "multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", time.Minute, "bound on the time one round spends searching for a multi-node (and single-node) consolidation")
 	f.dur(&o.ConsolidationChurnMemory, "consolidation-churn-memory", "CONSOLIDATION_CHURN_MEMORY", time.Hour, "a pod moved by consolidation is not moved again by consolidation within this time")
 	f.envs["consolidation-planning"] = "CONSOLIDATION_PLANNING"
-	f.fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark the nodes later consolidation rounds are expected to remove capstan.dev/consolidation-planned:PreferNoSchedule, so that the pods a consolidation moves go to nodes that stay")
+	f.fs.BoolVar(&o.ConsolidationPlanning, "consolidation-planning", true, "mark nodes later consolidation rounds will remove, so moved pods go to nodes that stay")
 	f.envs["underutilized-consolidation-k"] = "UNDERUTILIZED_CONSOLIDATION_K"
-	f.fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptionplan.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized pools take a consolidation only when its share of the pool's cost saved, over its share of the pool's disruption, is at least 1/k (Balanced: k = 2); 0 takes every saving, as Karpenter does")
-	f.dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptionplan.DefaultReplacementSettle, "for this long after a replacement a disruption launched is initialised, it is not consolidated (not even as empty): the pods it was bought for may still be on their way; 0 turns that off")
-	f.dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptionplan.DefaultCalmAfterScaleDown, "for this long after a ReplicaSet or StatefulSet shrank, a consolidation (WhenEmptyOrUnderutilized or Balanced) evicting its pods must score at least 4 (saving share over disruption share) instead of 1/k; 0 turns that off")
+	f.fs.Float64Var(&o.UnderutilizedConsolidationK, "underutilized-consolidation-k", disruptionplan.DefaultUnderutilizedK, "WhenEmptyOrUnderutilized takes a consolidation scoring at least 1/k; 0: every saving")
+	f.dur(&o.ReplacementSettle, "replacement-settle", "REPLACEMENT_SETTLE", disruptionplan.DefaultReplacementSettle, "a disruption's replacement is not consolidated for this long after it initialised")
+	f.dur(&o.CalmAfterScaleDown, "calm-after-scale-down", "CALM_AFTER_SCALE_DOWN", disruptionplan.DefaultCalmAfterScaleDown, "after a workload shrank, consolidations evicting its pods need a score of 4 for this long")
 }
 
 // defineAWS registers the flags of the AWS provider.
 func defineAWS(f flags, o *Options, r *raw) {
 	f.str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
-	f.str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy); AWS_ENDPOINT_URL_<SERVICE> still applies per service")
+	f.str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy)")
 	f.str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
 	f.str(&o.ClusterCABundle, "cluster-ca-bundle", "CLUSTER_CA_BUNDLE", "", "base64 PEM CA bundle new nodes trust for the API server (default: Capstan's own)")
 	f.str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
 	f.envs["replace-on-rebalance-recommendation"] = "REPLACE_ON_REBALANCE_RECOMMENDATION"
-	f.fs.BoolVar(&o.ReplaceOnRebalance, "replace-on-rebalance-recommendation", false, "replace a Spot machine when the interruption queue brings its rebalance recommendation, before any interruption warning (AWS; default: an event only, as Karpenter)")
+	f.fs.BoolVar(&o.ReplaceOnRebalance, "replace-on-rebalance-recommendation", false, "replace a Spot machine on its rebalance recommendation (AWS; needs the queue)")
 	f.envs["vm-memory-overhead-percent"] = "VM_MEMORY_OVERHEAD_PERCENT"
 	f.fs.Float64Var(&o.VMMemoryOverheadPercent, "vm-memory-overhead-percent", 0.075, "share of an instance type's memory the hypervisor and OS keep (AWS)")
-	f.boolean(&o.IsolatedVPC, "isolated-vpc", "ISOLATED_VPC", false, "the VPC reaches no AWS endpoint without a VPC endpoint: never call the Pricing API, price on-demand offerings from the embedded catalog (AWS)")
-	f.integer(&o.ReservedENIs, "reserved-enis", "RESERVED_ENIS", 0, "network interfaces per machine kept from the VPC CNI; pods per type are (ENIs - reserved) x (IPv4 per ENI - 1) + 2 (AWS)")
-	f.boolean(&o.EKSControlPlane, "eks-control-plane", "EKS_CONTROL_PLANE", false, "the cluster is EKS: read its endpoint, CA bundle and service CIDR with EKS DescribeCluster where --cluster-endpoint and --cluster-ca-bundle are not set (AWS)")
-	f.str(&r.awsGates, "aws-feature-gates", "AWS_FEATURE_GATES", "NodeClassCEL=false", "Karpenter's AWS feature gates, Name=true|false, comma-separated; Capstan implements none, so none may be true")
-	f.dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved AMIs may get, at least 1m (AWS; the three refresh intervals resolve together, at the shortest)")
+	f.boolean(&o.IsolatedVPC, "isolated-vpc", "ISOLATED_VPC", false, "never call the Pricing API; price on-demand from the embedded catalog (AWS)")
+	f.integer(&o.ReservedENIs, "reserved-enis", "RESERVED_ENIS", 0, "network interfaces per machine kept from the VPC CNI's pod count (AWS)")
+	f.boolean(&o.EKSControlPlane, "eks-control-plane", "EKS_CONTROL_PLANE", false, "read the cluster's endpoint, CA bundle and service CIDR from EKS DescribeCluster (AWS)")
+	f.str(&r.awsGates, "aws-feature-gates", "AWS_FEATURE_GATES", "NodeClassCEL=false", "Karpenter's AWS feature gates, Name=true|false; none may be true")
+	f.dur(&o.AMIRefreshInterval, "ami-refresh-interval", "AMI_REFRESH_INTERVAL", time.Minute, "how stale a class's resolved AMIs may get, at least 1m (AWS)")
 	f.dur(&o.SubnetRefreshInterval, "subnet-refresh-interval", "SUBNET_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved subnets may get, at least 1m (AWS)")
 	f.dur(&o.SecurityGroupRefreshInterval, "security-group-refresh-interval", "SECURITY_GROUP_REFRESH_INTERVAL", time.Minute, "how stale an EC2NodeClass's resolved security groups may get, at least 1m (AWS)")
 }

@@ -9,10 +9,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	corev1 "k8s.io/api/core/v1"
@@ -219,82 +217,10 @@ func ec2Tags(m map[string]string) []ec2types.Tag {
 	return out
 }
 
-// ensureTemplate makes sure the template exists (created once, found by name after).
-func (p *Provider) ensureTemplate(ctx context.Context, lt *launchTemplate, tags map[string]string) error {
-	p.templatesMu.Lock()
-	known := p.templates[lt.name]
-	p.templatesMu.Unlock()
-	if known {
-		return nil
-	}
-	_, err := p.clients.EC2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{lt.name}})
-	if err != nil && !isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
-		return fmt.Errorf("describing launch template %s: %w", lt.name, err)
-	}
-	if err != nil {
-		t := maps.Clone(tags)
-		t["karpenter.k8s.aws/cluster"] = p.opts.ClusterName
-		_, err = p.clients.EC2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(lt.name), LaunchTemplateData: lt.data,
-			TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: ec2Tags(t)}}})
-		if err != nil && !isCode(err, "InvalidLaunchTemplateName.AlreadyExistsException") {
-			return fmt.Errorf("creating launch template %s: %w", lt.name, err)
-		}
-	}
-	p.templatesMu.Lock()
-	p.templates[lt.name] = true
-	p.templatesMu.Unlock()
-	return nil
-}
-
-// usedTemplate records that a launch used a template, for its garbage collection.
-func (p *Provider) usedTemplate(name string) {
-	p.templatesMu.Lock()
-	defer p.templatesMu.Unlock()
-	p.templateUse[name] = p.clock.Now()
-}
-
-// TemplateTTL is how long a launch template no launch has used is kept.
-const TemplateTTL = time.Hour
-
-// GarbageCollectTemplates deletes the class's launch templates that no launch used for
-// TemplateTTL (by this process; a template this process never used counts from its creation):
-// a class whose claims' labels or taints change would otherwise pile them up. A template
-// deleted while a launch is about to use it is recreated by that launch's retry.
+// GarbageCollectTemplates deletes the class's launch templates no launch used for TemplateTTL
+// (templates.collect).
 func (p *Provider) GarbageCollectTemplates(ctx context.Context, nc *awsv1.EC2NodeClass) error {
-	out, err := p.clients.EC2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + awsv1.TagEC2NodeClass), Values: []string{nc.Name}},
-		{Name: aws.String("tag:karpenter.k8s.aws/cluster"), Values: []string{p.opts.ClusterName}},
-	}})
-	if err != nil {
-		return fmt.Errorf("listing launch templates of EC2NodeClass %s: %w", nc.Name, err)
-	}
-	now := p.clock.Now()
-	for _, lt := range out.LaunchTemplates {
-		name := aws.ToString(lt.LaunchTemplateName)
-		p.templatesMu.Lock()
-		last, ok := p.templateUse[name]
-		p.templatesMu.Unlock()
-		if !ok {
-			last = aws.ToTime(lt.CreateTime)
-		}
-		if now.Sub(last) < TemplateTTL {
-			continue
-		}
-		if _, err := p.clients.EC2.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: lt.LaunchTemplateName}); err != nil &&
-			!isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
-			return fmt.Errorf("deleting launch template %s: %w", name, err)
-		}
-		p.forgetTemplate(name)
-	}
-	return nil
-}
-
-// forgetTemplate drops a template from the cache (deleted behind Capstan's back).
-func (p *Provider) forgetTemplate(name string) {
-	p.templatesMu.Lock()
-	defer p.templatesMu.Unlock()
-	delete(p.templates, name)
-	delete(p.templateUse, name)
+	return p.templates.collect(ctx, nc.Name)
 }
 
 // isCode reports whether err is an AWS API error with this code.

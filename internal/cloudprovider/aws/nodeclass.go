@@ -160,67 +160,18 @@ func archOf(ec2Arch string) string {
 }
 
 // ResolveAMIs returns the images the class's terms select, newest first, each with the
-// architecture requirement it serves.
+// requirements of the types it serves.
 func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]awsv1.AMI, error) {
-	type found struct {
-		img     ec2types.Image
-		created time.Time
-		// serves are the requirement sets an alias's parameters gave the image (nil: its
-		// architecture alone).
-		serves [][]awsv1.AMIRequirement
-	}
-	seen := map[string]*found{}
+	seen := map[string]foundImage{}
 	var empty []string
 	// known are the requirement sets of the images an alias's parameters name.
 	known := map[string][][]awsv1.AMIRequirement{}
-	add := func(imgs []ec2types.Image) int {
-		n := 0
-		for _, im := range imgs {
-			id := aws.ToString(im.ImageId)
-			t, _ := time.Parse(time.RFC3339, aws.ToString(im.CreationDate))
-			seen[id] = &found{img: im, created: t, serves: known[id]}
-			n++
-		}
-		return n
-	}
-	fail := func(format string, args ...any) error {
-		return &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Err: fmt.Errorf(format, args...)}
-	}
 	for _, t := range nc.Spec.AMISelectorTerms {
-		var in ec2.DescribeImagesInput
-		var what string
-		switch {
-		case t.Alias != "" || t.SSMParameter != "":
-			var queries []amifamily.Query
-			if t.Alias != "" {
-				kv, err := p.kubeVersion(ctx)
-				if err != nil {
-					return nil, fail("resolving alias %s: reading the cluster's Kubernetes version: %w", t.Alias, err)
-				}
-				if queries, err = amifamily.AliasQueries(t.Alias, kv); err != nil {
-					return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Empty: true, Err: err}
-				}
-				what = "alias " + t.Alias
-			} else {
-				queries, what = []amifamily.Query{{Parameter: t.SSMParameter}}, "ssmParameter "+t.SSMParameter
-			}
-			var ids []string
-			for _, q := range queries {
-				out, err := p.clients.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(q.Parameter)})
-				var nf *ssmtypes.ParameterNotFound
-				if errors.As(err, &nf) {
-					continue
-				}
-				if err != nil {
-					return nil, fail("resolving %s: reading SSM parameter %s: %w", what, q.Parameter, err)
-				}
-				id := aws.ToString(out.Parameter.Value)
-				if !slices.Contains(ids, id) {
-					ids = append(ids, id)
-				}
-				if q.Requirements != nil {
-					known[id] = append(known[id], q.Requirements)
-				}
+		in, what := imagesInput(t)
+		if t.Alias != "" || t.SSMParameter != "" {
+			ids, err := p.parameterImages(ctx, t, known)
+			if err != nil {
+				return nil, err
 			}
 			if len(ids) == 0 {
 				empty = append(empty, what)
@@ -229,37 +180,18 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 			// By filter, not ImageIds: EC2 refuses a whole call that names one image it does not
 			// have (InvalidAMIID.NotFound), as when a parameter still names a deregistered image.
 			in.Filters = []ec2types.Filter{{Name: aws.String("image-id"), Values: ids}}
-		case t.ID != "":
-			in.Filters, what = []ec2types.Filter{{Name: aws.String("image-id"), Values: []string{t.ID}}}, "id "+t.ID
-		default:
-			if t.Name != "" {
-				in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("name"), Values: []string{t.Name}})
-				what = "name " + t.Name
-			}
-			if len(t.Tags) > 0 {
-				in.Filters = append(in.Filters, tagFilters(t.Tags)...)
-				what = strings.TrimSpace(what + " tags " + describeTags(t.Tags))
-			}
-			if t.Owner != "" {
-				in.Owners = []string{t.Owner}
-				what += " owner " + t.Owner
-			} else if t.Tags == nil {
-				// A name alone is looked up among Amazon's images and the account's own, as
-				// Karpenter does, not among every public image.
-				in.Owners = []string{"self", "amazon"}
-			}
 		}
 		n := 0
-		// Deprecated images are listed too (EC2 leaves them out unless asked): one is booted when
-		// nothing current serves a type.
-		in.IncludeDeprecated = aws.Bool(true)
 		pg := ec2.NewDescribeImagesPaginator(p.clients.EC2, &in)
 		for pg.HasMorePages() {
 			out, err := pg.NextPage(ctx)
 			if err != nil {
-				return nil, fail("describing images (%s): %w", what, err)
+				return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Err: fmt.Errorf("describing images (%s): %w", what, err)}
 			}
-			n += add(out.Images)
+			for _, im := range out.Images {
+				seen[aws.ToString(im.ImageId)] = foundImage{img: im, serves: known[aws.ToString(im.ImageId)]}
+				n++
+			}
 		}
 		if n == 0 {
 			empty = append(empty, what)
@@ -269,29 +201,113 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 		return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Empty: true,
 			Err: fmt.Errorf("no image matches %s", strings.Join(empty, "; nor "))}
 	}
-	imgs := slices.Collect(maps.Values(seen))
+	return amisFrom(slices.Collect(maps.Values(seen)), p.clock.Now()), nil
+}
+
+// foundImage is an image a term selected.
+type foundImage struct {
+	img ec2types.Image
+	// serves are the requirement sets an alias's parameters gave the image (nil: its
+	// architecture alone).
+	serves [][]awsv1.AMIRequirement
+}
+
+// imagesInput is the DescribeImages call of one term, and how errors name the term. An alias's
+// or SSM parameter's call is filled with the images its parameters name. Deprecated images are
+// listed too (EC2 leaves them out unless asked): one is booted when nothing current serves a
+// type. A name alone is looked up among Amazon's images and the account's own, as Karpenter
+// does, not among every public image.
+func imagesInput(t awsv1.AMISelectorTerm) (in ec2.DescribeImagesInput, what string) {
+	in.IncludeDeprecated = aws.Bool(true)
+	switch {
+	case t.Alias != "":
+		return in, "alias " + t.Alias
+	case t.SSMParameter != "":
+		return in, "ssmParameter " + t.SSMParameter
+	case t.ID != "":
+		in.Filters = []ec2types.Filter{{Name: aws.String("image-id"), Values: []string{t.ID}}}
+		return in, "id " + t.ID
+	}
+	if t.Name != "" {
+		in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("name"), Values: []string{t.Name}})
+		what = "name " + t.Name
+	}
+	if len(t.Tags) > 0 {
+		in.Filters = append(in.Filters, tagFilters(t.Tags)...)
+		what = strings.TrimSpace(what + " tags " + describeTags(t.Tags))
+	}
+	if t.Owner != "" {
+		in.Owners = []string{t.Owner}
+		what += " owner " + t.Owner
+	} else if t.Tags == nil {
+		in.Owners = []string{"self", "amazon"}
+	}
+	return in, what
+}
+
+// parameterImages reads the images an alias's (for the cluster's Kubernetes version) or an SSM
+// parameter term's parameters name, recording in known the requirement sets an alias's
+// parameters give them. A parameter that does not exist names none.
+func (p *Provider) parameterImages(ctx context.Context, t awsv1.AMISelectorTerm, known map[string][][]awsv1.AMIRequirement) ([]string, error) {
+	fail := func(format string, args ...any) error {
+		return &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Err: fmt.Errorf(format, args...)}
+	}
+	_, what := imagesInput(t)
+	queries := []amifamily.Query{{Parameter: t.SSMParameter}}
+	if t.Alias != "" {
+		kv, err := p.kubeVersion(ctx)
+		if err != nil {
+			return nil, fail("resolving alias %s: reading the cluster's Kubernetes version: %w", t.Alias, err)
+		}
+		if queries, err = amifamily.AliasQueries(t.Alias, kv); err != nil {
+			return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Empty: true, Err: err}
+		}
+	}
+	var ids []string
+	for _, q := range queries {
+		out, err := p.clients.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(q.Parameter)})
+		var nf *ssmtypes.ParameterNotFound
+		if errors.As(err, &nf) {
+			continue
+		}
+		if err != nil {
+			return nil, fail("resolving %s: reading SSM parameter %s: %w", what, q.Parameter, err)
+		}
+		id := aws.ToString(out.Parameter.Value)
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+		if q.Requirements != nil {
+			known[id] = append(known[id], q.Requirements)
+		}
+	}
+	return ids, nil
+}
+
+// amisFrom lists the images as a class's status does: newest first (by ID on a tie), deprecated
+// when their deprecation time has come, each once for every requirement set it serves (AL2's
+// GPU image: GPU and accelerator types, as Karpenter lists it), or for its architecture.
+func amisFrom(imgs []foundImage, now time.Time) []awsv1.AMI {
+	created := func(f foundImage) time.Time { return parseTime(aws.ToString(f.img.CreationDate)) }
 	sort.Slice(imgs, func(i, j int) bool {
-		if !imgs[i].created.Equal(imgs[j].created) {
-			return imgs[i].created.After(imgs[j].created)
+		if ci, cj := created(imgs[i]), created(imgs[j]); !ci.Equal(cj) {
+			return ci.After(cj)
 		}
 		return aws.ToString(imgs[i].img.ImageId) < aws.ToString(imgs[j].img.ImageId)
 	})
 	var out []awsv1.AMI
 	for _, f := range imgs {
 		a := archOf(string(f.img.Architecture))
-		deprecated := f.img.DeprecationTime != nil && aws.ToString(f.img.DeprecationTime) != "" &&
-			!p.clock.Now().Before(parseTime(aws.ToString(f.img.DeprecationTime)))
+		deprecated := aws.ToString(f.img.DeprecationTime) != "" && !now.Before(parseTime(aws.ToString(f.img.DeprecationTime)))
 		serves := f.serves
 		if serves == nil {
 			serves = [][]awsv1.AMIRequirement{{{Key: corev1.LabelArchStable, Operator: string(corev1.NodeSelectorOpIn), Values: []string{a}}}}
 		}
-		// An image serving several kinds of types (AL2's GPU image: GPU and accelerator types)
-		// is listed once for each, as Karpenter lists it.
 		for _, reqs := range serves {
 			out = append(out, awsv1.AMI{ID: aws.ToString(f.img.ImageId), Name: aws.ToString(f.img.Name), Deprecated: deprecated, Requirements: reqs})
 		}
 	}
-	return out, nil
+	return out
 }
 
 func parseTime(s string) time.Time {
@@ -392,7 +408,7 @@ func (p *Provider) Cleanup(ctx context.Context, nc *awsv1.EC2NodeClass) error {
 			!isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
 			return fmt.Errorf("deleting launch template %s: %w", name, err)
 		}
-		p.forgetTemplate(name)
+		p.templates.forget(name)
 	}
 	if nc.Spec.Role == "" {
 		return nil

@@ -14,14 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/go-logr/logr"
-	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +28,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
 	"capstan.dev/capstan/internal/nodepools"
+	"capstan.dev/capstan/internal/requirements"
 )
 
 // Name is the AWS provider's name and provider-ID scheme.
@@ -79,31 +78,49 @@ type Provider struct {
 	overlays cloudprovider.Overlays
 	log      logr.Logger
 
-	marketMu      sync.Mutex
-	market        *market
-	versionSeq    int
-	priceFailures map[string]bool
-	// refreshes runs one market refresh at a time; refreshing is set while one runs.
-	refreshes  singleflight.Group
-	refreshing bool
-	// describeBackoff and describeRetryAt pace describes after failures (refreshMarket).
-	describeBackoff *wait.Backoff
-	describeRetryAt time.Time
+	// markets are the region's instance types, offerings and prices.
+	markets *markets
 
-	builtMu sync.Mutex
-	built   map[types.UID]builtTypes
+	// built are the instance types built for each EC2NodeClass.
+	built builtCache
 
-	// reservationRoom is, per capacity reservation, how many machines it holds for this
-	// cluster (ResolveCapacityReservations).
-	reservationsMu  sync.Mutex
-	reservationRoom map[string]int
+	// rooms is, per capacity reservation, how many machines it holds for this cluster
+	// (ResolveCapacityReservations).
+	rooms reservationRooms
 
-	templatesMu sync.Mutex
-	templates   map[string]bool
-	// templateUse is when a launch last used each template.
-	templateUse map[string]time.Time
+	// templates are the launch templates launches use.
+	templates *templates
 }
 
+// builtCache is the instance types part's memory: each EC2NodeClass's instance types, built
+// from the market and the class's resolved status, reused until either changes.
+type builtCache struct {
+	mu    sync.Mutex
+	types map[types.UID]builtTypes
+}
+
+// get is the class's types built under key from market version, if they are.
+func (c *builtCache) get(uid types.UID, key string, version int) ([]*cloudprovider.InstanceType, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.types[uid]
+	if !ok || b.key != key || b.version != version {
+		return nil, false
+	}
+	return b.its, true
+}
+
+// put keeps the class's types built under key from market version.
+func (c *builtCache) put(uid types.UID, key string, version int, its []*cloudprovider.InstanceType) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.types == nil {
+		c.types = map[types.UID]builtTypes{}
+	}
+	c.types[uid] = builtTypes{key: key, version: version, its: its}
+}
+
+// builtTypes are a class's types, and what they were built from.
 type builtTypes struct {
 	key     string
 	version int
@@ -123,9 +140,9 @@ func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, u
 	if o.PricingTTL == 0 {
 		o.PricingTTL = 10 * time.Minute
 	}
-	p := &Provider{kube: kube, clients: clients, clock: clk, unavailable: unavailable, opts: o, log: o.Log,
-		built: map[types.UID]builtTypes{}, templates: map[string]bool{}, templateUse: map[string]time.Time{}}
-	p.describeBackoff = p.newDescribeBackoff()
+	p := &Provider{kube: kube, clients: clients, clock: clk, unavailable: unavailable, opts: o, log: o.Log}
+	p.templates = newTemplates(clients.EC2, clk, o.ClusterName)
+	p.markets = newMarkets(clients, clk, o)
 	return p
 }
 
@@ -182,23 +199,19 @@ func (p *Provider) nodeClass(ctx context.Context, ref *karpv1.NodeClassReference
 
 // InstanceTypes returns what a resolved EC2NodeClass offers now.
 func (p *Provider) InstanceTypes(ctx context.Context, nc *awsv1.EC2NodeClass) ([]*cloudprovider.InstanceType, error) {
-	m, err := p.refreshMarket(ctx)
+	m, err := p.markets.refreshMarket(ctx)
 	if err != nil {
 		return nil, err
 	}
 	key := fmt.Sprintf("%d|%v|%v|%v", nc.Generation, nc.Status.Subnets, nc.Status.AMIs, nc.Spec.Kubelet)
-	p.builtMu.Lock()
-	b, ok := p.built[nc.UID]
-	p.builtMu.Unlock()
-	if !ok || b.key != key || b.version != m.version || nc.UID == "" {
-		b = builtTypes{key: key, version: m.version, its: p.buildTypes(m, nc)}
+	its, ok := p.built.get(nc.UID, key, m.version)
+	if !ok || nc.UID == "" {
+		its = p.buildTypes(m, nc)
 		if nc.UID != "" {
-			p.builtMu.Lock()
-			p.built[nc.UID] = b
-			p.builtMu.Unlock()
+			p.built.put(nc.UID, key, m.version, its)
 		}
 	}
-	return p.withReservations(nc, p.unavailable.Apply(b.its)), nil
+	return p.withReservations(nc, p.unavailable.Apply(its)), nil
 }
 
 // GetInstanceTypes implements CloudProvider.
@@ -246,33 +259,47 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	if err != nil {
 		return nil, fmt.Errorf("NodeClaim %s requirements: %w", claim.Name, err)
 	}
-	allowed := func(o cloudprovider.Offering) bool {
-		if !o.Available {
-			return false
-		}
-		if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
-			return false
-		}
-		if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
-			return false
-		}
-		if o.ReservationID != "" {
-			// Only a claim pinned to the reservation launches into it: the planner counts its
-			// machines by the claims pinned.
-			r, ok := reqs.Get(cloudprovider.ReservationIDLabelKey)
-			return ok && r.Allows(o.ReservationID)
-		}
-		return true
+	cands, capacityType := candidatesFor(its, reqs, claim.Spec.Resources.Requests)
+	if len(cands) == 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no available offering of EC2NodeClass %s satisfies NodeClaim %s", nc.Name, claim.Name)}
 	}
+	return p.launch(ctx, nc, claim, cands, capacityType, prioritized)
+}
+
+// allowedBy reports whether a claim with reqs may launch an offering: available, in a zone and
+// capacity type it allows, and, for a reserved offering, pinned to its reservation (the planner
+// counts a reservation's machines by the claims pinned).
+func allowedBy(reqs requirements.Requirements, o cloudprovider.Offering) bool {
+	if !o.Available {
+		return false
+	}
+	if z, ok := reqs.Get(karpv1.ZoneLabelKey); ok && !z.Allows(o.Zone) {
+		return false
+	}
+	if c, ok := reqs.Get(karpv1.CapacityTypeLabelKey); ok && !c.Allows(o.CapacityType) {
+		return false
+	}
+	if o.ReservationID != "" {
+		r, ok := reqs.Get(cloudprovider.ReservationIDLabelKey)
+		return ok && r.Allows(o.ReservationID)
+	}
+	return true
+}
+
+// candidatesFor chooses what one launch asks for: the capacity type — reserved when the claim
+// allows a reserved offering, else spot when it allows an available spot one, as Karpenter
+// chooses, else on-demand — and the types that satisfy reqs and hold requests with their
+// offerings of that type, cheapest first, at most MaxInstanceTypes. None when nothing fits.
+func candidatesFor(its []*cloudprovider.InstanceType, reqs requirements.Requirements, requests corev1.ResourceList) ([]candidate, string) {
 	var cands []candidate
 	spot, reserved := false, false
 	for _, it := range its {
-		if it.Requirements.Intersects(reqs) != nil || !it.Holds(claim.Spec.Resources.Requests) {
+		if it.Requirements.Intersects(reqs) != nil || !it.Holds(requests) {
 			continue
 		}
 		c := candidate{it: it}
 		for _, o := range it.Offerings {
-			if allowed(o) {
+			if allowedBy(reqs, o) {
 				c.offerings = append(c.offerings, o)
 				spot = spot || o.CapacityType == karpv1.CapacityTypeSpot
 				reserved = reserved || o.CapacityType == karpv1.CapacityTypeReserved
@@ -282,10 +309,6 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 			cands = append(cands, c)
 		}
 	}
-	if len(cands) == 0 {
-		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no available offering of EC2NodeClass %s satisfies NodeClaim %s", nc.Name, claim.Name)}
-	}
-	// Spot when the claim allows it and a spot offering is available, as Karpenter does.
 	capacityType := karpv1.CapacityTypeOnDemand
 	switch {
 	case reserved:
@@ -314,7 +337,7 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	if len(keep) > MaxInstanceTypes {
 		keep = keep[:MaxInstanceTypes]
 	}
-	return p.launch(ctx, nc, claim, keep, capacityType, prioritized)
+	return keep, capacityType
 }
 
 // pricesChanged reports whether overlays changed the price of any offering (Apply keeps the
@@ -370,16 +393,80 @@ func imageFor(nc *awsv1.EC2NodeClass, it *cloudprovider.InstanceType) string {
 // overlays' prices first — rather than by EC2's own prices; a spot fleet keeps
 // price-capacity-optimized over the candidates, which are the cheapest by the overlays' prices.
 func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, cands []candidate, capacityType string, prioritized bool) (*karpv1.NodeClaim, error) {
-	subnets := subnetByZone(nc)
-	byName := map[string]*cloudprovider.InstanceType{}
-	type group struct {
-		lt        *launchTemplate
-		overrides []ec2types.FleetLaunchTemplateOverridesRequest
+	groups, err := p.templateGroups(nc, claim, cands, capacityType, prioritized)
+	if err != nil {
+		return nil, err
 	}
-	groups := map[string]*group{}
-	var order []string
+	tags := p.resourceTags(nc, claim)
+	var configs []ec2types.FleetLaunchTemplateConfigRequest
+	for _, g := range groups {
+		if err := p.templates.ensure(ctx, g.lt, tags); err != nil {
+			return nil, err
+		}
+		configs = append(configs, ec2types.FleetLaunchTemplateConfigRequest{
+			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(g.lt.name), Version: aws.String("$Latest")},
+			Overrides:                   g.overrides})
+	}
+	if len(configs) == 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no image or subnet of EC2NodeClass %s serves the types NodeClaim %s allows", nc.Name, claim.Name)}
+	}
+	// A reservation's machine is an on-demand one launched into it (a capacity block's, of its
+	// own market).
+	reservation := ""
+	if capacityType == karpv1.CapacityTypeReserved {
+		reservation = cands[0].offerings[0].ReservationID
+	}
+	r, _ := reservationOf(nc, reservation)
+	in := fleetInput(claim, configs, capacityType, r.ReservationType, prioritized, withTag(tags, NodeClaimTag, claim.Name))
+	out, err := p.clients.EC2.CreateFleet(ctx, in)
+	if err != nil && isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
+		// A template deleted behind Capstan's back: forget it; the retry recreates it.
+		for _, g := range groups {
+			p.templates.forget(g.lt.name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %w", claim.Name, err)
+	}
+	launched, ice, other := fleetOutcome(out, capacityType, reservation)
+	for _, key := range ice {
+		if p.unavailable != nil {
+			p.unavailable.MarkUnavailable(key)
+		}
+	}
+	if launched != nil {
+		var it *cloudprovider.InstanceType
+		image := ""
+		for _, c := range cands {
+			if c.it.Name == launched.instanceType {
+				it, image = c.it, imageFor(nc, c.it)
+			}
+		}
+		c := p.claimFor(launched.id, it, launched.instanceType, launched.zone, capacityType, image, p.clock.Now())
+		reservationLabels(c.Labels, nc, reservation)
+		return c, nil
+	}
+	if len(other) > 0 {
+		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %s", claim.Name, strings.Join(other, "; "))
+	}
+	return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), claim.Name)}
+}
+
+// templateGroup is one launch template and the overrides (type, subnet, zone) a fleet asks it
+// for.
+type templateGroup struct {
+	lt        *launchTemplate
+	overrides []ec2types.FleetLaunchTemplateOverridesRequest
+}
+
+// templateGroups groups the candidates' offerings by the launch template each needs (its image,
+// user data, reservation), in the candidates' order, with an override for each offering whose
+// zone has a subnet; groups without overrides are left out. A type no image serves is skipped.
+func (p *Provider) templateGroups(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, cands []candidate, capacityType string, prioritized bool) ([]*templateGroup, error) {
+	subnets := subnetByZone(nc)
+	byName := map[string]*templateGroup{}
+	var groups []*templateGroup
 	for rank, c := range cands {
-		byName[c.it.Name] = c.it
 		image := imageFor(nc, c.it)
 		if image == "" {
 			continue
@@ -393,11 +480,11 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if err != nil {
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
 		}
-		g := groups[lt.name]
+		g := byName[lt.name]
 		if g == nil {
-			g = &group{lt: lt}
-			groups[lt.name] = g
-			order = append(order, lt.name)
+			g = &templateGroup{lt: lt}
+			byName[lt.name] = g
+			groups = append(groups, g)
 		}
 		for _, o := range c.offerings {
 			sn, ok := subnets[o.Zone]
@@ -412,32 +499,19 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 			g.overrides = append(g.overrides, ov)
 		}
 	}
-	tags := p.resourceTags(nc, claim)
-	var configs []ec2types.FleetLaunchTemplateConfigRequest
-	for _, name := range order {
-		g := groups[name]
-		if len(g.overrides) == 0 {
-			continue
-		}
-		if err := p.ensureTemplate(ctx, g.lt, tags); err != nil {
-			return nil, err
-		}
-		p.usedTemplate(name)
-		configs = append(configs, ec2types.FleetLaunchTemplateConfigRequest{
-			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")},
-			Overrides:                   g.overrides})
-	}
-	if len(configs) == 0 {
-		return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no image or subnet of EC2NodeClass %s serves the types NodeClaim %s allows", nc.Name, claim.Name)}
-	}
-	instanceTags := withTag(tags, NodeClaimTag, claim.Name)
-	// A reservation's machine is an on-demand one launched into it (a capacity block's, of its
-	// own market).
-	fleetType, reservation := ec2types.DefaultTargetCapacityType(capacityType), ""
+	return slices.DeleteFunc(groups, func(g *templateGroup) bool { return len(g.overrides) == 0 }), nil
+}
+
+// fleetInput is the instant fleet of one machine for claim over configs: spot with
+// price-capacity-optimized, on-demand with lowest-price (prioritized: in the overrides'
+// priorities), and a reservation's machine as on-demand capacity launched into it — a capacity
+// block's (reservationType capacity-block) of its own market. The claim's name is the client
+// token, so a retried call launches nothing twice.
+func fleetInput(claim *karpv1.NodeClaim, configs []ec2types.FleetLaunchTemplateConfigRequest, capacityType, reservationType string, prioritized bool, tags map[string]string) *ec2.CreateFleetInput {
+	fleetType := ec2types.DefaultTargetCapacityType(capacityType)
 	if capacityType == karpv1.CapacityTypeReserved {
-		reservation = cands[0].offerings[0].ReservationID
 		fleetType = ec2types.DefaultTargetCapacityTypeOnDemand
-		if r, ok := reservationOf(nc, reservation); ok && r.ReservationType == awsv1.CapacityReservationTypeCapacityBlock {
+		if reservationType == cloudprovider.ReservationTypeCapacityBlock {
 			fleetType = ec2types.DefaultTargetCapacityTypeCapacityBlock
 		}
 	}
@@ -448,9 +522,9 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{TotalTargetCapacity: aws.Int32(1),
 			DefaultTargetCapacityType: fleetType},
 		TagSpecifications: []ec2types.TagSpecification{
-			{ResourceType: ec2types.ResourceTypeInstance, Tags: ec2Tags(instanceTags)},
-			{ResourceType: ec2types.ResourceTypeVolume, Tags: ec2Tags(instanceTags)},
-			{ResourceType: ec2types.ResourceTypeFleet, Tags: ec2Tags(instanceTags)},
+			{ResourceType: ec2types.ResourceTypeInstance, Tags: ec2Tags(tags)},
+			{ResourceType: ec2types.ResourceTypeVolume, Tags: ec2Tags(tags)},
+			{ResourceType: ec2types.ResourceTypeFleet, Tags: ec2Tags(tags)},
 		},
 	}
 	if capacityType == karpv1.CapacityTypeSpot {
@@ -461,27 +535,22 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 			in.OnDemandOptions.AllocationStrategy = ec2types.FleetOnDemandAllocationStrategyPrioritized
 		}
 	}
-	out, err := p.clients.EC2.CreateFleet(ctx, in)
-	if err != nil && isCode(err, "InvalidLaunchTemplateName.NotFoundException") {
-		// A template deleted behind Capstan's back: forget it; the retry recreates it.
-		for _, name := range order {
-			p.forgetTemplate(name)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %w", claim.Name, err)
-	}
-	var ice []cloudprovider.OfferingKey
-	var other []string
+	return in
+}
+
+// fleetInstance is the machine a fleet launched.
+type fleetInstance struct {
+	id, instanceType, zone string
+}
+
+// fleetOutcome reads a fleet's answer: the machine it launched (nil when none), the offerings it
+// had no capacity for, and its other errors as "code: message".
+func fleetOutcome(out *ec2.CreateFleetOutput, capacityType, reservation string) (launched *fleetInstance, ice []cloudprovider.OfferingKey, other []string) {
 	for _, e := range out.Errors {
 		code := aws.ToString(e.ErrorCode)
 		if slices.Contains(capacityErrors, code) && e.LaunchTemplateAndOverrides != nil && e.LaunchTemplateAndOverrides.Overrides != nil {
 			o := e.LaunchTemplateAndOverrides.Overrides
-			key := cloudprovider.OfferingKey{InstanceType: string(o.InstanceType), Zone: aws.ToString(o.AvailabilityZone), CapacityType: capacityType, ReservationID: reservation}
-			ice = append(ice, key)
-			if p.unavailable != nil {
-				p.unavailable.MarkUnavailable(key)
-			}
+			ice = append(ice, cloudprovider.OfferingKey{InstanceType: string(o.InstanceType), Zone: aws.ToString(o.AvailabilityZone), CapacityType: capacityType, ReservationID: reservation})
 			continue
 		}
 		other = append(other, code+": "+aws.ToString(e.ErrorMessage))
@@ -490,23 +559,13 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		if len(fi.InstanceIds) == 0 {
 			continue
 		}
-		zone := ""
+		launched = &fleetInstance{id: fi.InstanceIds[0], instanceType: string(fi.InstanceType)}
 		if fi.LaunchTemplateAndOverrides != nil && fi.LaunchTemplateAndOverrides.Overrides != nil {
-			zone = aws.ToString(fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone)
+			launched.zone = aws.ToString(fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone)
 		}
-		it := byName[string(fi.InstanceType)]
-		image := ""
-		if it != nil {
-			image = imageFor(nc, it)
-		}
-		c := p.claimFor(fi.InstanceIds[0], it, string(fi.InstanceType), zone, capacityType, image, p.clock.Now())
-		reservationLabels(c.Labels, nc, reservation)
-		return c, nil
+		break
 	}
-	if len(other) > 0 {
-		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %s", claim.Name, strings.Join(other, "; "))
-	}
-	return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), claim.Name)}
+	return launched, ice, other
 }
 
 // NodeClaimTag names the NodeClaim an instance was launched for.

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -46,18 +49,7 @@ func (p *Provider) ResolveCapacityReservations(ctx context.Context, nc *awsv1.EC
 	}
 	seen := map[string]ec2types.CapacityReservation{}
 	for i, term := range nc.Spec.CapacityReservationSelectorTerms {
-		in := &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{{Name: aws.String("state"), Values: []string{"active"}}}}
-		if term.ID != "" {
-			in.CapacityReservationIds = []string{term.ID}
-		}
-		in.Filters = append(in.Filters, tagFilters(term.Tags)...)
-		if term.OwnerID != "" {
-			in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("owner-id"), Values: []string{term.OwnerID}})
-		}
-		if term.InstanceMatchCriteria != "" {
-			in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("instance-match-criteria"), Values: []string{term.InstanceMatchCriteria}})
-		}
-		pg := ec2.NewDescribeCapacityReservationsPaginator(p.clients.EC2, in)
+		pg := ec2.NewDescribeCapacityReservationsPaginator(p.clients.EC2, reservationsInput(term))
 		for pg.HasMorePages() {
 			page, err := pg.NextPage(ctx)
 			if err != nil {
@@ -71,13 +63,7 @@ func (p *Provider) ResolveCapacityReservations(ctx context.Context, nc *awsv1.EC
 			}
 		}
 	}
-	ids := slices.Sorted(func(yield func(string) bool) {
-		for id := range seen {
-			if !yield(id) {
-				return
-			}
-		}
-	})
+	ids := slices.Sorted(maps.Keys(seen))
 	// This cluster's instances in them: their room for this cluster's claims is what others
 	// leave.
 	ours := map[string]int{}
@@ -97,35 +83,77 @@ func (p *Provider) ResolveCapacityReservations(ctx context.Context, nc *awsv1.EC
 	out := make([]awsv1.CapacityReservation, 0, len(ids))
 	room := make(map[string]int, len(ids))
 	for _, id := range ids {
-		r := seen[id]
-		total, avail := int(aws.ToInt32(r.TotalInstanceCount)), int(aws.ToInt32(r.AvailableInstanceCount))
-		others := max(0, total-avail-ours[id])
-		room[id] = max(0, total-others)
-		cr := awsv1.CapacityReservation{ID: id, AvailabilityZone: aws.ToString(r.AvailabilityZone), InstanceType: aws.ToString(r.InstanceType),
-			OwnerID: aws.ToString(r.OwnerId), InstanceMatchCriteria: string(r.InstanceMatchCriteria), ReservationType: awsv1.CapacityReservationTypeDefault,
-			State: "active", Interruptible: aws.ToBool(r.Interruptible)}
-		if r.ReservationType == ec2types.CapacityReservationTypeCapacityBlock {
-			cr.ReservationType = awsv1.CapacityReservationTypeCapacityBlock
-		}
-		if r.EndDate != nil {
-			t := metav1.NewTime(*r.EndDate)
-			cr.EndTime = &t
-			if cr.ReservationType == awsv1.CapacityReservationTypeCapacityBlock && !p.clock.Now().Before(r.EndDate.Add(-cloudprovider.CapacityBlockDrainLead)) {
-				// Its machines are being drained: it takes no more.
-				cr.State = "expiring"
-			}
-		}
+		var cr awsv1.CapacityReservation
+		cr, room[id] = reservationStatus(seen[id], ours[id], p.clock.Now())
 		out = append(out, cr)
 	}
-	p.reservationsMu.Lock()
-	if p.reservationRoom == nil {
-		p.reservationRoom = map[string]int{}
-	}
-	for id, n := range room {
-		p.reservationRoom[id] = n
-	}
-	p.reservationsMu.Unlock()
+	p.rooms.record(room)
 	return out, nil
+}
+
+// reservationsInput is the DescribeCapacityReservations call of one selector term: active
+// reservations with the term's ID, tags, owner and match criteria.
+func reservationsInput(term awsv1.CapacityReservationSelectorTerm) *ec2.DescribeCapacityReservationsInput {
+	in := &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{{Name: aws.String("state"), Values: []string{"active"}}}}
+	if term.ID != "" {
+		in.CapacityReservationIds = []string{term.ID}
+	}
+	in.Filters = append(in.Filters, tagFilters(term.Tags)...)
+	if term.OwnerID != "" {
+		in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("owner-id"), Values: []string{term.OwnerID}})
+	}
+	if term.InstanceMatchCriteria != "" {
+		in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("instance-match-criteria"), Values: []string{term.InstanceMatchCriteria}})
+	}
+	return in
+}
+
+// reservationStatus is a reservation as the class's status lists it, and its room for this
+// cluster: its total less the instances of other users (its used count less ours, this
+// cluster's instances in it). A capacity block within CapacityBlockDrainLead of its end is
+// expiring: its machines are being drained and it takes no more.
+func reservationStatus(r ec2types.CapacityReservation, ours int, now time.Time) (awsv1.CapacityReservation, int) {
+	total, avail := int(aws.ToInt32(r.TotalInstanceCount)), int(aws.ToInt32(r.AvailableInstanceCount))
+	others := max(0, total-avail-ours)
+	cr := awsv1.CapacityReservation{ID: aws.ToString(r.CapacityReservationId), AvailabilityZone: aws.ToString(r.AvailabilityZone),
+		InstanceType: aws.ToString(r.InstanceType), OwnerID: aws.ToString(r.OwnerId), InstanceMatchCriteria: string(r.InstanceMatchCriteria),
+		ReservationType: cloudprovider.ReservationTypeDefault, State: "active", Interruptible: aws.ToBool(r.Interruptible)}
+	if r.ReservationType == ec2types.CapacityReservationTypeCapacityBlock {
+		cr.ReservationType = cloudprovider.ReservationTypeCapacityBlock
+	}
+	if r.EndDate != nil {
+		t := metav1.NewTime(*r.EndDate)
+		cr.EndTime = &t
+		if cr.ReservationType == cloudprovider.ReservationTypeCapacityBlock && !now.Before(r.EndDate.Add(-cloudprovider.CapacityBlockDrainLead)) {
+			cr.State = "expiring"
+		}
+	}
+	return cr, max(0, total-others)
+}
+
+// reservationRooms is the capacity reservations part's memory: how many machines each
+// reservation had room for this cluster when its class was last resolved.
+type reservationRooms struct {
+	mu   sync.Mutex
+	room map[string]int
+}
+
+// record keeps the rooms of reservations just resolved.
+func (r *reservationRooms) record(room map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.room == nil {
+		r.room = map[string]int{}
+	}
+	maps.Copy(r.room, room)
+}
+
+// of is a reservation's room, and whether it was resolved.
+func (r *reservationRooms) of(id string) (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, ok := r.room[id]
+	return n, ok
 }
 
 // withReservations adds the class's resolved reservations to its types as reserved offerings
@@ -139,16 +167,14 @@ func (p *Provider) withReservations(nc *awsv1.EC2NodeClass, its []*cloudprovider
 		zones[s.Zone] = true
 	}
 	now := p.clock.Now()
-	p.reservationsMu.Lock()
-	defer p.reservationsMu.Unlock()
 	for i, it := range its {
 		var more []cloudprovider.Offering
 		for _, r := range nc.Status.CapacityReservations {
-			room, known := p.reservationRoom[r.ID]
+			room, known := p.rooms.of(r.ID)
 			if r.InstanceType != it.Name || !zones[r.AvailabilityZone] || !known || r.EndTime != nil && !now.Before(r.EndTime.Time) {
 				continue
 			}
-			if r.State == "expiring" || r.ReservationType == awsv1.CapacityReservationTypeCapacityBlock && r.EndTime != nil &&
+			if r.State == "expiring" || r.ReservationType == cloudprovider.ReservationTypeCapacityBlock && r.EndTime != nil &&
 				!now.Before(r.EndTime.Add(-cloudprovider.CapacityBlockDrainLead)) {
 				room = 0
 			}

@@ -95,49 +95,8 @@ func bottlerocket(b Bootstrap) (out string, dropped []string, err error) {
 		taints[t.Key] = append(prev, t.Value+":"+string(t.Effect))
 	}
 	kube["node-taints"] = taints
-	if k := b.Kubelet; k != nil {
-		if k.MaxPods != nil {
-			kube["max-pods"] = int64(*k.MaxPods)
-		}
-		if len(k.ClusterDNS) > 0 {
-			kube["cluster-dns-ip"] = k.ClusterDNS[0]
-		}
-		setMap := func(name string, m map[string]string) {
-			if len(m) > 0 {
-				kube[name] = m
-			}
-		}
-		setMap("kube-reserved", plain(k.KubeReserved))
-		setMap("system-reserved", plain(k.SystemReserved))
-		setMap("eviction-hard", plain(k.EvictionHard))
-		setMap("eviction-soft", plain(k.EvictionSoft))
-		if len(k.EvictionSoftGracePeriod) > 0 {
-			grace := map[string]string{}
-			for s, d := range k.EvictionSoftGracePeriod {
-				grace[s] = d.Duration.String()
-			}
-			kube["eviction-soft-grace-period"] = grace
-		}
-		if k.EvictionMaxPodGracePeriod != nil {
-			kube["eviction-max-pod-grace-period"] = int64(*k.EvictionMaxPodGracePeriod)
-		}
-		if k.ImageGCHighThresholdPercent != nil {
-			kube["image-gc-high-threshold-percent"] = strconv.Itoa(int(*k.ImageGCHighThresholdPercent))
-		}
-		if k.ImageGCLowThresholdPercent != nil {
-			kube["image-gc-low-threshold-percent"] = strconv.Itoa(int(*k.ImageGCLowThresholdPercent))
-		}
-		if k.CPUCFSQuota != nil {
-			kube["cpu-cfs-quota-enforced"] = *k.CPUCFSQuota
-		}
-		for name, v := range extraConfig(k) {
-			if setting := bottlerocketKubelet[name]; setting != "" {
-				if f, ok := v.(float64); ok && f == float64(int64(f)) {
-					v = int64(f) // Bottlerocket's integer settings refuse 4096.0
-				}
-				kube[setting] = v
-			}
-		}
+	if b.Kubelet != nil {
+		bottlerocketKubeletSettings(kube, b.Kubelet)
 	}
 	settings["kubernetes"] = kube
 	// Capstan's nodes join no Auto Scaling group: waiting for one would hold the kubelet.
@@ -151,6 +110,53 @@ func bottlerocket(b Bootstrap) (out string, dropped []string, err error) {
 		return "", nil, err
 	}
 	return string(raw), dropped, nil
+}
+
+// bottlerocketKubeletSettings writes the class's kubelet settings as Bottlerocket's
+// settings.kubernetes keys.
+func bottlerocketKubeletSettings(kube map[string]any, k *awsv1.KubeletConfiguration) {
+	if k.MaxPods != nil {
+		kube["max-pods"] = int64(*k.MaxPods)
+	}
+	if len(k.ClusterDNS) > 0 {
+		kube["cluster-dns-ip"] = k.ClusterDNS[0]
+	}
+	setMap := func(name string, m map[string]string) {
+		if len(m) > 0 {
+			kube[name] = m
+		}
+	}
+	setMap("kube-reserved", plain(k.KubeReserved))
+	setMap("system-reserved", plain(k.SystemReserved))
+	setMap("eviction-hard", plain(k.EvictionHard))
+	setMap("eviction-soft", plain(k.EvictionSoft))
+	if len(k.EvictionSoftGracePeriod) > 0 {
+		grace := map[string]string{}
+		for s, d := range k.EvictionSoftGracePeriod {
+			grace[s] = d.Duration.String()
+		}
+		kube["eviction-soft-grace-period"] = grace
+	}
+	if k.EvictionMaxPodGracePeriod != nil {
+		kube["eviction-max-pod-grace-period"] = int64(*k.EvictionMaxPodGracePeriod)
+	}
+	if k.ImageGCHighThresholdPercent != nil {
+		kube["image-gc-high-threshold-percent"] = strconv.Itoa(int(*k.ImageGCHighThresholdPercent))
+	}
+	if k.ImageGCLowThresholdPercent != nil {
+		kube["image-gc-low-threshold-percent"] = strconv.Itoa(int(*k.ImageGCLowThresholdPercent))
+	}
+	if k.CPUCFSQuota != nil {
+		kube["cpu-cfs-quota-enforced"] = *k.CPUCFSQuota
+	}
+	for name, v := range extraConfig(k) {
+		if setting := bottlerocketKubelet[name]; setting != "" {
+			if f, ok := v.(float64); ok && f == float64(int64(f)) {
+				v = int64(f) // Bottlerocket's integer settings refuse 4096.0
+			}
+			kube[setting] = v
+		}
+	}
 }
 
 // Dropped names what a family leaves out of the class's user data (Bottlerocket keys it would
