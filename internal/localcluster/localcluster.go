@@ -8,12 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/procfs"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -237,22 +236,17 @@ func (c *Cluster) CrashAPIServer() error {
 
 // apiServerPID finds the kube-apiserver serving from certDir (envtest does not say its pid).
 func apiServerPID(certDir string) (int, error) {
-	entries, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return 0, err
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	for _, p := range procs {
+		args, err := p.CmdLine()
+		if err != nil || len(args) == 0 {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
 		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, "--cert-dir="+certDir) {
-			return pid, nil
+			return p.PID, nil
 		}
 	}
 	return 0, fmt.Errorf("no kube-apiserver with --cert-dir=%s running", certDir)

@@ -2,14 +2,15 @@ package localcluster_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,33 +31,20 @@ func assets(t *testing.T) string {
 	return dir
 }
 
-// children lists the processes whose parent is this test process.
+// children lists the live processes whose parent is this test process.
 func children(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	self := strconv.Itoa(os.Getpid())
 	var out []string
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || st.PPID != os.Getpid() || st.State == "Z" {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) > 1 && fields[1] == self && fields[0] != "Z" {
-			out = append(out, s[:i+1])
-		}
+		out = append(out, fmt.Sprintf("%d (%s)", st.PID, st.Comm))
 	}
 	return out
 }

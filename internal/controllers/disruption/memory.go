@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"capstan.dev/capstan/internal/disruptionplan"
 )
@@ -76,7 +77,9 @@ func (c *Controller) saveMemory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
+	// A conflict, or a create that lost to another writer's, is read again and retried.
+	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	err = retry.OnError(retry.DefaultRetry, retriable, func() error {
 		cm := &corev1.ConfigMap{}
 		err := c.APIReader.Get(ctx, key, cm)
 		if apierrors.IsNotFound(err) {
@@ -90,14 +93,12 @@ func (c *Controller) saveMemory(ctx context.Context) error {
 			cm.Data[memoryKey] = string(b)
 			err = c.Client.Update(ctx, cm)
 		}
-		if err == nil {
-			return nil
-		}
-		if attempt < 2 && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) {
-			continue
-		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("writing the churn guard's memory %s: %w", key, err)
 	}
+	return nil
 }
 
 // evictionKey identifies an eviction across a JSON round trip (which drops a time's monotonic

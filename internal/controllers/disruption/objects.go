@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,7 +22,7 @@ import (
 // (the cache's copy may be a write behind: the pod-event controller stamps claims often) and
 // retrying on conflicts; it fails when the claim is being deleted or gone.
 func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value string) error {
-	for attempt := 0; ; attempt++ {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := &karpv1.NodeClaim{}
 		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(nc), cur); err != nil {
 			if value == "" {
@@ -45,15 +45,11 @@ func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value s
 			}
 			cur.Annotations[CommandAnnotationKey] = value
 		}
-		err := c.Client.Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
+		if err := c.Client.Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("patching nodeclaim %s: %w", nc.Name, err)
 		}
 		return nil
-	}
+	})
 }
 
 // taint adds (or removes) karpenter.sh/disrupted:NoSchedule on the node; a node that is gone
@@ -67,7 +63,7 @@ func (c *Controller) setTaint(ctx context.Context, name string, taint corev1.Tai
 	if name == "" {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node := &corev1.Node{}
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return client.IgnoreNotFound(err)
@@ -81,15 +77,11 @@ func (c *Controller) setTaint(ctx context.Context, name string, taint corev1.Tai
 		} else {
 			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&taint) })
 		}
-		err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("patching taints of node %s: %w", name, client.IgnoreNotFound(err))
+		if err := c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("patching taints of node %s: %w", name, err)
 		}
 		return nil
-	}
+	})
 }
 
 // rollback undoes a command that cannot finish: its replacements are deleted, its candidates
