@@ -97,8 +97,7 @@ func TestStartingNodesDoNotInflateAPercentage(t *testing.T) {
 	}
 	// 10 nodes → 1; ten more still starting must not make it 2.
 	for i := range 10 {
-		n := c.node("default", fmt.Sprintf("starting-%d", i), "s", karpv1.CapacityTypeOnDemand)
-		meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
+		starting(c.node("default", fmt.Sprintf("starting-%d", i), "s", karpv1.CapacityTypeOnDemand), time.Minute)
 	}
 	d := c.decide(disruptionplan.Options{})
 	if got := names(d.Command); len(got) != 1 || d.Command.Method != disruptionplan.MethodDrift {

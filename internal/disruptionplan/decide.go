@@ -326,6 +326,11 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 	return d
 }
 
+// StartingFor is how long after its NodeClaim was created a machine that has not initialized
+// counts as starting. Past it the machine is stuck (a startup taint never removed, a kubelet
+// never Ready): it no longer holds consolidation back, and no disruption moves pods onto it.
+const StartingFor = 15 * time.Minute
+
 // settling says why the cluster is not ready for consolidation: while machines are starting or
 // pending pods are about to be placed, the room consolidation would count on is changing under
 // it, and a node emptied now is often bought again a minute later. Pending pods that fit nowhere,
@@ -337,7 +342,8 @@ func (d *decider) settling() (why string, emptinessMayAct bool) {
 		if d.pools[n.NodeClaim.Labels[karpv1.NodePoolLabelKey]] == nil || !n.NodeClaim.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if n.Node == nil || !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
+		if (n.Node == nil || !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)) &&
+			d.snap.Now.Sub(n.NodeClaim.CreationTimestamp.Time) < StartingFor {
 			starting++
 		}
 	}

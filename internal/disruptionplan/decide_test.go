@@ -573,9 +573,15 @@ func TestConsolidationWaitsWhileTheClusterSettles(t *testing.T) {
 	// A machine still starting.
 	c := setup()
 	n := c.node("default", "starting", "s", karpv1.CapacityTypeOnDemand)
-	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
+	starting(n, disruptionplan.StartingFor-time.Second)
 	if d := c.decide(disruptionplan.Options{}); d.Command != nil || d.Settling != "1 machine(s) are starting" {
 		t.Fatalf("command %v, settling %q; want none while a machine starts", names(d.Command), d.Settling)
+	}
+	// One that has not initialized for longer is stuck (a startup taint never removed), not
+	// starting: it holds nothing back for ever.
+	starting(n, disruptionplan.StartingFor)
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"empty"}) {
+		t.Fatalf("command %v, settling %q; want the empty node deleted beside a stuck machine", names(d.Command), d.Settling)
 	}
 	// A pending pod that will be placed.
 	c = setup()
@@ -989,5 +995,31 @@ func TestDriftBuysNothingForAMovingPodAFreshNodeTakes(t *testing.T) {
 	}
 	if len(d.Command.Replacements) != 1 || len(planned) != 1 || planned[0] != "p-"+names(d.Command)[0] {
 		t.Errorf("replacements %d for pods %v; want one, for the drifted node's pod (the moving p-leaving goes to the fresh node)", len(d.Command.Replacements), planned)
+	}
+}
+
+// A drift replacement that registered and never initialized was kept when its command was rolled
+// back (Karpenter's e2e "registers but never initialized"). The drifted node's pod would fit on
+// it: the drift is not taken — neither onto a machine that may never come up, nor with yet
+// another machine bought for it each round — and the node says why. Once the machine has
+// initialized, the drift moves the pod there without buying anything.
+func TestDriftNeverCountsOnANodeThatHasNotInitialized(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	old := c.node("default", "old", "m", karpv1.CapacityTypeOnDemand, pod("p-old", "web", "1"))
+	old.NodeClaim.Status.Conditions = append(old.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "NodePoolDrifted"})
+	kept := c.node("default", "kept", "m", karpv1.CapacityTypeOnDemand, pod("p-kept", "batch", "1"))
+	starting(kept, 11*time.Minute)
+	d := c.decide(disruptionplan.Options{})
+	if d.Command != nil {
+		t.Fatalf("command %v with %d replacement(s); want none while the pod's room is a node that has not initialized", names(d.Command), len(d.Command.Replacements))
+	}
+	if _, msg := explanation(d, "old"); !strings.Contains(msg, "would go to node kept, which registered and has not initialized") {
+		t.Errorf("old's explanation %q; want it to name the node that has not initialized", msg)
+	}
+	kept.NodeClaim.Status.Conditions = append(kept.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized"})
+	d = c.decide(disruptionplan.Options{})
+	if !slices.Equal(names(d.Command), []string{"old"}) || len(d.Command.Replacements) != 0 {
+		t.Fatalf("command %v; want old drifted onto the initialized node, nothing bought", names(d.Command))
 	}
 }

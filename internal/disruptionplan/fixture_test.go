@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -123,6 +124,12 @@ func (c *cluster) node(pool, name, shape, ct string, pods ...*corev1.Pod) *disru
 	node := &disruptionplan.Node{NodeClaim: nc, Node: n, Pods: pods}
 	c.snap.Nodes = append(c.snap.Nodes, node)
 	return node
+}
+
+// starting makes the node one whose claim was created ago and has not initialized.
+func starting(n *disruptionplan.Node, ago time.Duration) {
+	n.NodeClaim.CreationTimestamp = metav1.NewTime(t0.Add(-ago))
+	meta.RemoveStatusCondition(&n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized)
 }
 
 // pod is a running pod of ReplicaSet "rs-<app>" requesting cpu and 1Gi per CPU.

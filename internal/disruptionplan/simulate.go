@@ -41,6 +41,9 @@ type simulation struct {
 	cache *solver.Cache
 	// scratch is the node list each simulation hands the solver.
 	scratch []solver.ExistingNode
+	// uninitialized are the nodes that registered and have not initialized, by name: a
+	// disruption never counts on one (it may never come up).
+	uninitialized map[string]bool
 }
 
 func newSimulation(d *decider) *simulation {
@@ -72,6 +75,12 @@ func newSimulation(d *decider) *simulation {
 		en, ok := d.existing(n)
 		if !ok {
 			continue
+		}
+		if n.Node != nil && !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
+			if s.uninitialized == nil {
+				s.uninitialized = map[string]bool{}
+			}
+			s.uninitialized[en.Name] = true
 		}
 		en.RefusesMoved = d.underConsolidateAfter(n)
 		s.index[n] = len(s.nodes)
@@ -214,6 +223,11 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 	}
 	var res simResult
 	for _, b := range plan.Bindings {
+		if moved[b.Pod.UID] && s.uninitialized[b.Node] {
+			// As Karpenter: the pods would wait on a machine that may never come up, and a new
+			// one for them would be bought again each round while it does not.
+			return simResult{failed: fmt.Sprintf("pod %s/%s would go to node %s, which registered and has not initialized", b.Pod.Namespace, b.Pod.Name, b.Node)}
+		}
 		if required[b.Pod] {
 			res.bindings = append(res.bindings, b)
 		}

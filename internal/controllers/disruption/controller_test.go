@@ -165,20 +165,32 @@ func TestReplacementTimeoutRollsBack(t *testing.T) {
 	if len(f.replacements()) != 1 {
 		t.Fatal("no replacement")
 	}
+	if f.replacements()[0].Annotations[nodeclaims.ReservedPodsAnnotationKey] == "" {
+		t.Fatal("the replacement holds no room for the pods it was bought for")
+	}
 	f.clk.Step(DefaultReplacementTimeout + time.Second)
 	f.round(f.ctrl)
 	if f.tainted("timeout-big") || commandOf(t, f.claim("timeout-big")) != nil {
 		t.Fatal("the candidate is still tainted or annotated after the timeout")
 	}
-	for _, r := range f.replacements() {
-		if r.DeletionTimestamp.IsZero() {
-			t.Fatalf("replacement %s was not deleted", r.Name)
-		}
+	// The late replacement is kept, as Karpenter keeps it: as any machine, holding no room for
+	// pods that are not moving, with an event that says why it is there.
+	repl := f.replacements()
+	if len(repl) != 1 || !repl[0].DeletionTimestamp.IsZero() {
+		t.Fatalf("replacements %d (deleted: %v); want the one kept", len(repl), len(repl) == 1 && !repl[0].DeletionTimestamp.IsZero())
+	}
+	if v, ok := repl[0].Annotations[nodeclaims.ReservedPodsAnnotationKey]; ok {
+		t.Errorf("the kept replacement still reserves room for pods %q", v)
+	}
+	if got := f.events(); !slices.ContainsFunc(got, func(e string) bool {
+		return strings.Contains(e, "Kept: the disruption it was launched for was rolled back: replacements "+repl[0].Name+" did not initialize")
+	}) {
+		t.Errorf("events %v, want one on the replacement saying why it was kept", got)
 	}
 	// No new command during the backoff.
 	f.round(f.ctrl)
-	if got := f.replacements(); len(got) > 0 && got[len(got)-1].DeletionTimestamp.IsZero() {
-		t.Fatal("a new replacement was launched during the backoff")
+	if got := f.replacements(); len(got) != 1 {
+		t.Fatalf("%d replacements; a new one was launched during the backoff", len(got))
 	}
 }
 

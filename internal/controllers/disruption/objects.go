@@ -84,17 +84,16 @@ func (c *Controller) setTaint(ctx context.Context, name string, taint corev1.Tai
 	})
 }
 
-// rollback undoes a command that cannot finish: its replacements are deleted, its candidates
-// un-tainted and their annotation removed, with an event on each saying why. Errors are logged;
-// the next round finds what is left and rolls it back again.
+// rollback undoes a command that cannot finish: its candidates are un-tainted and their
+// annotation removed, with an event on each saying why, and its replacements are kept as
+// ordinary capacity (release). Errors are logged; the next round finds what is left and rolls it
+// back again.
 func (c *Controller) rollback(ctx context.Context, st *commandState, why string) {
 	logger := log.FromContext(ctx).WithValues("command", st.ID, "method", st.Method)
 	logger.Info("rolling back disruption command", "reason", why, "nodeclaims", st.candidates, "replacements", st.Replacements)
 	for _, name := range st.Replacements {
-		nc := &karpv1.NodeClaim{}
-		nc.Name = name
-		if err := c.Client.Delete(ctx, nc); client.IgnoreNotFound(err) != nil {
-			logger.Error(err, "deleting replacement", "NodeClaim", name)
+		if err := c.release(ctx, name, why); err != nil {
+			logger.Error(err, "releasing replacement", "NodeClaim", name)
 		}
 	}
 	for _, name := range st.candidates {
@@ -221,4 +220,30 @@ func (c *Controller) plan(ctx context.Context, snap *disruptionplan.Snapshot, de
 			log.FromContext(ctx).Error(err, "marking node planned for consolidation", "Node", n.Node.Name, "planned", want[n.Node.Name])
 		}
 	}
+}
+
+// release keeps a rolled-back command's replacement as any other machine, as Karpenter does: one
+// that is late may still come up and take pods, and one that never initializes stays to be
+// looked at (no disruption moves pods onto it; expireAfter, repair or a person removes it). It
+// no longer holds room for the pods that were to move (the reserved-pods annotation goes), and
+// an event on it says why it is there. A replacement that is gone needs nothing.
+func (c *Controller) release(ctx context.Context, name, why string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		nc := &karpv1.NodeClaim{}
+		if err := c.APIReader.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if _, ok := nc.Annotations[nodeclaims.ReservedPodsAnnotationKey]; ok {
+			orig := nc.DeepCopy()
+			delete(nc.Annotations, nodeclaims.ReservedPodsAnnotationKey)
+			if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("patching nodeclaim %s: %w", name, err)
+			}
+		}
+		if nc.DeletionTimestamp.IsZero() {
+			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionFailed", "Disrupt",
+				"Kept: the disruption it was launched for was rolled back: %s", why)
+		}
+		return nil
+	})
 }
