@@ -14,6 +14,12 @@ PLAIN_HTTP ?= false
 # Where `make image` writes the OCI layout (and <dir>.digest), and `make release` the packaged charts.
 IMAGE_DIR ?= $(BIN)/image
 CHARTS_DIR ?= $(BIN)/charts
+# Where `make release` writes the kubectl plugin's archives, checksums.txt and krew manifest; the
+# URL they will be published under (the manifest's uris; empty: the archives' names, installed with
+# `kubectl krew install --manifest capstan.yaml --archive …`); the platforms built.
+PLUGIN_DIR ?= $(BIN)/plugin
+PLUGIN_URL ?=
+PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64
 VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' charts/capstan/Chart.yaml)
 
 .PHONY: help
@@ -41,9 +47,10 @@ image-smoke: image ## Run the image under podman (installed with apt-get if miss
 	VERSION=$(VERSION) IMAGE_DIR=$(IMAGE_DIR) hack/image-smoke.sh
 
 .PHONY: release
-release: image tools ## Push the image and the capstan-crd and capstan charts at $(VERSION) to REGISTRY=host[:port]/path (PLAIN_HTTP=true for a registry without TLS).
+release: image tools ## Push the image and the capstan-crd and capstan charts at $(VERSION) to REGISTRY=host[:port]/path (PLAIN_HTTP=true for a registry without TLS); write the kubectl plugin's archives and krew manifest to PLUGIN_DIR (their uris under PLUGIN_URL).
 	@[ -n "$(REGISTRY)" ] || { echo "make release: set REGISTRY=host[:port]/path" >&2; exit 2; }
-	go run ./hack/release -version $(VERSION) -layout $(IMAGE_DIR) -registry $(REGISTRY) -plain-http=$(PLAIN_HTTP) -helm $(BIN)/helm -out $(CHARTS_DIR)
+	go run ./hack/release -version $(VERSION) -layout $(IMAGE_DIR) -registry $(REGISTRY) -plain-http=$(PLAIN_HTTP) -helm $(BIN)/helm -out $(CHARTS_DIR) \
+		-plugin-out $(PLUGIN_DIR) -plugin-url '$(PLUGIN_URL)' -plugin-platforms $(PLUGIN_PLATFORMS)
 
 .PHONY: verify
 verify: tools ## Regenerate and fail on any difference; gofmt, go vet and layout checks.

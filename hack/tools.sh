@@ -6,13 +6,13 @@
 # Every version is pinned in a go.mod with its go.sum hashes, nowhere else:
 #   hack/tools/go.mod          etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 #                              (built from the mains next to it)
-#   hack/tools/pins/*/go.mod   kwok, controller-gen, staticcheck, helm and the OCI registry, one module each (a
+#   hack/tools/pins/*/go.mod   kwok, controller-gen, staticcheck, helm, the OCI registry and krew, one module each (a
 #                              `tool` directive), so each builds with exactly its own dependencies
 #
 #   hack/tools.sh            build everything and link it into bin/ (and install Debian's headless
 #                            Chromium when missing, for the replay report's screenshot)
 #   hack/tools.sh dir        print the directory holding the control plane (building first if needed)
-#   hack/tools.sh pins       print the directory holding kwok, controller-gen, staticcheck, helm and registry
+#   hack/tools.sh pins       print the directory holding kwok, controller-gen, staticcheck, helm, registry and krew
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,6 +72,8 @@ build_pins() {
   (cd "$pins/helm" && go build -trimpath -ldflags "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$tmp/" helm.sh/helm/v3/cmd/helm)
   # The CNCF distribution registry, for the release test (make release to a registry on loopback).
   (cd "$pins/registry" && go build -trimpath -ldflags "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" -o "$tmp/" github.com/distribution/distribution/v3/cmd/registry)
+  # krew, for the release test (the kubectl plugin installed from a release's archive).
+  (cd "$pins/krew" && go build -trimpath -o "$tmp/" sigs.k8s.io/krew/cmd/krew)
   # kwok needs Stage definitions; its module ships ready ones.
   local kwokdir
   kwokdir=$(cd "$pins/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
@@ -87,12 +89,12 @@ build_pins() {
 if [ ! -x "$cache/kube-apiserver" ] || [ ! -x "$cache/kube-scheduler" ]; then
   build_control_plane
 fi
-if [ ! -x "$pins_cache/kwok" ] || [ ! -x "$pins_cache/controller-gen" ] || [ ! -x "$pins_cache/staticcheck" ] || [ ! -x "$pins_cache/helm" ] || [ ! -x "$pins_cache/registry" ]; then
+if [ ! -x "$pins_cache/kwok" ] || [ ! -x "$pins_cache/controller-gen" ] || [ ! -x "$pins_cache/staticcheck" ] || [ ! -x "$pins_cache/helm" ] || [ ! -x "$pins_cache/registry" ] || [ ! -x "$pins_cache/krew" ]; then
   build_pins
 fi
 mkdir -p "$root/bin"
 for f in etcd kube-apiserver kube-controller-manager kube-scheduler; do ln -sfn "$cache/$f" "$root/bin/$f"; done
-for f in kwok kwok-stages controller-gen staticcheck helm registry; do ln -sfn "$pins_cache/$f" "$root/bin/$f"; done
+for f in kwok kwok-stages controller-gen staticcheck helm registry krew; do ln -sfn "$pins_cache/$f" "$root/bin/$f"; done
 
 # Headless Chromium, for the replay report's screenshot (hack/screenshot.sh): Debian's package,
 # installed when missing and possible (root and apt-get); without it that test says so and fails.

@@ -39,6 +39,9 @@ import (
 // default collects so often that it takes a fifth of the run (docs/replay.md, Speed).
 const gcPercent = 400
 
+// version is the plugin's version, set by the release build (make release).
+var version = "dev"
+
 func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
@@ -80,6 +83,7 @@ and with changes. It reads the cluster with your credentials and writes nothing 
   kubectl capstan record --anonymize -o cluster.json     # a file every command reads with --recording
   kubectl capstan replay --trace examples/traces/diurnal.yaml \
     --config examples/replay/balanced.yaml -o report.html   # a workload trace, into an HTML report`,
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// kubectl's plugin convention: usage lines read "kubectl capstan …".

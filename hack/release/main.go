@@ -37,6 +37,9 @@ func run() error {
 	helm := flag.String("helm", "bin/helm", "the helm binary")
 	charts := flag.String("charts", "charts", "the directory holding capstan-crd and capstan")
 	out := flag.String("out", "bin/charts", "where the packaged charts are written")
+	pluginOut := flag.String("plugin-out", "bin/plugin", "where the kubectl plugin's archives, checksums.txt and krew manifest capstan.yaml are written")
+	pluginURL := flag.String("plugin-url", "", "the URL the plugin's archives will be published under (the krew manifest's uris); empty: the archives' names, for krew install --manifest … --archive …")
+	pluginPlatforms := flag.String("plugin-platforms", strings.Join(PluginPlatforms, ","), "the platforms to build the kubectl plugin for, os/arch comma-separated")
 	flag.Parse()
 	if *version == "" || *registry == "" {
 		return fmt.Errorf("-version and -registry are required")
@@ -47,6 +50,19 @@ func run() error {
 		return err
 	}
 	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	// The plugin is built before anything is pushed: a release that cannot build it pushes
+	// nothing.
+	if err := os.MkdirAll(*pluginOut, 0o755); err != nil {
+		return err
+	}
+	bins, err := buildPlugin(*version, filepath.Join(*pluginOut, "build"), strings.Split(*pluginPlatforms, ","))
+	if err != nil {
+		return err
+	}
+	manifest, err := packagePlugin(*version, *pluginOut, *pluginURL, bins)
 	if err != nil {
 		return err
 	}
@@ -103,6 +119,7 @@ func run() error {
 		}
 		fmt.Printf("chart oci://%s/%s:%s@%s\n", *registry, chart, *version, d[1])
 	}
+	fmt.Printf("plugin %s\n", manifest)
 	return nil
 }
 

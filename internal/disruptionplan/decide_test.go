@@ -1014,9 +1014,28 @@ func TestDriftNeverCountsOnANodeThatHasNotInitialized(t *testing.T) {
 	if d.Command != nil {
 		t.Fatalf("command %v with %d replacement(s); want none while the pod's room is a node that has not initialized", names(d.Command), len(d.Command.Replacements))
 	}
-	if _, msg := explanation(d, "old"); !strings.Contains(msg, "would go to node kept, which registered and has not initialized") {
+	if _, msg := explanation(d, "old"); !strings.Contains(msg, "would go to node kept, which has not initialized") {
 		t.Errorf("old's explanation %q; want it to name the node that has not initialized", msg)
 	}
+	// Nor on one that never registered (Karpenter's "never registers" spec): it is deleted
+	// when its registration times out, and the drift goes on then.
+	node := kept.Node
+	kept.Node, kept.NodeClaim.Status.NodeName = nil, ""
+	meta.RemoveStatusCondition(&kept.NodeClaim.Status.Conditions, karpv1.ConditionTypeRegistered)
+	kept.NodeClaim.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{
+		{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m"}},
+		{Key: karpv1.ZoneLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"z1"}},
+		{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	kept.NodeClaim.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *resourceQ("1")}
+	kept.Pods = nil
+	d = c.decide(disruptionplan.Options{})
+	if d.Command != nil {
+		t.Fatalf("command %v with %d replacement(s); want none while the pod's room is a machine that never registered", names(d.Command), len(d.Command.Replacements))
+	}
+	if _, msg := explanation(d, "old"); !strings.Contains(msg, "which has not initialized") {
+		t.Errorf("old's explanation %q; want it to name the machine that has not initialized", msg)
+	}
+	kept.Node, kept.NodeClaim.Status.NodeName, kept.Pods = node, node.Name, []*corev1.Pod{pod("p-kept", "batch", "1")}
 	kept.NodeClaim.Status.Conditions = append(kept.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized"})
 	d = c.decide(disruptionplan.Options{})
 	if !slices.Equal(names(d.Command), []string{"old"}) || len(d.Command.Replacements) != 0 {

@@ -41,8 +41,8 @@ type simulation struct {
 	cache *solver.Cache
 	// scratch is the node list each simulation hands the solver.
 	scratch []solver.ExistingNode
-	// uninitialized are the nodes that registered and have not initialized, by name: a
-	// disruption never counts on one (it may never come up).
+	// uninitialized are the nodes that have not initialized (launching, registering or stuck),
+	// by name: a disruption never counts on one (it may never come up).
 	uninitialized map[string]bool
 }
 
@@ -76,7 +76,7 @@ func newSimulation(d *decider) *simulation {
 		if !ok {
 			continue
 		}
-		if n.Node != nil && !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
+		if !meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeInitialized) {
 			if s.uninitialized == nil {
 				s.uninitialized = map[string]bool{}
 			}
@@ -226,7 +226,7 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 		if moved[b.Pod.UID] && s.uninitialized[b.Node] {
 			// As Karpenter: the pods would wait on a machine that may never come up, and a new
 			// one for them would be bought again each round while it does not.
-			return simResult{failed: fmt.Sprintf("pod %s/%s would go to node %s, which registered and has not initialized", b.Pod.Namespace, b.Pod.Name, b.Node)}
+			return simResult{failed: fmt.Sprintf("pod %s/%s would go to node %s, which has not initialized", b.Pod.Namespace, b.Pod.Name, b.Node)}
 		}
 		if required[b.Pod] {
 			res.bindings = append(res.bindings, b)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -88,8 +89,11 @@ func startRegistry(t *testing.T, root string) string {
 // what it printed: artifact kind to "reference@digest".
 func release(t *testing.T, root, out, registry string) map[string]string {
 	t.Helper()
+	// The plugin for this machine's platform only: the others are the same build with other
+	// GOOS and GOARCH, minutes each on 2 cores (hack/release's test packages all four).
 	cmd := exec.Command("make", "release", "VERSION="+version, "REGISTRY="+registry, "PLAIN_HTTP=true",
-		"IMAGE_DIR="+filepath.Join(out, "image"), "CHARTS_DIR="+filepath.Join(out, "charts"))
+		"IMAGE_DIR="+filepath.Join(out, "image"), "CHARTS_DIR="+filepath.Join(out, "charts"),
+		"PLUGIN_DIR="+filepath.Join(out, "plugin"), "PLUGIN_PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH)
 	cmd.Dir = root
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -107,6 +111,8 @@ func release(t *testing.T, root, out, registry string) map[string]string {
 		switch kind {
 		case "image":
 			got["image"] = ref
+		case "plugin":
+			got["plugin"] = ref
 		case "chart":
 			if strings.Contains(ref, "/capstan-crd:") {
 				got["capstan-crd"] = ref
@@ -115,7 +121,7 @@ func release(t *testing.T, root, out, registry string) map[string]string {
 			}
 		}
 	}
-	for _, k := range []string{"image", "capstan-crd", "capstan"} {
+	for _, k := range []string{"image", "capstan-crd", "capstan", "plugin"} {
 		if got[k] == "" {
 			t.Fatalf("make release printed no %s line:\n%s", k, printed)
 		}
@@ -215,7 +221,10 @@ func TestReleaseToARegistry(t *testing.T) {
 	}
 
 	// Installed from the registry, as the runbook does, on a cluster without Capstan's CRDs.
-	install(t, root, registry, repo+"@"+digest)
+	kubeconfig := install(t, root, registry, repo+"@"+digest)
+
+	// The plugin, installed from the release's archive with krew, runs without Go.
+	plugin(t, root, got["plugin"], kubeconfig)
 
 	// Same source, same image.
 	again := release(t, root, t.TempDir(), registry)
@@ -232,8 +241,9 @@ var karpenterCRDs = []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh"
 // install moves a cluster from Karpenter's CRD chart to Capstan's as docs/install.md says, then
 // runs the runbook's two helm commands against the registry on a fresh local cluster, and
 // checks that the CRDs, the Deployment (running the released image by digest), the ServiceAccount
-// (with the values file's IRSA annotation) and the RBAC exist as the chart renders them.
-func install(t *testing.T, root, registry, image string) {
+// (with the values file's IRSA annotation) and the RBAC exist as the chart renders them. It
+// returns the cluster's kubeconfig.
+func install(t *testing.T, root, registry, image string) string {
 	t.Helper()
 	assets, err := testenv.AssetsDir()
 	if err != nil {
@@ -328,5 +338,42 @@ func install(t *testing.T, root, registry, image string) {
 	var crb rbacv1.ClusterRoleBinding
 	if err := c.Get(ctx, client.ObjectKey{Name: "capstan"}, &crb); err != nil || len(crb.Subjects) != 1 || crb.Subjects[0].Name != sa.Name {
 		t.Errorf("the ClusterRoleBinding: %v %+v", err, crb.Subjects)
+	}
+	return cluster.KubeconfigPath
+}
+
+// plugin installs the kubectl plugin as docs/install.md says, with krew (built by hack/tools.sh)
+// from the release's manifest and this platform's archive, into a fresh krew root, and runs it
+// through kubectl with a PATH that holds kubectl and the krew root's bin/ only — no Go: its
+// version is the release's, and it explains the NodePool on the cluster the charts went to.
+func plugin(t *testing.T, root, manifest, kubeconfig string) {
+	t.Helper()
+	archive := filepath.Join(filepath.Dir(manifest), fmt.Sprintf("kubectl-capstan_%s_%s.tar.gz", runtime.GOOS, runtime.GOARCH))
+	krewRoot := t.TempDir()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyKubectl := t.TempDir()
+	if err := os.Symlink(kubectl, filepath.Join(onlyKubectl, "kubectl")); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "KREW_ROOT="+krewRoot, "PATH="+filepath.Join(krewRoot, "bin")+":"+onlyKubectl, "KUBECONFIG="+kubeconfig)
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run(filepath.Join(root, "bin", "krew"), "install", "--manifest="+manifest, "--archive="+archive)
+	if out := run("kubectl", "capstan", "--version"); !strings.Contains(out, version) {
+		t.Errorf("kubectl capstan --version printed %q, want the release's %s", out, version)
+	}
+	if out := run("kubectl", "capstan", "explain", "nodepool", "general", "--cloud-provider", "sim"); !strings.Contains(out, "general") {
+		t.Errorf("kubectl capstan explain nodepool general printed:\n%s", out)
 	}
 }
