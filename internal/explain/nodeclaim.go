@@ -33,6 +33,9 @@ type NodeClaimAnswer struct {
 	LaunchedFor string `json:"launchedFor,omitempty"`
 	// Drifted is the Drifted condition's reason and message, when it is true.
 	Drifted string `json:"drifted,omitempty"`
+	// Startup says, for a claim not initialized, how far it got and why it waits (its
+	// conditions' messages), and, once past disruptionplan.StartingFor, that it is stuck.
+	Startup string `json:"startup,omitempty"`
 	// Disrupted says the claim is being deleted already.
 	Disrupted bool `json:"disrupted,omitempty"`
 	// Command is what disruption would do with the claim this round, if it acts on it.
@@ -77,6 +80,7 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	if cond := meta.FindStatusCondition(nc.Status.Conditions, karpv1.ConditionTypeDrifted); cond != nil && cond.Status == "True" {
 		a.Drifted = strings.TrimSpace(cond.Reason + ": " + cond.Message)
 	}
+	a.Startup = startup(nc, now)
 	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: nodeCost})
 	if err != nil {
 		return nil, err
@@ -124,6 +128,35 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	return a, nil
 }
 
+// startup says how far a claim not initialized got and why it waits, from the conditions the
+// lifecycle controller keeps; "" for an initialized claim.
+func startup(nc *karpv1.NodeClaim, now time.Time) string {
+	if meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeInitialized) {
+		return ""
+	}
+	step := func(t, waiting string) string {
+		if c := meta.FindStatusCondition(nc.Status.Conditions, t); c != nil && c.Message != "" {
+			return waiting + ": " + c.Message
+		}
+		return waiting
+	}
+	var what string
+	switch {
+	case !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched):
+		what = step(karpv1.ConditionTypeLaunched, "not launched")
+	case !meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeRegistered):
+		what = step(karpv1.ConditionTypeRegistered, "launched, its node not registered")
+	default:
+		what = step(karpv1.ConditionTypeInitialized, "registered, not initialized")
+	}
+	age := now.Sub(nc.CreationTimestamp.Time).Truncate(time.Second)
+	if age >= disruptionplan.StartingFor {
+		return fmt.Sprintf("stuck: %s, %s after it was created (past %s: it no longer holds consolidation back and no disruption moves pods onto it; expireAfter, repair when it turns unhealthy, or a person removes it)",
+			what, age, disruptionplan.StartingFor)
+	}
+	return fmt.Sprintf("starting: %s, %s after it was created", what, age)
+}
+
 // WriteText prints the answer for a person.
 func (a *NodeClaimAnswer) WriteText(w io.Writer) error {
 	var b strings.Builder
@@ -134,6 +167,9 @@ func (a *NodeClaimAnswer) WriteText(w io.Writer) error {
 	}
 	if a.Drifted != "" {
 		fmt.Fprintf(&b, "Drifted: %s.\n", a.Drifted)
+	}
+	if a.Startup != "" {
+		fmt.Fprintf(&b, "Startup: %s.\n", a.Startup)
 	}
 	switch {
 	case a.Disrupted:

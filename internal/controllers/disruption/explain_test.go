@@ -3,13 +3,16 @@ package disruption
 import (
 	"strings"
 	"testing"
+	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/explain"
 	"capstan.dev/capstan/internal/planning"
 )
@@ -101,5 +104,37 @@ func TestExplainNodeClaimSaysWhatTheControllerSays(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "\nLaunched for 2 pod(s): explain-empty/web-0, explain-empty/web-1; instance types, cheapest first: m5.xlarge; 0.1920 $/h.\n") {
 		t.Errorf("explain nodeclaim printed:\n%s\nwant what the claim was launched for", out.String())
+	}
+}
+
+// `kubectl capstan explain nodeclaim` says why a machine has not initialized (the lifecycle
+// controller's message), and calls it stuck past disruptionplan.StartingFor: what a person
+// looking at a node that stays wants to know.
+func TestExplainNodeClaimSaysWhyItHasNotInitialized(t *testing.T) {
+	f := newFixture(t, "explain-stuck", nil)
+	nc, _ := f.node("explain-stuck-n", "m5.2xlarge")
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionUnknown,
+		Reason: "StartupTaintsExist", Message: "startup taint example.com/taint still on the node"})
+	if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		want  string
+	}{
+		{time.Minute, "Startup: starting: registered, not initialized: startup taint example.com/taint still on the node, 1m0s after it was created.\n"},
+		{disruptionplan.StartingFor + time.Minute, "Startup: stuck: registered, not initialized: startup taint example.com/taint still on the node, 16m0s after it was created (past 15m0s: it no longer holds consolidation back"},
+	} {
+		a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, 0, nc.CreationTimestamp.Add(tc.after), nc.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if err := a.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s after creation, explain nodeclaim printed:\n%s\nwant %q", tc.after, out.String(), tc.want)
+		}
 	}
 }
