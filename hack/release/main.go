@@ -53,12 +53,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	tmp, err := os.MkdirTemp("", "capstan-release-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
 	// The plugin is built before anything is pushed: a release that cannot build it pushes
 	// nothing.
 	if err := os.MkdirAll(*pluginOut, 0o755); err != nil {
 		return err
 	}
-	bins, err := buildPlugin(*version, filepath.Join(*pluginOut, "build"), strings.Split(*pluginPlatforms, ","))
+	bins, err := buildPlugin(*version, filepath.Join(tmp, "plugin"), strings.Split(*pluginPlatforms, ","))
 	if err != nil {
 		return err
 	}
@@ -80,11 +85,6 @@ func run() error {
 	}
 	fmt.Printf("image %s@%s\n", repo, digest)
 
-	tmp, err := os.MkdirTemp("", "capstan-release-")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}

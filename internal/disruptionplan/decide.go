@@ -328,7 +328,8 @@ func newDecider(snap *Snapshot, opts Options) *decider {
 
 // StartingFor is how long after its NodeClaim was created a machine that has not initialized
 // counts as starting. Past it the machine is stuck (a startup taint never removed, a kubelet
-// never Ready): it no longer holds consolidation back, and no disruption moves pods onto it.
+// never Ready): it no longer holds consolidation back. (No disruption moves pods onto a machine
+// that has not initialized, stuck or not.)
 const StartingFor = 15 * time.Minute
 
 // settling says why the cluster is not ready for consolidation: while machines are starting or

@@ -169,7 +169,7 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 	for _, t := range nc.Spec.AMISelectorTerms {
 		in, what := imagesInput(t)
 		if t.Alias != "" || t.SSMParameter != "" {
-			ids, err := p.parameterImages(ctx, t, known)
+			ids, err := p.parameterImages(ctx, t, what, known)
 			if err != nil {
 				return nil, err
 			}
@@ -189,7 +189,7 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 				return nil, &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Err: fmt.Errorf("describing images (%s): %w", what, err)}
 			}
 			for _, im := range out.Images {
-				seen[aws.ToString(im.ImageId)] = foundImage{img: im, serves: known[aws.ToString(im.ImageId)]}
+				seen[aws.ToString(im.ImageId)] = newFoundImage(im, known[aws.ToString(im.ImageId)])
 				n++
 			}
 		}
@@ -206,10 +206,16 @@ func (p *Provider) ResolveAMIs(ctx context.Context, nc *awsv1.EC2NodeClass) ([]a
 
 // foundImage is an image a term selected.
 type foundImage struct {
-	img ec2types.Image
+	img     ec2types.Image
+	created time.Time
 	// serves are the requirement sets an alias's parameters gave the image (nil: its
 	// architecture alone).
 	serves [][]awsv1.AMIRequirement
+}
+
+// newFoundImage is an image with the requirement sets it serves (nil: its architecture alone).
+func newFoundImage(im ec2types.Image, serves [][]awsv1.AMIRequirement) foundImage {
+	return foundImage{img: im, created: parseTime(aws.ToString(im.CreationDate)), serves: serves}
 }
 
 // imagesInput is the DescribeImages call of one term, and how errors name the term. An alias's
@@ -247,12 +253,12 @@ func imagesInput(t awsv1.AMISelectorTerm) (in ec2.DescribeImagesInput, what stri
 
 // parameterImages reads the images an alias's (for the cluster's Kubernetes version) or an SSM
 // parameter term's parameters name, recording in known the requirement sets an alias's
-// parameters give them. A parameter that does not exist names none.
-func (p *Provider) parameterImages(ctx context.Context, t awsv1.AMISelectorTerm, known map[string][][]awsv1.AMIRequirement) ([]string, error) {
+// parameters give them; what names the term in errors. A parameter that does not exist names
+// none.
+func (p *Provider) parameterImages(ctx context.Context, t awsv1.AMISelectorTerm, what string, known map[string][][]awsv1.AMIRequirement) ([]string, error) {
 	fail := func(format string, args ...any) error {
 		return &ResolveError{Condition: awsv1.ConditionTypeAMIsReady, Reason: "AMINotFound", Err: fmt.Errorf(format, args...)}
 	}
-	_, what := imagesInput(t)
 	queries := []amifamily.Query{{Parameter: t.SSMParameter}}
 	if t.Alias != "" {
 		kv, err := p.kubeVersion(ctx)
@@ -288,10 +294,9 @@ func (p *Provider) parameterImages(ctx context.Context, t awsv1.AMISelectorTerm,
 // when their deprecation time has come, each once for every requirement set it serves (AL2's
 // GPU image: GPU and accelerator types, as Karpenter lists it), or for its architecture.
 func amisFrom(imgs []foundImage, now time.Time) []awsv1.AMI {
-	created := func(f foundImage) time.Time { return parseTime(aws.ToString(f.img.CreationDate)) }
 	sort.Slice(imgs, func(i, j int) bool {
-		if ci, cj := created(imgs[i]), created(imgs[j]); !ci.Equal(cj) {
-			return ci.After(cj)
+		if !imgs[i].created.Equal(imgs[j].created) {
+			return imgs[i].created.After(imgs[j].created)
 		}
 		return aws.ToString(imgs[i].img.ImageId) < aws.ToString(imgs[j].img.ImageId)
 	})

@@ -222,9 +222,9 @@ func TestAMIsFromNewestFirstWithDeprecation(t *testing.T) {
 	gpu := []awsv1.AMIRequirement{{Key: "karpenter.k8s.aws/instance-gpu-count", Operator: "Exists"}}
 	neuron := []awsv1.AMIRequirement{{Key: "karpenter.k8s.aws/instance-accelerator-count", Operator: "Exists"}}
 	got := amisFrom([]foundImage{
-		{img: img("ami-old", "2026-01-01T00:00:00Z", "2026-05-01T00:00:00Z", ec2types.ArchitectureValuesX8664)},
-		{img: img("ami-new", "2026-05-20T00:00:00Z", "2027-01-01T00:00:00Z", ec2types.ArchitectureValuesArm64)},
-		{img: img("ami-gpu", "2026-03-01T00:00:00Z", "", ec2types.ArchitectureValuesX8664), serves: [][]awsv1.AMIRequirement{gpu, neuron}},
+		newFoundImage(img("ami-old", "2026-01-01T00:00:00Z", "2026-05-01T00:00:00Z", ec2types.ArchitectureValuesX8664), nil),
+		newFoundImage(img("ami-new", "2026-05-20T00:00:00Z", "2027-01-01T00:00:00Z", ec2types.ArchitectureValuesArm64), nil),
+		newFoundImage(img("ami-gpu", "2026-03-01T00:00:00Z", "", ec2types.ArchitectureValuesX8664), [][]awsv1.AMIRequirement{gpu, neuron}),
 	}, now)
 	var rows []string
 	for _, a := range got {

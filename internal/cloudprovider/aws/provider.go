@@ -205,7 +205,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, nc *awsv1.EC2NodeClass) ([
 	}
 	key := fmt.Sprintf("%d|%v|%v|%v", nc.Generation, nc.Status.Subnets, nc.Status.AMIs, nc.Spec.Kubelet)
 	its, ok := p.built.get(nc.UID, key, m.version)
-	if !ok || nc.UID == "" {
+	if !ok {
 		its = p.buildTypes(m, nc)
 		if nc.UID != "" {
 			p.built.put(nc.UID, key, m.version, its)
@@ -429,18 +429,16 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %w", claim.Name, err)
 	}
 	launched, ice, other := fleetOutcome(out, capacityType, reservation)
-	for _, key := range ice {
-		if p.unavailable != nil {
+	if p.unavailable != nil {
+		for _, key := range ice {
 			p.unavailable.MarkUnavailable(key)
 		}
 	}
 	if launched != nil {
 		var it *cloudprovider.InstanceType
 		image := ""
-		for _, c := range cands {
-			if c.it.Name == launched.instanceType {
-				it, image = c.it, imageFor(nc, c.it)
-			}
+		if i := slices.IndexFunc(cands, func(c candidate) bool { return c.it.Name == launched.instanceType }); i >= 0 {
+			it, image = cands[i].it, imageFor(nc, cands[i].it)
 		}
 		c := p.claimFor(launched.id, it, launched.instanceType, launched.zone, capacityType, image, p.clock.Now())
 		reservationLabels(c.Labels, nc, reservation)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,13 +19,23 @@ import (
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
-// annotate sets (or, with value "", removes) the command annotation of a claim, reading it fresh
-// (the cache's copy may be a write behind: the pod-event controller stamps claims often) and
-// retrying on conflicts; it fails when the claim is being deleted or gone.
+// annotate sets (or, with value "", removes) the command annotation of a claim
+// (setAnnotation).
 func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &karpv1.NodeClaim{}
+	_, err := c.setAnnotation(ctx, nc, CommandAnnotationKey, value)
+	return err
+}
+
+// setAnnotation sets (or, with value "", removes) an annotation of a claim, reading it fresh (the
+// cache's copy may be a write behind: the pod-event controller stamps claims often) and retrying
+// on conflicts, and returns the claim as written (nil when it is gone). Setting fails when the
+// claim is being deleted or gone; removing from a claim that is gone does nothing.
+func (c *Controller) setAnnotation(ctx context.Context, nc *karpv1.NodeClaim, key, value string) (*karpv1.NodeClaim, error) {
+	var cur *karpv1.NodeClaim
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur = &karpv1.NodeClaim{}
 		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(nc), cur); err != nil {
+			cur = nil
 			if value == "" {
 				return client.IgnoreNotFound(err)
 			}
@@ -35,21 +46,22 @@ func (c *Controller) annotate(ctx context.Context, nc *karpv1.NodeClaim, value s
 		}
 		orig := cur.DeepCopy()
 		if value == "" {
-			if _, ok := cur.Annotations[CommandAnnotationKey]; !ok {
+			if _, ok := cur.Annotations[key]; !ok {
 				return nil
 			}
-			delete(cur.Annotations, CommandAnnotationKey)
+			delete(cur.Annotations, key)
 		} else {
 			if cur.Annotations == nil {
 				cur.Annotations = map[string]string{}
 			}
-			cur.Annotations[CommandAnnotationKey] = value
+			cur.Annotations[key] = value
 		}
 		if err := c.Client.Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("patching nodeclaim %s: %w", nc.Name, err)
 		}
 		return nil
 	})
+	return cur, err
 }
 
 // taint adds (or removes) karpenter.sh/disrupted:NoSchedule on the node; a node that is gone
@@ -228,22 +240,13 @@ func (c *Controller) plan(ctx context.Context, snap *disruptionplan.Snapshot, de
 // no longer holds room for the pods that were to move (the reserved-pods annotation goes), and
 // an event on it says why it is there. A replacement that is gone needs nothing.
 func (c *Controller) release(ctx context.Context, name, why string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		nc := &karpv1.NodeClaim{}
-		if err := c.APIReader.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		if _, ok := nc.Annotations[nodeclaims.ReservedPodsAnnotationKey]; ok {
-			orig := nc.DeepCopy()
-			delete(nc.Annotations, nodeclaims.ReservedPodsAnnotationKey)
-			if err := c.Client.Patch(ctx, nc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("patching nodeclaim %s: %w", name, err)
-			}
-		}
-		if nc.DeletionTimestamp.IsZero() {
-			c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionFailed", "Disrupt",
-				"Kept: the disruption it was launched for was rolled back: %s", why)
-		}
-		return nil
-	})
+	nc, err := c.setAnnotation(ctx, &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}, nodeclaims.ReservedPodsAnnotationKey, "")
+	if err != nil || nc == nil {
+		return err
+	}
+	if nc.DeletionTimestamp.IsZero() {
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionFailed", "Disrupt",
+			"Kept: the disruption it was launched for was rolled back: %s", why)
+	}
+	return nil
 }
