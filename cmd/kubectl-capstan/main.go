@@ -30,6 +30,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/explain"
 	"capstan.dev/capstan/internal/overlay"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/record"
 	"capstan.dev/capstan/internal/scheme"
 )
@@ -60,12 +61,18 @@ type options struct {
 	output    string
 	cloud     string
 	nodeCost  float64
+	spending  float64
 	awsRegion string
 	awsURL    string
 	cluster   string
 	// recording, when set, is read instead of the cluster; recordedAt is its time.
 	recording  string
 	recordedAt time.Time
+}
+
+// settings are Capstan's settings the flags repeat, as planning reads them.
+func (o *options) settings() planning.Settings {
+	return planning.Settings{NodeCost: o.nodeCost, SpendingLimit: o.spending}
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -98,6 +105,7 @@ and with changes. It reads the cluster with your credentials and writes nothing 
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&o.cloud, "cloud-provider", "", "sim or aws (default: from the NodePools' node classes)")
 	f.Float64Var(&o.nodeCost, "node-cost", 0, "Capstan's NODE_COST setting ($/h per node), if set")
+	f.Float64Var(&o.spending, "spending-limit", 0, "Capstan's SPENDING_LIMIT setting ($/h for the cluster), if set")
 	f.StringVar(&o.awsRegion, "aws-region", "", "AWS region (aws; default: the SDK's)")
 	f.StringVar(&o.awsURL, "aws-endpoint-url", "", "AWS endpoint URL (aws; local endpoints)")
 	f.StringVar(&o.cluster, "cluster-name", "", "the cluster's name as Capstan's CLUSTER_NAME (aws)")
@@ -143,7 +151,7 @@ and with changes. It reads the cluster with your credentials and writes nothing 
 			if err != nil {
 				return err
 			}
-			a, err := explain.NodePool(cmd.Context(), c, cloud, o.nodeCost, o.now(), args[0])
+			a, err := explain.NodePool(cmd.Context(), c, cloud, o.settings(), o.now(), args[0])
 			if err != nil {
 				return err
 			}
@@ -182,7 +190,7 @@ func (o *options) explainNodeClaim(ctx context.Context, claim, node string, w io
 			return fmt.Errorf("node %s: no NodeClaim names it (a node Capstan did not launch, or not registered yet)", node)
 		}
 	}
-	a, err := explain.NodeClaim(ctx, c, cloud, o.nodeCost, o.now(), claim)
+	a, err := explain.NodeClaim(ctx, c, cloud, o.settings(), o.now(), claim)
 	if err != nil {
 		return err
 	}
@@ -329,7 +337,7 @@ func (o *options) explainPod(ctx context.Context, name string, w io.Writer) erro
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
 	}
-	a, err := explain.Pod(ctx, c, cloud, o.nodeCost, pod)
+	a, err := explain.Pod(ctx, c, cloud, o.settings(), pod)
 	if err != nil {
 		return err
 	}

@@ -1042,3 +1042,22 @@ func TestDriftNeverCountsOnANodeThatHasNotInitialized(t *testing.T) {
 		t.Fatalf("command %v; want old drifted onto the initialized node, nothing bought", names(d.Command))
 	}
 }
+
+// A replacement must fit what is left of the cluster's spending limit beside the machine it
+// replaces, which still counts until it is gone: with $0.04/h left the cheaper `s` (up to $0.05/h
+// on demand) cannot be bought, with $0.05/h it can.
+func TestReplacementFitsTheClusterSpendingLimit(t *testing.T) {
+	for _, tc := range []struct {
+		left    float64
+		replace bool
+	}{{0.04, false}, {0.05, true}} {
+		c := newCluster(t)
+		c.pool("default", nil)
+		c.node("default", "big", "l", karpv1.CapacityTypeOnDemand, pod("a", "web", "500m"), pod("b", "web", "500m"))
+		c.snap.SpendingLeft = &tc.left
+		d := c.decide(disruptionplan.Options{})
+		if got := d.Command != nil && len(d.Command.Replacements) == 1; got != tc.replace {
+			t.Errorf("$%.2f/h left: replaced %v, want %v (command %+v)", tc.left, got, tc.replace, d.Command)
+		}
+	}
+}

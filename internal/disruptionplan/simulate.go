@@ -283,7 +283,7 @@ func (s *simulation) solveMoving(pods []*corev1.Pod, nodes []solver.ExistingNode
 	opts := s.d.opts.Solver
 	opts.Cache = s.cache
 	return solver.Solve(solver.Input{Pods: pods, Nodes: nodes, NodePools: pools, DaemonSetPods: s.d.snap.DaemonSetPods,
-		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown, Moved: moved}, opts)
+		NamespaceLabels: s.d.snap.NamespaceLabels, WellKnownLabels: s.wellKnown, Moved: moved, SpendingLeft: s.d.snap.SpendingLeft}, opts)
 }
 
 // underConsolidateAfter reports whether the node is still inside its NodePool's consolidateAfter:

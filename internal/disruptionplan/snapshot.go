@@ -17,6 +17,10 @@ type Snapshot struct {
 	Now time.Time
 	// NodePools are the pools Capstan manages, with their catalogs and remaining limits.
 	NodePools []Pool
+	// SpendingLeft is what is left of the cluster's spending limit in dollars per hour, every
+	// NodeClaim counted (the candidates too: a replacement must fit beside what it replaces);
+	// nil without one.
+	SpendingLeft *float64
 	// Nodes are the pools' NodeClaims, with their Nodes once registered.
 	Nodes []*Node
 	// Pending are the pods waiting for a node: consolidation must not take the room they need.

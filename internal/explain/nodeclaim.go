@@ -69,7 +69,7 @@ type Blocker struct {
 // round of the decision core (disruptionplan.Decide, default options) to say what it would do with
 // the claim now. A fresh read has no memory of scale-downs seen earlier or of the churn guard's
 // evictions: only owners with more replicas than they want count as shrinking.
-func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, now time.Time, name string) (*NodeClaimAnswer, error) {
+func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, now time.Time, name string) (*NodeClaimAnswer, error) {
 	nc := &karpv1.NodeClaim{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
 		return nil, fmt.Errorf("nodeclaim %s: %w", name, err)
@@ -81,7 +81,7 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 		a.Drifted = strings.TrimSpace(cond.Reason + ": " + cond.Message)
 	}
 	a.Startup = startup(nc, now)
-	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: nodeCost})
+	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: set.NodeCost, SpendingLimit: set.SpendingLimit})
 	if err != nil {
 		return nil, err
 	}

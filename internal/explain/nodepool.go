@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +24,7 @@ import (
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
 	"capstan.dev/capstan/internal/solver"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // NodePoolAnswer says what a NodePool holds and allows now.
@@ -83,13 +85,13 @@ const cheapestShown = 5
 // NodePool reads the cluster as the disruption controller does and answers for the pool: its
 // nodes and their price, its limits and what is left of them, what the budgets allow each
 // reason now (the decision core's allowances), and the instance types it admits.
-func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, now time.Time, name string) (*NodePoolAnswer, error) {
+func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, now time.Time, name string) (*NodePoolAnswer, error) {
 	np := &karpv1.NodePool{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, np); err != nil {
 		return nil, fmt.Errorf("nodepool %s: %w", name, err)
 	}
 	a := &NodePoolAnswer{NodePool: name}
-	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: nodeCost})
+	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: set.NodeCost, SpendingLimit: set.SpendingLimit})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +102,7 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		}
 	}
 	if pool == nil {
-		_, why, err := planning.PoolFor(ctx, cloud, nodeCost, np, nil)
+		_, why, err := planning.PoolFor(ctx, cloud, set.NodeCost, np, nil)
 		a.Why = why
 		if err != nil {
 			a.Why += ": " + err.Error()
@@ -130,7 +132,12 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	}
 	for _, r := range slices.Sorted(maps.Keys(np.Spec.Limits)) {
 		left, lim := pool.Solver.Remaining[r], np.Spec.Limits[r]
-		a.Limits = append(a.Limits, LimitUse{Resource: string(r), Limit: lim.String(), Left: left.String()})
+		use := LimitUse{Resource: string(r), Limit: lim.String(), Left: left.String()}
+		if r == spend.LimitKey {
+			// Dollars per hour: what the claims may cost is spent, in-flight ones at their worst.
+			use.Limit, use.Left = dollars(lim), dollars(left)
+		}
+		a.Limits = append(a.Limits, use)
 	}
 	d := disruptionplan.Decide(snap, disruptionplan.Options{})
 	for _, reason := range []karpv1.DisruptionReason{karpv1.DisruptionReasonEmpty, karpv1.DisruptionReasonDrifted, karpv1.DisruptionReasonUnderutilized} {
@@ -214,4 +221,9 @@ func (a *NodePoolAnswer) WriteText(w io.Writer) error {
 	s := strings.TrimSuffix(b.String(), ",") + "\n"
 	_, err := io.WriteString(w, s)
 	return err
+}
+
+// dollars is an hourly price as the spending limit's rows show it.
+func dollars(q resource.Quantity) string {
+	return fmt.Sprintf("$%.3f/h", q.AsApproximateFloat64())
 }

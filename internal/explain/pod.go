@@ -63,7 +63,7 @@ type Launch struct {
 // provisioning would launch for it, or per NodePool why nothing can. The solve is provisioning's
 // own (planning.ReadState, the solver with default options) for this pod alone, so pods pending
 // with it are not counted, and a volume's zone is not applied.
-func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, pod *corev1.Pod) (*PodAnswer, error) {
+func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, pod *corev1.Pod) (*PodAnswer, error) {
 	a := &PodAnswer{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName}
 	if pod.Spec.NodeName != "" {
 		return a, a.claimOf(ctx, c, pod.Spec.NodeName)
@@ -85,7 +85,7 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	_, bound := planning.SplitPods(list.Items)
-	st, err := planning.ReadState(ctx, c, cloud, nodeCost, bound, nil)
+	st, err := planning.ReadState(ctx, c, cloud, set, bound, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		a.Held, a.HeldReason = missed, planning.HeldMessage(missed)
 	}
 	r := solver.Solve(solver.Input{Pods: []*corev1.Pod{pod}, NodePools: st.Pools, Nodes: st.Nodes, DaemonSetPods: st.DaemonSetPods,
-		WellKnownLabels: cloud.WellKnownLabels()}, solver.Options{})
+		WellKnownLabels: cloud.WellKnownLabels(), SpendingLeft: st.SpendingLeft}, solver.Options{})
 	switch {
 	case len(r.Bindings) > 0:
 		a.FitsOn = r.Bindings[0].Node

@@ -77,7 +77,7 @@ func TestExplainPendingPods(t *testing.T) {
 	// held marks the pod as its two machines came up without it, on the cluster's current inputs
 	// (in memory, as dra).
 	held := func(p *corev1.Pod) *corev1.Pod {
-		st, err := planning.ReadState(t.Context(), env.Client, sim.Provider, 0, nil, nil)
+		st, err := planning.ReadState(t.Context(), env.Client, sim.Provider, planning.Settings{}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ To fit there: request less, or let the NodePool use larger instance types.
 		{held(pod("retried", "search", "1")), `Pod default/retried is pending and held: it did not schedule on the 2 machines bought for it (nodeclaim/search-a, nodeclaim/search-b)`},
 		{dra(pod("gpu-claim", "search", "1")), `Pod default/gpu-claim is pending: the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it`},
 	} {
-		a, err := Pod(t.Context(), env.Client, sim.Provider, 0, tc.pod)
+		a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, tc.pod)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestExplainNodePool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np")
+	a, err := NodePool(t.Context(), env.Client, sim.Provider, planning.Settings{}, time.Now(), "explain-np")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestExplainNodePool(t *testing.T) {
 		if err := env.Client.Status().Update(t.Context(), cur); err != nil {
 			t.Fatal(err)
 		}
-		a, err := NodePool(t.Context(), env.Client, sim.Provider, 0, time.Now(), "explain-np")
+		a, err := NodePool(t.Context(), env.Client, sim.Provider, planning.Settings{}, time.Now(), "explain-np")
 		if err != nil {
 			t.Fatal(err)
 		}

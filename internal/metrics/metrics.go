@@ -56,7 +56,10 @@ type Metrics struct {
 	NodePoolUsage         *prometheus.GaugeVec
 	NodePoolLimit         *prometheus.GaugeVec
 	NodePoolCost          *prometheus.GaugeVec
-	NodePoolRollout       *prometheus.GaugeVec
+	// ClusterSpend and ClusterSpendingLimit are what every NodeClaim counts against the
+	// cluster's spending limit and the limit, in dollars per hour (set only with a limit).
+	ClusterSpend, ClusterSpendingLimit prometheus.Gauge
+	NodePoolRollout                    *prometheus.GaugeVec
 	// Voluntary disruption (the disruption controller).
 	DisruptionDecisions *prometheus.CounterVec
 	DisruptionEligible  *prometheus.GaugeVec
@@ -105,6 +108,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			NodePool, ResourceType),
 		NodePoolLimit: gauge("karpenter_nodepools_limit", "A NodePool's limits, by resource.", NodePool, ResourceType),
 		NodePoolCost:  gauge("capstan_nodepool_cost_dollars_per_hour", "Hourly price of a NodePool's launched machines.", NodePool),
+		ClusterSpend: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_cluster_spend_dollars_per_hour",
+			Help: "What every NodeClaim counts against the cluster's spending limit (in-flight ones at the most they may cost), in dollars per hour."}),
+		ClusterSpendingLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "capstan_cluster_spending_limit_dollars_per_hour",
+			Help: "The cluster's spending limit (SPENDING_LIMIT), in dollars per hour."}),
 		NodePoolRollout: gauge("capstan_nodepool_rollout_nodes",
 			"A NodePool's nodes by where a rollout of its template or NodeClass has them: up_to_date, drifted (waiting), replacing.", NodePool, "state"),
 		DisruptionDecisions: counter("karpenter_voluntary_disruption_decisions_total",
@@ -141,7 +148,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.NodeClaimsTerminated, m.NodeClaimsDisrupted, m.NodesCreated, m.NodesTerminated, m.SchedulingDuration, m.QueueDepth,
 		m.UnschedulablePods, m.PodStartupDuration, m.BuildInfo, m.NodePoolUsage, m.NodePoolLimit, m.NodePoolCost,
 		m.DisruptionDecisions, m.DisruptionEligible, m.AllowedDisruptions, m.PodsDisrupted, m.DisruptionSavings,
-		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy, m.NodePoolRollout}
+		m.InterruptionReceived, m.InterruptionDeleted, m.InterruptionLatency, m.InstanceUnhealthy, m.NodePoolRollout,
+		m.ClusterSpend, m.ClusterSpendingLimit}
 }
 
 // Registry is controller-runtime's registry, served on the manager's /metrics.
@@ -257,6 +265,15 @@ func (m *Metrics) PoolStatus(pool string, usage, limits map[string]float64, cost
 		m.NodePoolLimit.WithLabelValues(pool, ResourceTypeValue(r)).Set(v)
 	}
 	m.NodePoolCost.WithLabelValues(pool).Set(cost)
+}
+
+// ClusterSpending records the cluster's spending limit and what is left of it, in dollars per hour.
+func (m *Metrics) ClusterSpending(limit, left float64) {
+	if m == nil {
+		return
+	}
+	m.ClusterSpendingLimit.Set(limit)
+	m.ClusterSpend.Set(limit - left)
 }
 
 // PoolRollout records where a rollout has the pool's nodes.

@@ -325,6 +325,7 @@ func (b *builder) provisioning() error {
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: b.m,
 		SolverOptions: o.solverOptions(),
 		NodeCost:      o.NodeCost,
+		SpendingLimit: o.SpendingLimit,
 		DefaultSpread: b.spread,
 		// As many creates in flight as the client's rate admits at half-second answers (bounded:
 		// past a few hundred they only queue in the API server).
@@ -387,6 +388,7 @@ func (b *builder) disruption() error {
 		Recorder: recorder(mgr), Metrics: m, Options: disruption.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
+			SpendingLimit:   o.SpendingLimit,
 			DefaultSpread:   b.spread,
 			Buffers:         b.buffers,
 			MemoryConfigMap: client.ObjectKey{Namespace: o.LeaderElectionNamespace, Name: disruption.MemoryConfigMapName},

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -47,7 +48,10 @@ type Options struct {
 	MemoryLimit             int64
 	// NodeCost is what every machine costs per hour beyond its instance price, in US dollars,
 	// for NodePools without the capstan.dev/node-cost annotation.
-	NodeCost            float64
+	NodeCost float64
+	// SpendingLimit is the cluster's spending limit in dollars per hour across every NodePool
+	// (0: none).
+	SpendingLimit       float64
 	LogLevel            string
 	LogOutputPaths      []string
 	LogErrorOutputPaths []string
@@ -285,6 +289,15 @@ func defineGeneral(f flags, o *Options, r *raw) {
 			return errors.New("not a non-negative decimal price in US dollars per hour")
 		}
 		o.NodeCost = f
+		return nil
+	})
+	f.envs["spending-limit"] = "SPENDING_LIMIT"
+	f.fs.Func("spending-limit", "the most every NodePool's machines together may cost per hour, in US dollars (0: no limit)", func(v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || f < 0 || f > maxSpendingLimit || math.IsNaN(f) {
+			return fmt.Errorf("not a price in US dollars per hour between 0 and %g", maxSpendingLimit)
+		}
+		o.SpendingLimit = f
 		return nil
 	})
 	f.str(&o.MinValuesPolicy, "min-values-policy", "MIN_VALUES_POLICY", MinValuesPolicyStrict, "Strict: a requirement's minValues must hold; BestEffort: launch with fewer types when not enough fit")
@@ -559,3 +572,7 @@ func Environ(k string) string { return os.Getenv(k) }
 func (o Options) NodeClassResync() time.Duration {
 	return min(o.AMIRefreshInterval, o.SubnetRefreshInterval, o.SecurityGroupRefreshInterval)
 }
+
+// maxSpendingLimit is the largest cluster spending limit accepted: a billion dollars an hour,
+// far past any cluster, and within the milli-dollar arithmetic of the limit.
+const maxSpendingLimit = 1e9

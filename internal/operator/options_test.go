@@ -27,7 +27,7 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 		"LOG_OUTPUT_PATHS": "stdout,/tmp/capstan.log", "LOG_ERROR_OUTPUT_PATHS": "stderr",
 		"FEATURE_GATES": "SpotToSpotConsolidation=true", "PREFERENCE_POLICY": "Ignore", "MIN_VALUES_POLICY": "BestEffort",
 		"BATCH_MAX_DURATION": "20s", "BATCH_IDLE_DURATION": "2s", "CLUSTER_NAME": "prod-east", "MEMORY_LIMIT": "1073741824",
-		"NODE_COST": "0.012",
+		"NODE_COST": "0.012", "SPENDING_LIMIT": "250.5",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +35,7 @@ func TestKarpenterEnvironmentVariables(t *testing.T) {
 	if o.metricsAddress() != ":9090" || o.healthAddress() != ":9091" || !o.DisableLeaderElection || o.LeaderElectionName != "my-lease" ||
 		o.KubeClientQPS != 50 || o.KubeClientBurst != 80 || o.LogLevel != "error" || o.PreferencePolicy != PreferencePolicyIgnore ||
 		o.MinValuesPolicy != MinValuesPolicyBest || o.BatchMaxDuration != 20*time.Second || o.BatchIdleDuration != 2*time.Second ||
-		o.ClusterName != "prod-east" || o.MemoryLimit != 1<<30 || o.NodeCost != 0.012 {
+		o.ClusterName != "prod-east" || o.MemoryLimit != 1<<30 || o.NodeCost != 0.012 || o.SpendingLimit != 250.5 {
 		t.Fatalf("options %+v", o)
 	}
 	if strings.Join(o.LogOutputPaths, ",") != "stdout,/tmp/capstan.log" || strings.Join(o.LogErrorOutputPaths, ",") != "stderr" {
@@ -134,6 +134,9 @@ func TestBadSettingsNameTheVariable(t *testing.T) {
 		{"qps", nil, map[string]string{"KUBE_CLIENT_QPS": "0"}, []string{"KUBE_CLIENT_QPS", "positive"}},
 		{"node cost negative", nil, map[string]string{"NODE_COST": "-0.01"}, []string{"NODE_COST", `"-0.01"`, "non-negative"}},
 		{"node cost not a number", []string{"--node-cost=cheap"}, nil, []string{"node-cost", "cheap"}},
+		{"spending limit negative", nil, map[string]string{"SPENDING_LIMIT": "-5"}, []string{"SPENDING_LIMIT", `"-5"`, "between 0 and"}},
+		{"spending limit not a number", []string{"--spending-limit=NaN"}, nil, []string{"spending-limit", "NaN"}},
+		{"spending limit past any cluster", nil, map[string]string{"SPENDING_LIMIT": "1e30"}, []string{"SPENDING_LIMIT", "1e30"}},
 		{"underutilized k negative", nil, map[string]string{"UNDERUTILIZED_CONSOLIDATION_K": "-1"}, []string{"UNDERUTILIZED_CONSOLIDATION_K", "-1", "not be negative"}},
 		{"underutilized k not a number", []string{"--underutilized-consolidation-k=lots"}, nil, []string{"underutilized-consolidation-k", "lots"}},
 		{"two at once", nil, map[string]string{"LOG_LEVEL": "warn", "CLOUD_PROVIDER": "gcp"}, []string{"LOG_LEVEL", "CLOUD_PROVIDER"}},

@@ -27,6 +27,7 @@ import (
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/registration"
 	"capstan.dev/capstan/internal/solver"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // Provisionable reports whether a pod is one provisioning acts on (and consolidation must find
@@ -131,7 +132,8 @@ func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost fl
 }
 
 // remaining is what is left of a NodePool's limits after its NodeClaims: a launched claim counts
-// its capacity, one not yet launched the largest capacity it may launch as.
+// its capacity, one not yet launched the largest capacity it may launch as; against a spending
+// limit (spend.LimitKey) each counts what it costs (nodeclaims.Spend).
 func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudprovider.InstanceType) corev1.ResourceList {
 	if np.Spec.Limits == nil {
 		return nil
@@ -155,6 +157,9 @@ func remaining(np *karpv1.NodePool, claims []karpv1.NodeClaim, types []*cloudpro
 		}
 		// Every claim, launched or not, is one machine of a limit on nodes.
 		used[karpv1.ResourceNodes] = *resource.NewQuantity(1, resource.DecimalSI)
+		if _, capped := left[spend.LimitKey]; capped {
+			used[spend.LimitKey] = *resource.NewMilliQuantity(spend.Milli(nodeclaims.Spend(nc, types)), resource.DecimalSI)
+		}
 		for k, q := range left {
 			if u, ok := used[k]; ok {
 				q.Sub(u)
@@ -269,4 +274,30 @@ func TypeList(its []*cloudprovider.InstanceType) string {
 		s += fmt.Sprintf(" and %d other(s)", n)
 	}
 	return s
+}
+
+// SpendingLeft is what is left of the cluster's spending limit (dollars per hour; 0: none, and
+// nil is returned) after every NodeClaim of the cluster, each counted as nodeclaims.Spend with its
+// pool's instance types — or, for a claim of a pool new machines do not come from (static,
+// another provider's, deleted), the types of every pool — and never below zero.
+func SpendingLeft(limit float64, pools []Pool, claims []karpv1.NodeClaim) *float64 {
+	if limit <= 0 {
+		return nil
+	}
+	byPool := map[string][]*cloudprovider.InstanceType{}
+	var all []*cloudprovider.InstanceType
+	for _, p := range pools {
+		byPool[p.NodePool.Name] = p.Solver.InstanceTypes
+		all = append(all, p.Solver.InstanceTypes...)
+	}
+	var milli int64
+	for i := range claims {
+		types, ok := byPool[claims[i].Labels[karpv1.NodePoolLabelKey]]
+		if !ok {
+			types = all
+		}
+		milli += spend.Milli(nodeclaims.Spend(&claims[i], types))
+	}
+	left := max(0, float64(spend.Milli(limit)-milli)/1000)
+	return &left
 }

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/spend"
 )
 
 func TestProvisionable(t *testing.T) {
@@ -76,5 +78,77 @@ func TestRemainingOfAbsurdLimits(t *testing.T) {
 		if q := left[k]; q.CmpInt64(v) != 0 {
 			t.Errorf("%s left: %s, want %d", k, q.String(), v)
 		}
+	}
+}
+
+// TestRemainingOfASpendingLimit: against a pool's spending limit a launched claim counts the
+// offering it runs on (a reserved one at the on-demand price its reservation bills), a claim not
+// launched yet the dearest offering its requirements allow of any type it may launch as, and a
+// claim of another pool nothing.
+func TestRemainingOfASpendingLimit(t *testing.T) {
+	offers := func(od float64) []cloudprovider.Offering {
+		return []cloudprovider.Offering{
+			{Zone: "z1", CapacityType: karpv1.CapacityTypeSpot, Price: od * 0.3, Available: true},
+			{Zone: "z1", CapacityType: karpv1.CapacityTypeOnDemand, Price: od, Available: true},
+			{Zone: "z1", CapacityType: karpv1.CapacityTypeReserved, Price: cloudprovider.ReservedPrice(od), Available: true, ReservationID: "cr-1"},
+		}
+	}
+	cpu := func(n int64) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(n, resource.DecimalSI), corev1.ResourcePods: resource.MustParse("110")}
+	}
+	small := cloudprovider.NewInstanceType("small", nil, cpu(2), nil, offers(0.10))
+	large := cloudprovider.NewInstanceType("large", nil, cpu(8), nil, offers(0.40))
+	types := []*cloudprovider.InstanceType{small, large}
+	launched := func(name, it, ct string) karpv1.NodeClaim {
+		return karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{karpv1.NodePoolLabelKey: "capped",
+			karpv1.InstanceTypeLabelKey: it, karpv1.ZoneLabelKey: "z1", karpv1.CapacityTypeLabelKey: ct}},
+			Status: karpv1.NodeClaimStatus{Conditions: []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue}}}}
+	}
+	inFlight := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "starting", Labels: map[string]string{karpv1.NodePoolLabelKey: "capped"}},
+		Spec: karpv1.NodeClaimSpec{Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: karpv1.NodeSelectorOpIn, Values: []string{"small", "large"}},
+			{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeSpot}}}}}
+	other := launched("elsewhere", "large", karpv1.CapacityTypeOnDemand)
+	other.Labels[karpv1.NodePoolLabelKey] = "other"
+	claims := []karpv1.NodeClaim{
+		launched("spot", "small", karpv1.CapacityTypeSpot),         // 0.03
+		launched("reserved", "large", karpv1.CapacityTypeReserved), // 0.40, not ~0
+		inFlight, // spot only: the large type's spot offering, 0.12
+		other,
+	}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "capped"}, Spec: karpv1.NodePoolSpec{Limits: corev1.ResourceList{
+		spend.LimitKey: resource.MustParse("1")}}}
+	left := remaining(np, claims, types)
+	if got, want := left[spend.LimitKey], resource.MustParse("0.45"); got.Cmp(want) != 0 {
+		t.Fatalf("spending limit left: %s, want %s (1 − 0.03 − 0.40 − 0.12)", got.String(), want.String())
+	}
+}
+
+// TestSpendingLeftCountsEveryClaim: the cluster's spending limit counts the claims of every pool,
+// a claim of a pool no machine comes from (here: one not among the pools) at the types of all
+// pools, and nothing is left below zero; without a limit there is none.
+func TestSpendingLeftCountsEveryClaim(t *testing.T) {
+	od := func(price float64) []cloudprovider.Offering {
+		return []cloudprovider.Offering{{Zone: "z1", CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true}}
+	}
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourcePods: resource.MustParse("110")}
+	a := Pool{NodePool: &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}
+	a.Solver.InstanceTypes = []*cloudprovider.InstanceType{cloudprovider.NewInstanceType("a-type", nil, res, nil, od(0.25))}
+	b := Pool{NodePool: &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "b"}}}
+	b.Solver.InstanceTypes = []*cloudprovider.InstanceType{cloudprovider.NewInstanceType("b-type", nil, res, nil, od(0.5))}
+	claim := func(pool, it string) karpv1.NodeClaim {
+		return karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: pool + "-" + it, Labels: map[string]string{karpv1.NodePoolLabelKey: pool,
+			karpv1.InstanceTypeLabelKey: it, karpv1.ZoneLabelKey: "z1", karpv1.CapacityTypeLabelKey: karpv1.CapacityTypeOnDemand}},
+			Status: karpv1.NodeClaimStatus{Conditions: []metav1.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue}}}}
+	}
+	claims := []karpv1.NodeClaim{claim("a", "a-type"), claim("b", "b-type"), claim("static", "b-type")}
+	if left := SpendingLeft(2, []Pool{a, b}, claims); left == nil || *left != 0.75 {
+		t.Fatalf("left of $2/h after $0.25 + $0.50 + $0.50: %v, want 0.75", left)
+	}
+	if left := SpendingLeft(1, []Pool{a, b}, claims); left == nil || *left != 0 {
+		t.Fatalf("left of $1/h after $1.25/h: %v, want 0", left)
+	}
+	if left := SpendingLeft(0, []Pool{a, b}, claims); left != nil {
+		t.Fatalf("no limit gave %v left", *left)
 	}
 }

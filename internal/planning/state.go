@@ -30,6 +30,16 @@ type State struct {
 	Registered map[string]bool
 	// Inputs fingerprints the NodePools, DaemonSets and LimitRanges (planning.Inputs).
 	Inputs string
+	// SpendingLeft is what is left of the cluster's spending limit (SpendingLeft); nil: none.
+	SpendingLeft *float64
+}
+
+// Settings are the operator's settings planning reads.
+type Settings struct {
+	// NodeCost is the per-node cost of pools without their own (NODE_COST).
+	NodeCost float64
+	// SpendingLimit is the cluster's spending limit in dollars per hour (SPENDING_LIMIT; 0: none).
+	SpendingLimit float64
 }
 
 // ReadState lists the NodePools, NodeClaims (passed through claims, which may add the ones the
@@ -37,7 +47,7 @@ type State struct {
 // LimitRanges, and builds the solver's view: the pools with their instance types and limits left, every node
 // with the pods bound there (bound, by node name) and the pods moving to it, and the in-flight
 // claims as nodes.
-func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, nodeCost float64, bound map[string][]*corev1.Pod,
+func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set Settings, bound map[string][]*corev1.Pod,
 	claims func([]karpv1.NodeClaim) []karpv1.NodeClaim) (*State, error) {
 	st := &State{ByName: map[string]*karpv1.NodePool{}, InFlight: map[string]int{}, Registered: map[string]bool{}}
 	nps := &karpv1.NodePoolList{}
@@ -66,7 +76,8 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	st.DaemonSetPods = DaemonSetPods(dss.Items, bound, lrs.Items)
 	st.Inputs = Inputs(nps.Items, dss.Items, lrs.Items)
 
-	pools := Pools(ctx, cloud, nodeCost, nps.Items, ncs.Items)
+	pools := Pools(ctx, cloud, set.NodeCost, nps.Items, ncs.Items)
+	st.SpendingLeft = SpendingLeft(set.SpendingLimit, pools, ncs.Items)
 	its := map[string][]*cloudprovider.InstanceType{}
 	for _, pool := range pools {
 		st.ByName[pool.NodePool.Name] = pool.NodePool

@@ -27,6 +27,8 @@ type Options struct {
 	Now time.Time
 	// NodeCost is the per-node cost of pools without their own (Capstan's NODE_COST).
 	NodeCost float64
+	// SpendingLimit is the cluster's spending limit in dollars per hour (SPENDING_LIMIT; 0: none).
+	SpendingLimit float64
 	// ScaleDownWait is how long a scale-down is waited for (disruptionplan.DefaultScaleDownWait when
 	// zero); ScaleDowns remembers owners seen shrinking across reads (nil: a fresh memory, which
 	// sees only owners with more replicas than they want).
@@ -74,10 +76,12 @@ func Read(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvide
 		snap.PDBs = append(snap.PDBs, &l.pdbs.Items[i])
 	}
 	managed := map[string]bool{}
-	for _, p := range planning.Pools(ctx, cloud, o.NodeCost, l.nps.Items, l.ncs.Items) {
+	pools := planning.Pools(ctx, cloud, o.NodeCost, l.nps.Items, l.ncs.Items)
+	for _, p := range pools {
 		snap.NodePools = append(snap.NodePools, disruptionplan.Pool{NodePool: p.NodePool, Solver: p.Solver})
 		managed[p.NodePool.Name] = true
 	}
+	snap.SpendingLeft = planning.SpendingLeft(o.SpendingLimit, pools, l.ncs.Items)
 	bound := map[string][]*corev1.Pod{}
 	for i := range l.pods.Items {
 		p := &l.pods.Items[i]

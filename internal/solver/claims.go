@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"capstan.dev/capstan/internal/requirements"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // room is a planned claim's free capacity in CPU, memory and pods, kept in one dense slice
@@ -256,7 +257,7 @@ func (s *solver) tryNew(v *variant, p *pool, pod *corev1.Pod) (string, MissStage
 			continue
 		}
 		fitsResources = true
-		if p.remaining != nil && !withinLimits(info.capacity, p.remaining, p.limited) {
+		if !p.fitsLimits(info.capacity) {
 			continue
 		}
 		cands = append(cands, info)
@@ -361,10 +362,17 @@ func oneDim(i int, x int64, n int) vec {
 func (s *solver) limitsExhausted(p *pool) string {
 	var parts []string
 	for i, lim := range p.limited {
-		if lim {
+		switch {
+		case !lim:
+		case s.ri.names[i] == spend.LimitKey:
+			parts = append(parts, fmt.Sprintf("spending limit (%s) $%.3f/h", spend.LimitKey, float64(max(p.remaining[i], 0))/1000))
+		default:
 			q := s.ri.list(oneDim(i, max(p.remaining[i], 0), len(p.remaining)))[s.ri.names[i]]
 			parts = append(parts, fmt.Sprintf("%s %s", s.ri.names[i], q.String()))
 		}
+	}
+	if c := p.cluster; c != nil {
+		parts = append(parts, fmt.Sprintf("the cluster's spending limit (--spending-limit) $%.3f/h", float64(max(c.left, 0))/1000))
 	}
 	return "limits exhausted: " + strings.Join(parts, ", ") + " left, too little for any instance type"
 }
@@ -381,7 +389,7 @@ var limitedPriceSpread = 0.5
 // candidate alone without a target). Requirements
 // with minValues keep every candidate.
 func reservable(p *pool, cands []*itInfo, target *itInfo, reqs requirements.Requirements) []*itInfo {
-	if p.remaining == nil || len(cands) == 0 || hasMinValues(reqs) {
+	if !p.capped() || len(cands) == 0 || hasMinValues(reqs) {
 		return cands
 	}
 	bound := math.Inf(1)

@@ -437,12 +437,8 @@ func (d *dissolver) apply(t *target, moves []move) {
 		}
 	}
 	t.pods, t.used = nil, make(vec, len(t.used))
-	if p := t.pool; p.remaining != nil {
-		for i, lim := range p.limited {
-			if lim {
-				p.remaining[i] += t.reserved[i]
-			}
-		}
+	if p := t.pool; p.capped() {
+		p.release(t.reserved, make(vec, len(t.reserved)))
 		clear(t.reserved)
 	}
 	d.gone[t.openIdx] = true

@@ -107,7 +107,7 @@ func (s *solver) limitsMissed(failed []podItem) bool {
 // would be left pending. The pods that failed for the limits are then tried again.
 func (s *solver) tightenLimited() {
 	for _, t := range s.targets {
-		if !t.isClaim() || t.pool.remaining == nil || len(t.candidates) == 0 || len(t.pods) == 0 || hasMinValues(t.reqs) {
+		if !t.isClaim() || !t.pool.capped() || len(t.candidates) == 0 || len(t.pods) == 0 || hasMinValues(t.reqs) {
 			continue
 		}
 		cheapest := math.Inf(1)

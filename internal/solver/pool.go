@@ -13,6 +13,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // itInfo is an instance type with its resources as vectors.
@@ -62,6 +63,8 @@ type pool struct {
 	// remaining is what is left of the limits; limited marks the dimensions that have a limit.
 	remaining vec
 	limited   []bool
+	// cluster is the cluster's spending limit, shared by every pool of a packing; nil without one.
+	cluster *clusterBudget
 	// fits caches, per variant requirement key, whether and how the variant fits the pool.
 	fits map[string]*poolFit
 	// dims and duals are the resources the solve's pods request and their dual prices per
@@ -80,13 +83,47 @@ type pool struct {
 
 // fork returns the pool for one packing: the types, prices and efficiencies are shared (no
 // packing writes them); what is left of the limits, the fit cache and mostEfficient's marks are
-// its own.
-func (p *pool) fork() *pool {
+// its own, and cluster the packing's own copy of the cluster's spending limit (shared by its pools).
+func (p *pool) fork(cluster *clusterBudget) *pool {
 	f := *p
 	f.fits = map[string]*poolFit{}
 	f.remaining = slices.Clone(p.remaining)
+	f.cluster = cluster
 	f.mark, f.epoch = nil, 0
 	return &f
+}
+
+// clusterBudget is what is left of the cluster's spending limit (Input.SpendingLeft) in one
+// packing, in the milli-dollars of resource dimension dim.
+type clusterBudget struct {
+	dim  int
+	left int64
+}
+
+// capped reports whether a limit binds the pool's claims: its own limits or the cluster's
+// spending limit.
+func (p *pool) capped() bool { return p.remaining != nil || p.cluster != nil }
+
+// fitsLimits reports whether a machine of the given capacity fits what is left of the pool's
+// limits and of the cluster's spending limit.
+func (p *pool) fitsLimits(capacity vec) bool {
+	if p.remaining != nil && !withinLimits(capacity, p.remaining, p.limited) {
+		return false
+	}
+	return p.cluster == nil || capacity[p.cluster.dim] <= p.cluster.left
+}
+
+// release gives back to the pool's limits (and the cluster's spending limit) what a claim no
+// longer reserves: was less now.
+func (p *pool) release(was, now vec) {
+	for i, lim := range p.limited {
+		if lim {
+			p.remaining[i] += was[i] - now[i]
+		}
+	}
+	if c := p.cluster; c != nil {
+		c.left += was[c.dim] - now[c.dim]
+	}
 }
 
 // poolFit is what a variant can get from a pool.
@@ -164,6 +201,9 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 	// The offering masks made with the same index serve again.
 	masks := admitted.indexed && s.offerings.ok && slices.Equal(admitted.zones, s.offerings.zones) && slices.Equal(admitted.cts, s.offerings.cts)
 	nodes, limitsNodes := s.ri.pos[karpv1.ResourceNodes]
+	spendDim, limitsSpend := s.ri.pos[spend.LimitKey]
+	_, ownSpendLimit := np.Remaining[spend.LimitKey]
+	limitsSpend = limitsSpend && (ownSpendLimit || s.in.SpendingLeft != nil)
 	for i := range admitted.list {
 		t := &admitted.list[i]
 		info := &itInfo{it: t.it, alloc: t.alloc, capacity: t.capacity, minPrice: t.price + np.NodeCost, nodeCost: np.NodeCost}
@@ -175,6 +215,11 @@ func (s *solver) newPool(np *NodePool, idx int) *pool {
 		if limitsNodes {
 			// Every machine is one node of a limit on nodes.
 			info.capacity[nodes] = 1000
+		}
+		if limitsSpend {
+			// Against a spending limit a machine counts the most it may cost in the pool.
+			w, _ := spend.WorstCase(t.it, p.reqs)
+			info.capacity[spendDim] = spend.Milli(w)
 		}
 		if masks {
 			info.offMask, info.offPrice = t.offMask, t.offPrice

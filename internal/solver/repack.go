@@ -84,7 +84,7 @@ func (s *solver) interchangeableGroups() []*repackGroup {
 	byKey := map[string]*repackGroup{}
 	var groups []*repackGroup
 	for _, t := range s.targets {
-		if !t.isClaim() || len(t.pods) == 0 || t.pool.remaining != nil || len(t.ports) > 0 || hasMinValues(t.reqs) {
+		if !t.isClaim() || len(t.pods) == 0 || t.pool.capped() || len(t.ports) > 0 || hasMinValues(t.reqs) {
 			continue
 		}
 		movable := true

@@ -1,6 +1,7 @@
 package solver
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // DefaultMaxInstanceTypes bounds the candidate instance types of a planned NodeClaim.
@@ -226,6 +228,9 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 			}
 			ri.register(in.NodePools[i].Remaining)
 		}
+		if in.SpendingLeft != nil {
+			ri.add(spend.LimitKey)
+		}
 		for i := range in.Nodes {
 			if !known(in.Nodes[i].Allocatable) {
 				ri.register(in.Nodes[i].Allocatable)
@@ -253,8 +258,14 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 
 	// Pools, highest weight first; pools whose launches do not register last.
 	s.offerings = newOfferingIndex(&s.in, opts.Cache)
+	var cluster *clusterBudget
+	if in.SpendingLeft != nil {
+		cluster = &clusterBudget{dim: s.ri.pos[spend.LimitKey], left: int64(math.Floor(*in.SpendingLeft*1000 + 1e-9))}
+	}
 	for i := range in.NodePools {
-		s.pools = append(s.pools, s.newPool(&in.NodePools[i], i))
+		p := s.newPool(&in.NodePools[i], i)
+		p.cluster = cluster
+		s.pools = append(s.pools, p)
 	}
 	sort.SliceStable(s.pools, func(i, j int) bool {
 		a, b := s.pools[i].np, s.pools[j].np
@@ -350,8 +361,13 @@ func (base *solver) fork(b balancing) *solver {
 	s := &solver{in: base.in, opts: base.opts, ri: base.ri, groupIndex: map[string]int{}, domains: map[string]domainSet{},
 		balance: b, wellKnown: base.wellKnown, facts: base.facts, attachDims: base.attachDims, nodes: base.nodes,
 		offerings: base.offerings, preferNoScheduleTaints: base.preferNoScheduleTaints}
+	var cluster *clusterBudget
+	if len(base.pools) > 0 && base.pools[0].cluster != nil {
+		c := *base.pools[0].cluster
+		cluster = &c
+	}
 	for _, bp := range base.pools {
-		s.pools = append(s.pools, bp.fork())
+		s.pools = append(s.pools, bp.fork(cluster))
 	}
 	return s
 }

@@ -126,18 +126,13 @@ func (t *target) setCandidates(c []*itInfo) {
 			t.alloc[i] = min(t.alloc[i], t.cap[i])
 		}
 	}
-	if t.pool.remaining == nil {
+	if !t.pool.capped() {
 		return
 	}
 	reserve := make(vec, len(t.alloc))
 	for _, info := range c {
 		reserve.maxInto(info.capacity)
 	}
-	for i, lim := range t.pool.limited {
-		if !lim {
-			continue
-		}
-		t.pool.remaining[i] += t.reserved[i] - reserve[i]
-	}
+	t.pool.release(t.reserved, reserve)
 	t.reserved = reserve
 }

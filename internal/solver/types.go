@@ -38,6 +38,10 @@ type Input struct {
 	// Moved are the pods (by UID) that a consolidation moves off the nodes it removes: a node
 	// with RefusesMoved takes none of them.
 	Moved map[types.UID]bool
+	// SpendingLeft is what is left of the cluster's spending limit, in dollars per hour, across
+	// every pool: the new claims of all pools together may cost at most that much (each at its
+	// worst case, spend.WorstCase). Nil means no cluster-wide limit.
+	SpendingLeft *float64
 }
 
 // NodePool is a pool as the solver sees it.

@@ -70,8 +70,8 @@ func (ch Changes) Empty() bool {
 type Options struct {
 	// Now is the time of the reading (a recording's time for a recording).
 	Now time.Time
-	// NodeCost is Capstan's NODE_COST setting.
-	NodeCost float64
+	// NodeCost is Capstan's NODE_COST setting; SpendingLimit its SPENDING_LIMIT.
+	NodeCost, SpendingLimit float64
 	// Decision are the decision core's options Capstan runs with (feature gates, k).
 	Decision disruptionplan.Options
 	// Horizon bounds the simulated time (DefaultHorizon); Quiet is how long nothing happens
@@ -124,7 +124,7 @@ func Simulate(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	if o.Quiet <= 0 {
 		o.Quiet = DefaultQuiet
 	}
-	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost})
+	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost, SpendingLimit: o.SpendingLimit})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func Simulate(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	if err := changed.check(ctx); err != nil {
 		return nil, err
 	}
-	snap, err = snapshot.Read(ctx, changed, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost})
+	snap, err = snapshot.Read(ctx, changed, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost, SpendingLimit: o.SpendingLimit})
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,9 @@ type Options struct {
 	Decision disruptionplan.Options
 	// NodeCost is the per-node cost of pools without the annotation.
 	NodeCost float64
+	// SpendingLimit is the cluster's spending limit in dollars per hour (0: none): replacements
+	// must fit what is left of it.
+	SpendingLimit float64
 	// Buffers are the CapacityBuffers' virtual pods, whose room consolidation keeps (nil: none).
 	Buffers func(context.Context) ([]*corev1.Pod, error)
 	// DefaultSpread gives the pods a command may move the cluster's default topology spread

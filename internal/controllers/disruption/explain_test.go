@@ -62,7 +62,7 @@ func TestExplainNodeClaimSaysWhatTheControllerSays(t *testing.T) {
 					events = append(events, e)
 				}
 			}
-			a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, 0, f.clk.Now(), tc.name+"-big")
+			a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, planning.Settings{}, f.clk.Now(), tc.name+"-big")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func TestExplainNodeClaimSaysWhatTheControllerSays(t *testing.T) {
 	if err := env.Client.Patch(t.Context(), nc, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
-	a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, 0, f.clk.Now(), "explain-empty-idle")
+	a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, planning.Settings{}, f.clk.Now(), "explain-empty-idle")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestExplainNodeClaimSaysWhyItHasNotInitialized(t *testing.T) {
 		{time.Minute, "Startup: starting: registered, not initialized: startup taint example.com/taint still on the node, 1m0s after it was created.\n"},
 		{disruptionplan.StartingFor + time.Minute, "Startup: stuck: registered, not initialized: startup taint example.com/taint still on the node, 16m0s after it was created (past 15m0s: it no longer holds consolidation back"},
 	} {
-		a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, 0, nc.CreationTimestamp.Add(tc.after), nc.Name)
+		a, err := explain.NodeClaim(t.Context(), env.Client, f.cloud.Provider, planning.Settings{}, nc.CreationTimestamp.Add(tc.after), nc.Name)
 		if err != nil {
 			t.Fatal(err)
 		}

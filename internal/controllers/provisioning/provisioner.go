@@ -57,6 +57,9 @@ type Provisioner struct {
 	// NodeCost is the per-node cost (US dollars per hour) of pools without the
 	// nodepools.NodeCostAnnotationKey annotation.
 	NodeCost float64
+	// SpendingLimit is the cluster's spending limit in dollars per hour (0: none): the claims of
+	// every pool together may cost at most that much.
+	SpendingLimit float64
 	// CreateConcurrency bounds the NodeClaims a pass creates at once (DefaultCreateConcurrency
 	// when zero). On a busy API server each create takes about half a second whatever else is in
 	// flight, so a burst's claims come as fast as this many at a time allow: 1,000 claims took 26 s
@@ -340,9 +343,12 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if len(in.pending) == 0 {
 		return &Result{Buffered: len(in.virtual)}, nil
 	}
-	st, err := planning.ReadState(ctx, p.Client, p.Cloud, p.NodeCost, in.bound, p.withCreated)
+	st, err := planning.ReadState(ctx, p.Client, p.Cloud, planning.Settings{NodeCost: p.NodeCost, SpendingLimit: p.SpendingLimit}, in.bound, p.withCreated)
 	if err != nil {
 		return nil, err
+	}
+	if st.SpendingLeft != nil {
+		p.Metrics.ClusterSpending(p.SpendingLimit, *st.SpendingLeft)
 	}
 	p.nominatedMu.Lock()
 	if p.nominated == nil {
@@ -459,7 +465,8 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 
 // solve plans the pending pods; the pods the runaway guard holds back are planned without.
 func (p *Provisioner) solve(ctx context.Context, st *planning.State, vols *volumes, pending []*corev1.Pod, missed map[types.UID][]string, said map[types.UID]string) *solver.Result {
-	in := solver.Input{Pods: pending, NodePools: st.Pools, Nodes: st.Nodes, DaemonSetPods: st.DaemonSetPods, WellKnownLabels: p.Cloud.WellKnownLabels()}
+	in := solver.Input{Pods: pending, NodePools: st.Pools, Nodes: st.Nodes, DaemonSetPods: st.DaemonSetPods, WellKnownLabels: p.Cloud.WellKnownLabels(),
+		SpendingLeft: st.SpendingLeft}
 	if vols != nil {
 		in.Attachments = vols.attachments
 	}

@@ -39,14 +39,15 @@ func TestMain(m *testing.M) {
 	})
 }
 
-func startCapstan() error {
+// startCapstan starts Capstan with the package's flags, and extra ones after them.
+func startCapstan(extra ...string) error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	s.metricsAddr = l.Addr().String()
 	_ = l.Close()
-	return s.Start([]string{"--kubeconfig", s.Cluster.KubeconfigPath, "--disable-leader-election",
+	return s.Start(append([]string{"--kubeconfig", s.Cluster.KubeconfigPath, "--disable-leader-election",
 		"--metrics-bind-address=" + s.metricsAddr, "--health-probe-bind-address=127.0.0.1:0", "--sim-state-file", s.statePath,
 		"--batch-idle-duration=1s", "--batch-max-duration=10s",
 		// Off by default (as in Karpenter); on here so that TestNodeOverlay… and TestStaticPool…
@@ -54,7 +55,7 @@ func startCapstan() error {
 		// (no overlay selects its pool; its nodes stay Ready).
 		"--feature-gates=NodeOverlay=true,StaticCapacity=true,NodeRepair=true,CapacityBuffer=true",
 		// Disruption rounds as in production, only with a shorter wait before acting.
-		"--disruption-validation-period=2s", "--disruption-poll-period=2s"})
+		"--disruption-validation-period=2s", "--disruption-poll-period=2s"}, extra...))
 }
 
 func stopCapstan(sig syscall.Signal) { s.Stop(sig) }

@@ -37,6 +37,7 @@ import (
 	"capstan.dev/capstan/internal/nodeclasses"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/registration"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // Controller reconciles NodePool status.
@@ -168,6 +169,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	classOK := err == nil
+	if _, capped := np.Spec.Limits[spend.LimitKey]; capped && classOK {
+		setSpend(np, ncs.Items, its)
+	}
 	c.record(np, ncs.Items, its)
 	if classOK {
 		set(karpv1.ConditionTypeNodeClassReady, true, "NodeClassReady", "")
@@ -249,6 +253,17 @@ func setResources(np *karpv1.NodePool, ncs []karpv1.NodeClaim) {
 	np.Status.Nodes = int64(len(ncs))
 	total[corev1.ResourceName("nodes")] = *resource.NewQuantity(np.Status.Nodes, resource.DecimalSI)
 	np.Status.Resources = total
+}
+
+// setSpend sets, in the pool's resources, what its claims count against its spending limit
+// (nodeclaims.Spend summed, in dollars per hour), beside the capacity they hold: kubectl and the
+// karpenter_nodepools_usage metric show it next to the limit.
+func setSpend(np *karpv1.NodePool, ncs []karpv1.NodeClaim, its []*cloudprovider.InstanceType) {
+	var milli int64
+	for i := range ncs {
+		milli += spend.Milli(nodeclaims.Spend(&ncs[i], its))
+	}
+	np.Status.Resources[spend.LimitKey] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
 }
 
 // setCondition sets one of the pool's conditions, True when ok.
