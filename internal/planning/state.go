@@ -26,8 +26,10 @@ type State struct {
 	DaemonSetPods []*corev1.Pod
 	// InFlight indexes, by claim name, the Nodes that are NodeClaims without a Node yet.
 	InFlight map[string]int
-	// Registered are the NodeClaims whose Node has registered, by name.
+	// Registered are the NodeClaims whose Node has registered, by name; ClaimNode indexes their
+	// Nodes in Nodes.
 	Registered map[string]bool
+	ClaimNode  map[string]int
 	// Inputs fingerprints the NodePools, DaemonSets and LimitRanges (planning.Inputs).
 	Inputs string
 	// SpendingLeft is what is left of the cluster's spending limit (SpendingLeft); nil: none.
@@ -49,7 +51,7 @@ type Settings struct {
 // claims as nodes.
 func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set Settings, bound map[string][]*corev1.Pod,
 	claims func([]karpv1.NodeClaim) []karpv1.NodeClaim) (*State, error) {
-	st := &State{ByName: map[string]*karpv1.NodePool{}, InFlight: map[string]int{}, Registered: map[string]bool{}}
+	st := &State{ByName: map[string]*karpv1.NodePool{}, InFlight: map[string]int{}, Registered: map[string]bool{}, ClaimNode: map[string]int{}}
 	nps := &karpv1.NodePoolList{}
 	if err := c.List(ctx, nps); err != nil {
 		return nil, fmt.Errorf("listing nodepools: %w", err)
@@ -109,8 +111,9 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	// for them are still pending and will be placed on them again.
 	for i := range ncs.Items {
 		nc := &ncs.Items[i]
-		if nc.Status.ProviderID != "" && byProvider[nc.Status.ProviderID] != nil {
+		if n := byProvider[nc.Status.ProviderID]; nc.Status.ProviderID != "" && n != nil {
 			st.Registered[nc.Name] = true
+			st.ClaimNode[nc.Name] = nodeIndex[n.Name]
 			continue
 		}
 		if !nc.DeletionTimestamp.IsZero() {

@@ -3,6 +3,7 @@ package provisioning
 import (
 	"context"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,9 +32,12 @@ type missedClaims struct {
 // guard is the runaway guard's first step, before the solve: it records the claims that came up
 // without their pods (cameUp, from the nominations) and forgets pods no longer pending. It
 // returns the pending pods to plan — without those whose annotation says they are held on the
-// current inputs (told again) — and, of those, the claims each has missed so far.
-func (p *Provisioner) guard(ctx context.Context, pending []*corev1.Pod, inputs string, cameUp map[types.UID]string,
+// current inputs (told again) — and, of those, the claims each has missed so far: those its
+// annotation records, and those of this provisioner's memory that are real misses now
+// (realMisses).
+func (p *Provisioner) guard(ctx context.Context, pending []*corev1.Pod, st *planning.State, cameUp map[types.UID]string,
 	said map[types.UID]string) (rest []*corev1.Pod, missed map[types.UID][]string) {
+	inputs := st.Inputs
 	if p.missed == nil {
 		p.missed = map[types.UID]missedClaims{}
 	}
@@ -69,7 +73,7 @@ func (p *Provisioner) guard(ctx context.Context, pending []*corev1.Pod, inputs s
 		}
 		claims := slices.Clone(recorded)
 		if m, ok := p.missed[pod.UID]; ok && m.inputs == inputs {
-			for _, c := range m.claims {
+			for _, c := range p.realMisses(pod, m.claims, st) {
 				if !slices.Contains(claims, c) {
 					claims = append(claims, c)
 				}
@@ -89,7 +93,7 @@ func (p *Provisioner) guard(ctx context.Context, pending []*corev1.Pod, inputs s
 // heldFrom holds the pods the plan would buy another machine for although they missed
 // planning.MaxMissedMachines already, and returns the pending pods without them (nil: none
 // held, the plan stands).
-func (p *Provisioner) heldFrom(ctx context.Context, plan *solver.Result, pending []*corev1.Pod, inputs string,
+func (p *Provisioner) heldFrom(ctx context.Context, plan *solver.Result, pending []*corev1.Pod, st *planning.State,
 	missed map[types.UID][]string, said map[types.UID]string) []*corev1.Pod {
 	if len(missed) == 0 {
 		return nil
@@ -99,7 +103,7 @@ func (p *Provisioner) heldFrom(ctx context.Context, plan *solver.Result, pending
 		for _, pod := range nc.Pods {
 			if claims := missed[pod.UID]; len(claims) >= planning.MaxMissedMachines {
 				held[pod.UID] = true
-				p.hold(ctx, pod, inputs, claims, said)
+				p.hold(ctx, pod, st.Inputs, claims, said)
 			}
 		}
 	}
@@ -142,4 +146,68 @@ func (p *Provisioner) recordMissed(ctx context.Context, pod *corev1.Pod, inputs 
 	if err := p.Client.Patch(ctx, patched, client.MergeFrom(pod)); err != nil && !apierrors.IsNotFound(err) {
 		log.FromContext(ctx).Error(err, "recording the machines a pod missed", "Pod", klog.KObj(pod))
 	}
+}
+
+// seenPendingFor is how long a pod seen pending is remembered as one Capstan planned.
+const seenPendingFor = time.Hour
+
+// notePending records the pods of this pass as seen pending, and forgets those not seen for
+// seenPendingFor.
+func (p *Provisioner) notePending(pending []*corev1.Pod) {
+	now := p.Clock.Now()
+	if p.seenPending == nil {
+		p.seenPending = map[types.UID]time.Time{}
+	}
+	for _, pod := range pending {
+		p.seenPending[pod.UID] = now
+	}
+	for uid, at := range p.seenPending {
+		if now.Sub(at) > seenPendingFor {
+			delete(p.seenPending, uid)
+		}
+	}
+}
+
+// realMisses are the claims, of those whose nodes came up without the pod, whose room went to
+// something the plan could not see: their node is gone, or the pod does not fit its allocatable
+// less what the pods bound there ask that Capstan never saw pending (DaemonSet and static pods,
+// pods bound without the scheduler). A node whose room the kube-scheduler gave to other pending
+// pods — in a burst it does not know which pod each machine was bought for — is no miss: the pod
+// gets a machine again.
+func (p *Provisioner) realMisses(pod *corev1.Pod, claims []string, st *planning.State) []string {
+	var out []string
+	for _, c := range claims {
+		i, ok := st.ClaimNode[c]
+		if !ok {
+			out = append(out, c)
+			continue
+		}
+		n := &st.Nodes[i]
+		var unseen []*corev1.Pod
+		for _, b := range n.Pods {
+			if _, seen := p.seenPending[b.UID]; !seen {
+				unseen = append(unseen, b)
+			}
+		}
+		free := n.Allocatable.DeepCopy()
+		for k, q := range solver.Requests(unseen) {
+			f := free[k]
+			f.Sub(q)
+			free[k] = f
+		}
+		if !fits(solver.Requests([]*corev1.Pod{pod}), free) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// fits reports whether every resource requests asks for is within free.
+func fits(requests, free corev1.ResourceList) bool {
+	for k, q := range requests {
+		if f, ok := free[k]; !ok && !q.IsZero() || ok && q.Cmp(f) > 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package provisioning
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -168,5 +169,83 @@ func TestAPodNotBoundYetToItsMachineIsNoMiss(t *testing.T) {
 	}
 	if held := heldEvents(rec); len(held) != 0 {
 		t.Fatalf("LaunchHeld events %q, want none", held)
+	}
+}
+
+// bind binds a pending pod to a node, as the kube-scheduler does.
+func bind(t *testing.T, ns, pod, node string) {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	if err := env.Client.SubResource("binding").Create(t.Context(), p, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A burst's competition is no miss: the kube-scheduler, which does not know which pod each
+// machine was bought for, gives the room of the pod's machines to other pods Capstan saw pending
+// (rivals, each planned onto a machine of its own). The pod is planned again each time — onto the
+// machine a rival left, then onto a new one — and never held; nothing is written on it.
+func TestAMachineTakenByAnotherPendingPodIsNoMiss(t *testing.T) {
+	np := m5LargePool("prov-rivals")
+	p, rec := setup(t, np)
+	ns := namespace(t)
+	pendingPods(t, ns, "app", 1, "1", nil)
+	pendingPods(t, ns, "rival", 3, "1500m", nil)
+	app := &corev1.Pod{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "app-0"}, app); err != nil {
+		t.Fatal(err)
+	}
+	claims := map[string]*karpv1.NodeClaim{}
+	provision := func() *Result {
+		t.Helper()
+		res, err := p.Provision(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nc := range res.Created {
+			claims[nc.Name] = nc
+		}
+		return res
+	}
+	nominatedTo := func(name string) string {
+		t.Helper()
+		pod := &corev1.Pod{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
+			t.Fatal(err)
+		}
+		p.nominatedMu.Lock()
+		defer p.nominatedMu.Unlock()
+		return p.nominated[pod.UID].claim
+	}
+	provision()
+	for i := range 3 {
+		// The machine the app's pod is planned onto comes up, and a rival is bound there; the
+		// rival's own machine is given back, so the app's pod needs a new one.
+		mine, rival := nominatedTo("app-0"), fmt.Sprintf("rival-%d", i)
+		theirs := nominatedTo(rival)
+		if claims[mine] == nil || claims[theirs] == nil {
+			t.Fatalf("round %d: the pods are planned onto %q and %q, not claims of this test", i, mine, theirs)
+		}
+		cameUp(t, ns, claims[mine], "")
+		bind(t, ns, rival, mine)
+		if err := env.Client.Delete(t.Context(), claims[theirs]); err != nil {
+			t.Fatal(err)
+		}
+		if res := provision(); len(res.Created) != 1 {
+			t.Fatalf("round %d: %d claims created, want one more for the app's pod", i, len(res.Created))
+		}
+	}
+	p.nominatedMu.Lock()
+	_, planned := p.nominated[app.UID]
+	p.nominatedMu.Unlock()
+	if !planned {
+		t.Fatal("after three machines went to rivals the app's pod is planned nowhere")
+	}
+	if held := heldEvents(rec); len(held) != 0 {
+		t.Fatalf("LaunchHeld events %q for a pod whose machines went to pods Capstan planned too, want none", held)
+	}
+	if got := missedOn(t, ns, "app-0"); got != "" {
+		t.Fatalf("annotation %q, want none", got)
 	}
 }

@@ -98,6 +98,10 @@ type Provisioner struct {
 	// missed remembers, per pending pod, the claims bought for it whose nodes came up while it
 	// stayed pending (the runaway guard, missed.go).
 	missed map[types.UID]missedClaims
+	// seenPending remembers when each pod was last seen pending (pruned after seenPendingFor): a
+	// machine whose room went to such pods lost it to the scheduler's choice among pods Capstan
+	// planned too, which is no miss for the runaway guard.
+	seenPending map[types.UID]time.Time
 }
 
 // Nominated events on pods are bounded: one event per pod is the API server's largest write load
@@ -356,7 +360,8 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	pending, waiting, cameUp := p.nominated.split(in.pending, st.InFlight, st.Registered)
 	p.nominatedMu.Unlock()
-	pending, missed := p.guard(ctx, pending, st.Inputs, cameUp, said)
+	p.notePending(in.pending)
+	pending, missed := p.guard(ctx, pending, st, cameUp, said)
 	outcomes := bufferOutcomes(in.virtual, waiting)
 	defer func() {
 		if len(outcomes) > 0 {
@@ -472,7 +477,7 @@ func (p *Provisioner) solve(ctx context.Context, st *planning.State, vols *volum
 	}
 	start := time.Now()
 	plan := solver.Solve(in, p.SolverOptions)
-	if rest := p.heldFrom(ctx, plan, pending, st.Inputs, missed, said); rest != nil {
+	if rest := p.heldFrom(ctx, plan, pending, st, missed, said); rest != nil {
 		// Pods held by the runaway guard: the plan without them.
 		pending, in.Pods = rest, rest
 		plan = solver.Solve(in, p.SolverOptions)
