@@ -15,7 +15,7 @@ import (
 //
 // It is off by default because it makes scale-downs less calm: with pod deletion costs a
 // ReplicaSet's scale-in empties whole machines, and smaller machines are emptied with less left
-// over to consolidate (docs/benchmarks.md, "Bursts of fewer, larger machines").
+// over to consolidate (docs/benchmarks.md, "Scale-downs in the replay").
 
 // coalesceTolerance is how much dearer (a fraction) one machine may be than the two it replaces.
 const coalesceTolerance = 0.005

@@ -41,15 +41,7 @@ func anchors(t *testing.T, path string) map[string]bool {
 	}
 	out := map[string]bool{}
 	seen := map[string]int{}
-	inFence := false
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "```") {
-			inFence = !inFence
-			continue
-		}
-		if inFence {
-			continue
-		}
+	for _, line := range strings.Split(stripFences(string(b)), "\n") {
 		if m := heading.FindStringSubmatch(line); m != nil {
 			a := anchor(strings.NewReplacer("`", "", "*", "").Replace(m[1]))
 			if n := seen[a]; n > 0 {

@@ -75,15 +75,7 @@ func TestSpendingLimitHoldsAtEveryMoment(t *testing.T) {
 	if n == 0 || total < limit/2 {
 		t.Fatalf("%d NodeClaims costing $%.4f/h under a $%.2f/h limit: the limit throttled the burst", n, total, limit)
 	}
-	eventually(t, "a pod told the spending limit holds it", time.Minute, func(ctx context.Context) (bool, error) {
-		ev := &corev1.EventList{}
-		if err := s.Client.List(ctx, ev, client.InNamespace("default")); err != nil {
-			return false, err
-		}
-		return slices.ContainsFunc(ev.Items, func(e corev1.Event) bool {
-			return strings.HasPrefix(e.InvolvedObject.Name, "spend-") && strings.Contains(e.Message, "spending limit (capstan.dev/dollars-per-hour)")
-		}), nil
-	})
+	podToldOf(t, "spend-", "spending limit (capstan.dev/dollars-per-hour)")
 	eventually(t, "the pool's status shows its spend", time.Minute, func(ctx context.Context) (bool, error) {
 		np := &karpv1.NodePool{}
 		if err := s.Client.Get(ctx, client.ObjectKey{Name: "e2e-spend"}, np); err != nil {
@@ -144,13 +136,19 @@ func TestClusterSpendingLimitHoldsAcrossPools(t *testing.T) {
 	if total := check(); total < limit/2 {
 		t.Fatalf("the two pools' NodeClaims cost $%.4f/h under a $%.2f/h cluster limit: the limit throttled the burst", total, limit)
 	}
-	eventually(t, "a pod told the cluster's spending limit holds it", time.Minute, func(ctx context.Context) (bool, error) {
+	podToldOf(t, "cspend-", "the cluster's spending limit (--spending-limit)")
+}
+
+// podToldOf waits for an event on a pod whose name starts with prefix that says what.
+func podToldOf(t *testing.T, prefix, what string) {
+	t.Helper()
+	eventually(t, "a pod told "+what, time.Minute, func(ctx context.Context) (bool, error) {
 		ev := &corev1.EventList{}
 		if err := s.Client.List(ctx, ev, client.InNamespace("default")); err != nil {
 			return false, err
 		}
 		return slices.ContainsFunc(ev.Items, func(e corev1.Event) bool {
-			return strings.HasPrefix(e.InvolvedObject.Name, "cspend-") && strings.Contains(e.Message, "the cluster's spending limit (--spending-limit)")
+			return strings.HasPrefix(e.InvolvedObject.Name, prefix) && strings.Contains(e.Message, what)
 		}), nil
 	})
 }
