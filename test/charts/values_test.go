@@ -426,28 +426,32 @@ func TestCRDChartValues(t *testing.T) {
 // Capstan's own settings with a chart key reach the binary only when set (the binary's defaults
 // stand otherwise); 0 is a value, not an absence.
 func TestCapstanSettings(t *testing.T) {
-	out, err := render(t, []string{"settings: {clusterName: orders, underutilizedConsolidationK: 0, nodeCost: 0.012}\n"})
+	out, err := render(t, []string{"settings: {clusterName: orders, underutilizedConsolidationK: 0, nodeCost: 0.012, spendingLimit: 250.5}\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var d appsv1.Deployment
 	object(t, out, "Deployment", &d)
-	if e := env(d.Spec.Template.Spec.Containers[0]); e["UNDERUTILIZED_CONSOLIDATION_K"] != "0" || e["NODE_COST"] != "0.012" {
-		t.Errorf("UNDERUTILIZED_CONSOLIDATION_K=%q NODE_COST=%q", e["UNDERUTILIZED_CONSOLIDATION_K"], e["NODE_COST"])
+	if e := env(d.Spec.Template.Spec.Containers[0]); e["UNDERUTILIZED_CONSOLIDATION_K"] != "0" || e["NODE_COST"] != "0.012" || e["SPENDING_LIMIT"] != "250.5" {
+		t.Errorf("UNDERUTILIZED_CONSOLIDATION_K=%q NODE_COST=%q SPENDING_LIMIT=%q", e["UNDERUTILIZED_CONSOLIDATION_K"], e["NODE_COST"], e["SPENDING_LIMIT"])
 	}
 	out, err = render(t, nil, "settings.clusterName=orders")
 	if err != nil {
 		t.Fatal(err)
 	}
 	object(t, out, "Deployment", &d)
-	for _, k := range []string{"UNDERUTILIZED_CONSOLIDATION_K", "NODE_COST"} {
+	for _, k := range []string{"UNDERUTILIZED_CONSOLIDATION_K", "NODE_COST", "SPENDING_LIMIT"} {
 		if _, set := env(d.Spec.Template.Spec.Containers[0])[k]; set {
 			t.Errorf("%s set by default", k)
 		}
 	}
 	if _, err := render(t, nil, "settings.clusterName=orders", "settings.nodeCost=-1"); err == nil || !strings.Contains(err.Error(), "/settings/nodeCost") {
 		t.Errorf("a negative node cost: %v", err)
-	} // The kube-scheduler's default constraints reach SCHEDULER_CONFIG as written.
+	}
+	if _, err := render(t, nil, "settings.clusterName=orders", "settings.spendingLimit=-5"); err == nil || !strings.Contains(err.Error(), "/settings/spendingLimit") {
+		t.Errorf("a negative spending limit: %v", err)
+	}
+	// The kube-scheduler's default constraints reach SCHEDULER_CONFIG as written.
 	cfg := "podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}\n"
 	out, err = render(t, []string{"settings:\n  clusterName: orders\n  schedulerConfig: |\n" + indent(cfg, "    ")})
 	if err != nil {
