@@ -118,7 +118,7 @@ to the cluster.`,
 			if ch.Scale, err = scaleFlags(scales, ns); err != nil {
 				return err
 			}
-			a, err := whatif.Simulate(cmd.Context(), c, cloud, ch, whatif.Options{Now: o.now(), NodeCost: o.nodeCost, SpendingLimit: o.spending,
+			a, err := whatif.Simulate(cmd.Context(), c, cloud, ch, whatif.Options{Now: o.now(), Settings: o.settings(),
 				Decision: disruptionplan.Options{}})
 			if err != nil {
 				return err

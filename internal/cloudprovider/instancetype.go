@@ -52,7 +52,14 @@ const (
 // ReservedPrice is what a reserved offering costs per hour when plans are compared: the machine
 // is paid for whether it runs or not, so using it costs almost nothing — but the reservations
 // still rank among themselves by their on-demand price.
-func ReservedPrice(onDemand float64) float64 { return onDemand / 1e7 }
+func ReservedPrice(onDemand float64) float64 { return onDemand / reservedDiscount }
+
+// ReservedOnDemand is the on-demand price a reserved offering's reservation bills, from the price
+// ReservedPrice gave it.
+func ReservedOnDemand(reserved float64) float64 { return reserved * reservedDiscount }
+
+// reservedDiscount is the factor ReservedPrice divides a reservation's on-demand price by.
+const reservedDiscount = 1e7
 
 // InstanceType is a machine shape a NodeClass offers.
 type InstanceType struct {

@@ -81,7 +81,7 @@ func NodeClaim(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 		a.Drifted = strings.TrimSpace(cond.Reason + ": " + cond.Message)
 	}
 	a.Startup = startup(nc, now)
-	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: set.NodeCost, SpendingLimit: set.SpendingLimit})
+	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, Settings: set})
 	if err != nil {
 		return nil, err
 	}

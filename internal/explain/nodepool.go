@@ -91,7 +91,7 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		return nil, fmt.Errorf("nodepool %s: %w", name, err)
 	}
 	a := &NodePoolAnswer{NodePool: name}
-	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, NodeCost: set.NodeCost, SpendingLimit: set.SpendingLimit})
+	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: now, Settings: set})
 	if err != nil {
 		return nil, err
 	}

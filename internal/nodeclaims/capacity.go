@@ -56,15 +56,24 @@ func ExpectedAllocatable(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceTy
 // OfferingPrice is the hourly price of the offering a machine runs on: its instance type's offering
 // in its zone and capacity type, among types; false when the types no longer offer it.
 func OfferingPrice(types []*cloudprovider.InstanceType, typeName, zone, capacityType string) (float64, bool) {
+	if o := offering(types, typeName, zone, capacityType); o != nil {
+		return o.Price, true
+	}
+	return 0, false
+}
+
+// offering is the instance type's offering in the zone and capacity type, among types; nil when
+// the types no longer offer it.
+func offering(types []*cloudprovider.InstanceType, typeName, zone, capacityType string) *cloudprovider.Offering {
 	for _, it := range types {
 		if it.Name != typeName {
 			continue
 		}
-		for _, o := range it.Offerings {
-			if o.Zone == zone && o.CapacityType == capacityType {
-				return o.Price, true
+		for i := range it.Offerings {
+			if o := &it.Offerings[i]; o.Zone == zone && o.CapacityType == capacityType {
+				return o
 			}
 		}
 	}
-	return 0, false
+	return nil
 }

@@ -14,8 +14,8 @@ import (
 // the types no longer offer it, the dearest offering of any type it may launch as.
 func Spend(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) float64 {
 	if meta.IsStatusConditionTrue(nc.Status.Conditions, karpv1.ConditionTypeLaunched) {
-		if p, ok := launched(nc, types); ok {
-			return p
+		if o := offering(types, nc.Labels[karpv1.InstanceTypeLabelKey], nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey]); o != nil {
+			return spend.Billed(o)
 		}
 	}
 	reqs, err := nodepools.FromAPI(nc.Spec.Requirements)
@@ -29,20 +29,4 @@ func Spend(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) float64 {
 		}
 	}
 	return worst
-}
-
-// launched is the billed price of the offering a launched claim runs on.
-func launched(nc *karpv1.NodeClaim, types []*cloudprovider.InstanceType) (float64, bool) {
-	name, zone, ct := nc.Labels[karpv1.InstanceTypeLabelKey], nc.Labels[karpv1.ZoneLabelKey], nc.Labels[karpv1.CapacityTypeLabelKey]
-	for _, it := range types {
-		if it.Name != name {
-			continue
-		}
-		for i := range it.Offerings {
-			if o := &it.Offerings[i]; o.Zone == zone && o.CapacityType == ct {
-				return spend.Billed(o), true
-			}
-		}
-	}
-	return 0, false
 }

@@ -25,10 +25,8 @@ import (
 type Options struct {
 	// Now is the snapshot's time.
 	Now time.Time
-	// NodeCost is the per-node cost of pools without their own (Capstan's NODE_COST).
-	NodeCost float64
-	// SpendingLimit is the cluster's spending limit in dollars per hour (SPENDING_LIMIT; 0: none).
-	SpendingLimit float64
+	// Settings are Capstan's settings planning reads (NODE_COST, SPENDING_LIMIT).
+	planning.Settings
 	// ScaleDownWait is how long a scale-down is waited for (disruptionplan.DefaultScaleDownWait when
 	// zero); ScaleDowns remembers owners seen shrinking across reads (nil: a fresh memory, which
 	// sees only owners with more replicas than they want).

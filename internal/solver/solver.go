@@ -60,6 +60,9 @@ type solver struct {
 	// limitsTight is set once a pod failed for a pool's limits: from then on a new claim of a
 	// pool with limits reserves what its first pod needs, not the type it was meant to grow to.
 	limitsTight bool
+	// cluster is what is left of the cluster's spending limit, shared by the packing's pools (each
+	// packing its own copy); nil without one.
+	cluster *clusterBudget
 
 	// slab holds the packing's existing-node targets (see existingSlab).
 	slab *existingSlab
@@ -258,13 +261,12 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 
 	// Pools, highest weight first; pools whose launches do not register last.
 	s.offerings = newOfferingIndex(&s.in, opts.Cache)
-	var cluster *clusterBudget
 	if in.SpendingLeft != nil {
-		cluster = &clusterBudget{dim: s.ri.pos[spend.LimitKey], left: int64(math.Floor(*in.SpendingLeft*1000 + 1e-9))}
+		s.cluster = &clusterBudget{dim: s.ri.pos[spend.LimitKey], left: int64(math.Floor(*in.SpendingLeft*1000 + 1e-9))}
 	}
 	for i := range in.NodePools {
 		p := s.newPool(&in.NodePools[i], i)
-		p.cluster = cluster
+		p.cluster = s.cluster
 		s.pools = append(s.pools, p)
 	}
 	sort.SliceStable(s.pools, func(i, j int) bool {
@@ -361,13 +363,12 @@ func (base *solver) fork(b balancing) *solver {
 	s := &solver{in: base.in, opts: base.opts, ri: base.ri, groupIndex: map[string]int{}, domains: map[string]domainSet{},
 		balance: b, wellKnown: base.wellKnown, facts: base.facts, attachDims: base.attachDims, nodes: base.nodes,
 		offerings: base.offerings, preferNoScheduleTaints: base.preferNoScheduleTaints}
-	var cluster *clusterBudget
-	if len(base.pools) > 0 && base.pools[0].cluster != nil {
-		c := *base.pools[0].cluster
-		cluster = &c
+	if base.cluster != nil {
+		c := *base.cluster
+		s.cluster = &c
 	}
 	for _, bp := range base.pools {
-		s.pools = append(s.pools, bp.fork(cluster))
+		s.pools = append(s.pools, bp.fork(s.cluster))
 	}
 	return s
 }

@@ -24,11 +24,10 @@ import (
 const LimitKey corev1.ResourceName = "capstan.dev/dollars-per-hour"
 
 // Billed is what an offering costs per hour against a spending limit: its price, or for a
-// reserved offering the on-demand price of the reservation (cloudprovider.ReservedPrice's
-// inverse).
+// reserved offering the on-demand price of the reservation.
 func Billed(o *cloudprovider.Offering) float64 {
 	if o.CapacityType == karpv1.CapacityTypeReserved {
-		return o.Price * 1e7
+		return cloudprovider.ReservedOnDemand(o.Price)
 	}
 	return o.Price
 }

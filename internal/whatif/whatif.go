@@ -26,6 +26,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruptionplan"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/snapshot"
@@ -70,8 +71,8 @@ func (ch Changes) Empty() bool {
 type Options struct {
 	// Now is the time of the reading (a recording's time for a recording).
 	Now time.Time
-	// NodeCost is Capstan's NODE_COST setting; SpendingLimit its SPENDING_LIMIT.
-	NodeCost, SpendingLimit float64
+	// Settings are Capstan's settings planning reads (NODE_COST, SPENDING_LIMIT).
+	planning.Settings
 	// Decision are the decision core's options Capstan runs with (feature gates, k).
 	Decision disruptionplan.Options
 	// Horizon bounds the simulated time (DefaultHorizon); Quiet is how long nothing happens
@@ -124,7 +125,7 @@ func Simulate(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	if o.Quiet <= 0 {
 		o.Quiet = DefaultQuiet
 	}
-	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost, SpendingLimit: o.SpendingLimit})
+	snap, err := snapshot.Read(ctx, c, cloud, snapshot.Options{Now: o.Now, Settings: o.Settings})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func Simulate(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	if err := changed.check(ctx); err != nil {
 		return nil, err
 	}
-	snap, err = snapshot.Read(ctx, changed, cloud, snapshot.Options{Now: o.Now, NodeCost: o.NodeCost, SpendingLimit: o.SpendingLimit})
+	snap, err = snapshot.Read(ctx, changed, cloud, snapshot.Options{Now: o.Now, Settings: o.Settings})
 	if err != nil {
 		return nil, err
 	}

@@ -55,18 +55,28 @@ func anchors(t *testing.T, path string) map[string]bool {
 	return out
 }
 
-// TestRelativeLinksResolve: every relative link in README.md and docs/*.md names a file or
-// directory of the repository, and every anchor a heading of its file.
-func TestRelativeLinksResolve(t *testing.T) {
+// docPages returns the module's root and its pages: docs/*.md and the others named (paths from
+// the root).
+func docPages(t *testing.T, others ...string) (root string, files []string) {
+	t.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files, err = filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, filepath.Join(root, "README.md"), filepath.Join(root, "CHANGELOG.md"))
+	for _, o := range others {
+		files = append(files, filepath.Join(root, o))
+	}
+	return root, files
+}
+
+// TestRelativeLinksResolve: every relative link in README.md and docs/*.md names a file or
+// directory of the repository, and every anchor a heading of its file.
+func TestRelativeLinksResolve(t *testing.T) {
+	root, files := docPages(t, "README.md", "CHANGELOG.md")
 	checked := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -127,15 +127,7 @@ var workTalk = regexp.MustCompile(`(?i)\b(?:before|since|until) 20\d\d-\d\d-\d\d
 // carries its date and commit ("measured 2026-12-05 at a41fbe7"); what changed when is the
 // CHANGELOG's and git's.
 func TestDocsDescribeTheProduct(t *testing.T) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, filepath.Join(root, "README.md"), filepath.Join(root, "charts", "capstan", "README.md"))
+	root, files := docPages(t, "README.md", filepath.Join("charts", "capstan", "README.md"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"capstan.dev/capstan/internal/disruptionplan"
+	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/snapshot"
 )
 
@@ -18,7 +19,8 @@ func (c *Controller) Snapshot(ctx context.Context) (*disruptionplan.Snapshot, er
 // only read them, and every write here reads its object again) with the rounds' memory of
 // scale-downs.
 func (c *Controller) snapshot(ctx context.Context, opts Options, evictions []disruptionplan.Eviction) (*disruptionplan.Snapshot, error) {
-	return snapshot.Read(ctx, c.Client, c.Cloud, snapshot.Options{Now: c.Clock.Now(), NodeCost: opts.NodeCost, SpendingLimit: opts.SpendingLimit,
+	return snapshot.Read(ctx, c.Client, c.Cloud, snapshot.Options{Now: c.Clock.Now(),
+		Settings:      planning.Settings{NodeCost: opts.NodeCost, SpendingLimit: opts.SpendingLimit},
 		ScaleDownWait: opts.Decision.ScaleDownWait, ScaleDowns: &c.scaleDowns, Evictions: evictions, Shared: true,
 		DefaultSpread: opts.DefaultSpread, Buffers: opts.Buffers})
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"capstan.dev/capstan/internal/capacitybuffer"
+	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/eventkey"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/solver"
@@ -175,6 +176,7 @@ func (p *Provisioner) notePending(pending []*corev1.Pod) {
 // pods — in a burst it does not know which pod each machine was bought for — is no miss: the pod
 // gets a machine again.
 func (p *Provisioner) realMisses(pod *corev1.Pod, claims []string, st *planning.State) []string {
+	need := solver.Requests([]*corev1.Pod{pod})
 	var out []string
 	for _, c := range claims {
 		i, ok := st.ClaimNode[c]
@@ -195,19 +197,9 @@ func (p *Provisioner) realMisses(pod *corev1.Pod, claims []string, st *planning.
 			f.Sub(q)
 			free[k] = f
 		}
-		if !fits(solver.Requests([]*corev1.Pod{pod}), free) {
+		if !cloudprovider.Fits(need, free) {
 			out = append(out, c)
 		}
 	}
 	return out
-}
-
-// fits reports whether every resource requests asks for is within free.
-func fits(requests, free corev1.ResourceList) bool {
-	for k, q := range requests {
-		if f, ok := free[k]; !ok && !q.IsZero() || ok && q.Cmp(f) > 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -55,26 +55,7 @@ func TestSpendingLimitHoldsAtEveryMoment(t *testing.T) {
 		np.Spec.Limits = corev1.ResourceList{spend.LimitKey: resource.MustParse("1.5")}
 	})
 	deployment(t, "spend", "e2e-spend", 400, "500m", "512Mi", nil)
-	check := func() (int, float64) {
-		total := 0.0
-		ncs := claims(t, "e2e-spend")
-		for _, nc := range ncs {
-			total += mostItMayCost(nc)
-		}
-		if total > limit+1e-9 {
-			t.Fatalf("the pool's %d NodeClaims may cost $%.4f/h, its spending limit is $%.2f/h", len(ncs), total, limit)
-		}
-		return len(ncs), total
-	}
-	deadline := time.Now().Add(40 * time.Second)
-	for time.Now().Before(deadline) {
-		check()
-		time.Sleep(200 * time.Millisecond)
-	}
-	n, total := check()
-	if n == 0 || total < limit/2 {
-		t.Fatalf("%d NodeClaims costing $%.4f/h under a $%.2f/h limit: the limit throttled the burst", n, total, limit)
-	}
+	spendHeldThroughABurst(t, limit, "e2e-spend")
 	podToldOf(t, "spend-", "spending limit (capstan.dev/dollars-per-hour)")
 	eventually(t, "the pool's status shows its spend", time.Minute, func(ctx context.Context) (bool, error) {
 		np := &karpv1.NodePool{}
@@ -116,15 +97,25 @@ func TestClusterSpendingLimitHoldsAcrossPools(t *testing.T) {
 	pool(t, "e2e-cluster-spend-b", nil, onDemand)
 	deployment(t, "cspend-a", "e2e-cluster-spend-a", 200, "500m", "512Mi", nil)
 	deployment(t, "cspend-b", "e2e-cluster-spend-b", 200, "500m", "512Mi", nil)
+	spendHeldThroughABurst(t, limit, "e2e-cluster-spend-a", "e2e-cluster-spend-b")
+	podToldOf(t, "cspend-", "the cluster's spending limit (--spending-limit)")
+}
+
+// spendHeldThroughABurst checks every 200 ms for 40 s that the pools' NodeClaims may cost at most
+// limit together (mostItMayCost), and then that they cost at least half of it: the limit holds
+// and does not throttle the burst.
+func spendHeldThroughABurst(t *testing.T, limit float64, pools ...string) {
+	t.Helper()
 	check := func() float64 {
-		total := 0.0
-		for _, p := range []string{"e2e-cluster-spend-a", "e2e-cluster-spend-b"} {
+		total, n := 0.0, 0
+		for _, p := range pools {
 			for _, nc := range claims(t, p) {
 				total += mostItMayCost(nc)
+				n++
 			}
 		}
 		if total > limit+1e-9 {
-			t.Fatalf("the two pools' NodeClaims may cost $%.4f/h, the cluster's spending limit is $%.2f/h", total, limit)
+			t.Fatalf("the %d NodeClaims of %v may cost $%.4f/h, the spending limit is $%.2f/h", n, pools, total, limit)
 		}
 		return total
 	}
@@ -134,9 +125,8 @@ func TestClusterSpendingLimitHoldsAcrossPools(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if total := check(); total < limit/2 {
-		t.Fatalf("the two pools' NodeClaims cost $%.4f/h under a $%.2f/h cluster limit: the limit throttled the burst", total, limit)
+		t.Fatalf("the NodeClaims of %v cost $%.4f/h under a $%.2f/h limit: the limit throttled the burst", pools, total, limit)
 	}
-	podToldOf(t, "cspend-", "the cluster's spending limit (--spending-limit)")
 }
 
 // podToldOf waits for an event on a pod whose name starts with prefix that says what.
