@@ -28,6 +28,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/explain"
 	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/planning"
@@ -310,11 +311,11 @@ func (o *options) provider(ctx context.Context, c client.Client) (cloudprovider.
 		}
 	}
 	clk := clock.RealClock{}
-	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
+	unavail := unavailable.New(clk, unavailable.DefaultTTL)
 	switch kind {
 	case sim.Name, "":
 		// Offerings come from the SimNodeClasses and the catalog; no machine is launched.
-		return sim.NewProvider(c, sim.NewCloudWithStore(clk, nil), clk, unavailable)
+		return sim.NewProvider(c, sim.NewCloudWithStore(clk, nil), clk, unavail)
 	case aws.Name:
 		if o.cluster == "" {
 			return nil, errors.New("--cluster-name is needed with the aws cloud provider")
@@ -323,7 +324,7 @@ func (o *options) provider(ctx context.Context, c client.Client) (cloudprovider.
 		if err != nil {
 			return nil, err
 		}
-		return aws.NewProvider(c, clients, clk, unavailable, aws.Options{ClusterName: o.cluster}), nil
+		return aws.NewProvider(c, clients, clk, unavail, aws.Options{ClusterName: o.cluster}), nil
 	}
 	return nil, fmt.Errorf("--cloud-provider %q: want %s or %s", kind, sim.Name, aws.Name)
 }

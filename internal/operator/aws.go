@@ -14,8 +14,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
 	"capstan.dev/capstan/internal/controllers/interruption"
 	"capstan.dev/capstan/internal/metrics"
@@ -23,7 +23,7 @@ import (
 
 // newAWS builds the AWS provider and its controllers: EC2NodeClass resolution, the instance
 // status poll and, with --interruption-queue, the interruption queue's consumer.
-func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, unavailable *cloudprovider.UnavailableOfferings,
+func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, unavailable *unavailable.Offerings,
 	log logr.Logger, m *metrics.Metrics) (*aws.Provider, error) {
 	clients, err := aws.NewClients(context.Background(), aws.ClientOptions{Region: o.AWSRegion, EndpointURL: o.AWSEndpointURL})
 	if err != nil {

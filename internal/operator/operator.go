@@ -33,6 +33,7 @@ import (
 	"capstan.dev/capstan/internal/claimstore"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	capacitybufferctl "capstan.dev/capstan/internal/controllers/capacitybuffer"
 	"capstan.dev/capstan/internal/controllers/disruption"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/disruptionconditions"
@@ -240,16 +241,16 @@ type builder struct {
 // call to it bounded by a deadline (docs/reliability.md).
 func (b *builder) cloud(cfg *rest.Config) error {
 	mgr, o, clk := b.op.Manager, b.o, b.clk
-	unavailable := cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
+	unavail := unavailable.New(clk, unavailable.DefaultTTL)
 	switch o.CloudProvider {
 	case CloudProviderSim:
-		p, err := b.sim(unavailable)
+		p, err := b.sim(unavail)
 		if err != nil {
 			return err
 		}
 		b.op.Cloud, b.nodeClass = p, &simv1alpha1.SimNodeClass{}
 	case CloudProviderAWS:
-		p, err := newAWS(cfg, o, mgr, clk, unavailable, b.log, b.m)
+		p, err := newAWS(cfg, o, mgr, clk, unavail, b.log, b.m)
 		if err != nil {
 			return err
 		}
@@ -268,7 +269,7 @@ func (b *builder) cloud(cfg *rest.Config) error {
 // sim builds the simulated cloud, its machines' joiner and the SimNodeClass controller. The
 // cloud keeps its machines in the cluster (ConfigMaps next to the leader Lease) unless a file is
 // named: they survive restarts and failover like a real cloud's.
-func (b *builder) sim(unavailable *cloudprovider.UnavailableOfferings) (*sim.Provider, error) {
+func (b *builder) sim(unavailable *unavailable.Offerings) (*sim.Provider, error) {
 	mgr, o, clk := b.op.Manager, b.o, b.clk
 	var store sim.Store = &sim.ConfigMapStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 		Namespace: o.LeaderElectionNamespace, Cluster: o.ClusterName}

@@ -12,8 +12,8 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/api/karpenter/v1alpha1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/scheme"
 )
@@ -38,7 +38,7 @@ func TestLocalAppliesTheOverlaysCapstanEvaluates(t *testing.T) {
 		}
 		c := fake.NewClientBuilder().WithScheme(s).WithObjects(snc.DeepCopy(), np.DeepCopy(), ov).WithStatusSubresource(ov).Build()
 		clk := clocktesting.NewFakeClock(time.Now())
-		p, err := sim.NewProvider(c, sim.NewCloudWithStore(clk, nil), clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+		p, err := sim.NewProvider(c, sim.NewCloudWithStore(clk, nil), clk, unavailable.New(clk, time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

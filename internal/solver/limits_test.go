@@ -80,3 +80,50 @@ func TestLimitsHoldWhicheverCandidateLaunchesAndRefuseOnlyWhenFull(t *testing.T)
 		}
 	}
 }
+
+// Limits that cannot hold every pod take the pods that waited longest (the earliest in
+// Input.Pods, as the provisioner orders them) first, whatever their size — as many of them as the
+// limit would hold were they alone: largest-first packing alone would always pass over small pods
+// for large ones that keep coming.
+func TestLimitsServeThePodsThatWaitedLongest(t *testing.T) {
+	its := workload.FakeInstanceTypes(40)
+	small := pods(8, "small", "1", "256Mi", nil)
+	large := pods(8, "large", "3500m", "256Mi", nil)
+	limited := func() solver.NodePool {
+		pool := poolOf(its)
+		pool.Remaining = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+		return pool
+	}
+	placed := func(res *solver.Result, prefix string) (n int) {
+		for _, nc := range res.NodeClaims {
+			for _, p := range nc.Pods {
+				if strings.HasPrefix(p.Name, prefix) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name         string
+		first, later []*corev1.Pod
+		prefix       string
+	}{
+		{"small pods waited longer", small, large, "small"},
+		{"large pods waited longer", large, small, "large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append(append([]*corev1.Pod{}, tc.first...), tc.later...)
+			res := solve(t, solver.Input{Pods: in, NodePools: []solver.NodePool{limited()}}, solver.Options{})
+			if len(res.Unschedulable) == 0 {
+				t.Fatal("the limit holds every pod; the test needs one that cannot")
+			}
+			// As many of them as the limit holds with no other pod pending.
+			alone := solve(t, solver.Input{Pods: tc.first, NodePools: []solver.NodePool{limited()}}, solver.Options{})
+			if got, want := placed(res, tc.prefix), placed(alone, tc.prefix); got != want {
+				t.Fatalf("%d of the %d pods that waited longest placed, %d when they are the only ones pending; %d refused in all",
+					got, len(tc.first), want, len(res.Unschedulable))
+			}
+		})
+	}
+}

@@ -60,6 +60,9 @@ type solver struct {
 	// limitsTight is set once a pod failed for a pool's limits: from then on a new claim of a
 	// pool with limits reserves what its first pod needs, not the type it was meant to grow to.
 	limitsTight bool
+	// oldestFirst places the pods in the order of Input.Pods instead of largest first (the
+	// packing that serves the pods that waited longest when limits cannot hold them all).
+	oldestFirst bool
 	// cluster is what is left of the cluster's spending limit, shared by the packing's pools (each
 	// packing its own copy); nil without one.
 	cluster *clusterBudget
@@ -136,15 +139,57 @@ func solveOnce(in Input, opts Options) *Result {
 			best = second
 		}
 	}
+	// Limits that cannot hold every pod take the pods that waited longest first.
+	if best.limitsTight && best.limitsPassedOver() {
+		fair := base.fork(balanceLast)
+		fair.oldestFirst = true
+		fair.packForked()
+		best.release()
+		if second != nil && second != best {
+			second.release()
+		}
+		best, second = fair, nil
+	}
 	// Only the winner's claims are priced, sorted and bounded.
 	best.finish()
 	res := &best.result
 	res.slotsLeft = best.slots
 	best.release()
-	if second != nil {
+	if second != nil && second != best {
 		second.release()
 	}
 	return res
+}
+
+// limitsPassedOver reports whether a pod refused for a pool's limits came before a pod placed on
+// a new claim of that pool in Input.Pods (the provisioner gives them oldest first).
+func (s *solver) limitsPassedOver() bool {
+	index := make(map[*corev1.Pod]int, len(s.in.Pods))
+	for i, p := range s.in.Pods {
+		index[p] = i
+	}
+	// last is, per pool, the latest pod placed on one of its new claims.
+	last := map[string]int{}
+	for _, t := range s.targets {
+		if !t.isClaim() {
+			continue
+		}
+		for _, p := range t.pods {
+			if i, ok := index[p]; ok {
+				if l, seen := last[t.pool.np.Name]; !seen || i > l {
+					last[t.pool.np.Name] = i
+				}
+			}
+		}
+	}
+	for _, e := range s.result.Unschedulable {
+		for _, m := range e.Pools {
+			if l, ok := last[m.NodePool]; ok && m.Stage == MissLimits && index[e.Pod] < l {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // existingSlab is the memory of a packing's existing-node targets: a Solve of a cluster of
@@ -293,12 +338,17 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 // the plan into a Result.
 func (base *solver) pack(b balancing) *solver {
 	s := base.fork(b)
+	s.packForked()
+	return s
+}
+
+// packForked runs a forked packing.
+func (s *solver) packForked() {
 	s.prepare()
 	s.run()
 	s.dissolve()
 	s.repack()
 	s.coalesce()
-	return s
 }
 
 // nodePrep is what both packings of a Solve start from for an existing node: its room (with its

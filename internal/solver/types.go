@@ -15,7 +15,8 @@ import (
 
 // Input is everything a solve reads.
 type Input struct {
-	// Pods are the pods to place.
+	// Pods are the pods to place. When limits cannot hold them all, the earlier ones are placed
+	// first (the provisioner gives them oldest first).
 	Pods []*corev1.Pod
 	// NodePools are the pools new machines may come from.
 	NodePools []NodePool

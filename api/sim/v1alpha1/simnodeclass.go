@@ -202,10 +202,25 @@ type Failures struct {
 	// +kubebuilder:validation:MaxItems=100
 	// +optional
 	LaunchErrors []OfferingSelector `json:"launchErrors,omitempty"`
+	// Shortages bound how many machines of each selected offering may run at once, across every
+	// SimNodeClass (a zone's capacity of a type is the account's, not a class's): a launch beyond
+	// that answers insufficient capacity, as EC2 does when a pool runs dry.
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	Shortages []OfferingShortage `json:"shortages,omitempty"`
 	// NeverRegister launches the selected offerings but never creates their Nodes.
 	// +kubebuilder:validation:MaxItems=100
 	// +optional
 	NeverRegister []OfferingSelector `json:"neverRegister,omitempty"`
+}
+
+// OfferingShortage is a finite capacity of the offerings it selects.
+type OfferingShortage struct {
+	OfferingSelector `json:",inline"`
+	// Machines is how many machines of each selected offering may run at once; 0 is none.
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	Machines int32 `json:"machines"`
 }
 
 // SimNodeClassStatus is what the simulated cloud resolved of a SimNodeClass.

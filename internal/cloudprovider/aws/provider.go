@@ -27,6 +27,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws/amifamily"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -72,7 +73,7 @@ type Provider struct {
 	kube        client.Reader
 	clients     *Clients
 	clock       clock.PassiveClock
-	unavailable *cloudprovider.UnavailableOfferings
+	unavailable *unavailable.Offerings
 	opts        Options
 	// overlays adjust the types a launch chooses from (NodeOverlay); nil when the gate is off.
 	overlays cloudprovider.Overlays
@@ -130,7 +131,7 @@ type builtTypes struct {
 var _ cloudprovider.CloudProvider = (*Provider)(nil)
 
 // NewProvider returns the provider over clients, reading EC2NodeClasses through kube.
-func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, unavailable *cloudprovider.UnavailableOfferings, o Options) *Provider {
+func NewProvider(kube client.Reader, clients *Clients, clk clock.PassiveClock, unavailable *unavailable.Offerings, o Options) *Provider {
 	if o.VMMemoryOverheadPercent == 0 {
 		o.VMMemoryOverheadPercent = 0.075
 	}
@@ -435,6 +436,7 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		}
 	}
 	if launched != nil {
+		p.unavailable.MarkLaunched(cloudprovider.OfferingKey{InstanceType: launched.instanceType, Zone: launched.zone, CapacityType: capacityType, ReservationID: reservation})
 		var it *cloudprovider.InstanceType
 		image := ""
 		if i := slices.IndexFunc(cands, func(c candidate) bool { return c.it.Name == launched.instanceType }); i >= 0 {

@@ -24,6 +24,7 @@ import (
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
 	"capstan.dev/capstan/internal/overlay"
 	"capstan.dev/capstan/internal/testenv"
@@ -224,7 +225,7 @@ func TestInsufficientCapacityFallsToTheNextAndIsRemembered(t *testing.T) {
 	if got.Labels[corev1.LabelInstanceTypeStable] == cheapest {
 		t.Fatalf("launched %s despite its insufficient capacity", cheapest)
 	}
-	unavailable := func() bool {
+	isOut := func() bool {
 		its, err := f.Provider.InstanceTypes(ctx, nc)
 		if err != nil {
 			t.Fatal(err)
@@ -242,7 +243,7 @@ func TestInsufficientCapacityFallsToTheNextAndIsRemembered(t *testing.T) {
 		t.Fatalf("%s not offered", cheapest)
 		return false
 	}
-	if !unavailable() {
+	if !isOut() {
 		t.Fatal("the failed offering is still available")
 	}
 	// The next launch skips it without asking EC2 for it.
@@ -255,8 +256,8 @@ func TestInsufficientCapacityFallsToTheNextAndIsRemembered(t *testing.T) {
 			t.Fatalf("the fleet still lists %s (%s)", cheapest, k)
 		}
 	}
-	f.Clock.Step(cloudprovider.DefaultUnavailableTTL)
-	if unavailable() {
+	f.Clock.Step(unavailable.DefaultTTL)
+	if isOut() {
 		t.Error("the offering is still unavailable after its entry expired")
 	}
 	// With every candidate short, the launch fails with insufficient capacity naming offerings.

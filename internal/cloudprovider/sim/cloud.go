@@ -114,15 +114,23 @@ func (c *Cloud) put(inst *Instance) error {
 	return c.store.Put(inst)
 }
 
-// errReservationFull is launch's answer when the capacity reservation holds as many machines as
-// it may (EC2's ReservationCapacityExceeded).
-var errReservationFull = errors.New("the capacity reservation has no machine left")
+// errFull is launch's answer when a capacity it must join is full: a capacity reservation that
+// holds as many machines as it may (EC2's ReservationCapacityExceeded), or an offering short of
+// machines (InsufficientInstanceCapacity).
+var errFull = errors.New("no machine left")
+
+// capacity bounds the machines a launch may join: at most max running instances that in
+// selects.
+type capacity struct {
+	in  func(*Instance) bool
+	max int
+}
 
 // launch records a new instance for a NodeClaim unless one exists; it returns the instance. The
 // instance is persisted before it is known in memory, so a failed write launches nothing. A
-// launch into a capacity reservation (reservation set) that already holds limit machines fails
-// with errReservationFull: the count and the launch are one step under the cloud's lock.
-func (c *Cloud) launch(claim, reservation string, limit int, mk func(id string) *Instance) (*Instance, error) {
+// launch that one of caps finds full fails with errFull: the count and the launch are one step
+// under the cloud's lock.
+func (c *Cloud) launch(claim string, caps []capacity, mk func(id string) *Instance) (*Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.loadLocked(); err != nil {
@@ -133,15 +141,15 @@ func (c *Cloud) launch(claim, reservation string, limit int, mk func(id string) 
 			return inst, nil
 		}
 	}
-	if reservation != "" {
+	for _, cp := range caps {
 		n := 0
 		for _, inst := range c.state.Instances {
-			if inst.ReservationID == reservation {
+			if cp.in(inst) {
 				n++
 			}
 		}
-		if n >= limit {
-			return nil, errReservationFull
+		if n >= cp.max {
+			return nil, errFull
 		}
 	}
 	inst := mk(fmt.Sprintf("i-%017x", c.state.NextID+1))

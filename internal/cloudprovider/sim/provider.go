@@ -25,6 +25,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/requirements"
 )
@@ -45,7 +46,7 @@ type Provider struct {
 	cloud       *Cloud
 	clock       clock.PassiveClock
 	catalog     []catalog.Entry
-	unavailable *cloudprovider.UnavailableOfferings
+	unavailable *unavailable.Offerings
 	// overlays adjust the types a launch chooses from (NodeOverlay); nil when the gate is off.
 	overlays cloudprovider.Overlays
 	// noReservations ignores the classes' capacity reservations (the ReservedCapacity gate off).
@@ -69,7 +70,7 @@ type builtTypes struct {
 var _ cloudprovider.CloudProvider = (*Provider)(nil)
 
 // NewProvider returns a provider over cloud that reads SimNodeClasses through kube.
-func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavailable *cloudprovider.UnavailableOfferings) (*Provider, error) {
+func NewProvider(kube client.Reader, cloud *Cloud, c clock.PassiveClock, unavailable *unavailable.Offerings) (*Provider, error) {
 	entries, err := catalog.Load()
 	if err != nil {
 		return nil, err
@@ -470,10 +471,10 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		if bill, ok := bills[key]; ok {
 			c.o.Price = bill
 		}
-		inst, err := p.cloud.launch(nc.Name, c.o.ReservationID, c.o.ReservationCapacity, func(id string) *Instance {
+		inst, err := p.cloud.launch(nc.Name, capacities(snc.Spec.Failures.Shortages, c), func(id string) *Instance {
 			return p.newInstance(id, nc, snc, c, never)
 		})
-		if errors.Is(err, errReservationFull) {
+		if errors.Is(err, errFull) {
 			ice = append(ice, key)
 			if p.unavailable != nil {
 				p.unavailable.MarkUnavailable(key)
@@ -483,6 +484,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		if err != nil {
 			return nil, err
 		}
+		p.unavailable.MarkLaunched(key)
 		if err := after(); err != nil {
 			return nil, err
 		}
@@ -492,6 +494,23 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		return nil, &cloudprovider.InsufficientCapacityError{Offerings: ice, Err: fmt.Errorf("no capacity for %d offering(s) of NodeClaim %s", len(ice), nc.Name)}
 	}
 	return nil, &cloudprovider.InsufficientCapacityError{Err: fmt.Errorf("no instance type of SimNodeClass %s satisfies NodeClaim %s", snc.Name, nc.Name)}
+}
+
+// capacities are the bounds a launch of the candidate must fit: its capacity reservation's
+// count, and the machines each shortage selecting its offering leaves.
+func capacities(shortages []simv1alpha1.OfferingShortage, c candidate) []capacity {
+	var caps []capacity
+	if id := c.o.ReservationID; id != "" {
+		caps = append(caps, capacity{in: func(inst *Instance) bool { return inst.ReservationID == id }, max: c.o.ReservationCapacity})
+	}
+	for _, s := range shortages {
+		if matches(s.OfferingSelector, c.it.Name, c.o.Zone, c.o.CapacityType) {
+			caps = append(caps, capacity{max: int(s.Machines), in: func(inst *Instance) bool {
+				return inst.InstanceType == c.it.Name && inst.Zone == c.o.Zone && inst.CapacityType == c.o.CapacityType && inst.ReservationID == c.o.ReservationID
+			}})
+		}
+	}
+	return caps
 }
 
 // candidates are the available offerings of the types that satisfy reqs and hold requests,

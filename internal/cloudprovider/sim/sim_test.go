@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -60,7 +62,7 @@ func newProvider(t *testing.T, clk *clocktesting.FakeClock, path string) *Provid
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProvider(env.Client, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+	p, err := NewProvider(env.Client, cloud, clk, unavailable.New(clk, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +208,62 @@ func TestInjectedFailures(t *testing.T) {
 	}
 }
 
+// A shortage lets as many machines of an offering run as it says, counted across classes; the
+// launch beyond answers insufficient capacity there and falls back to the next offering, and a
+// machine terminated makes room again.
+func TestShortageRunsDry(t *testing.T) {
+	short := func(s *simv1alpha1.SimNodeClass) {
+		s.Spec.Zones = []string{"zone-a"}
+		s.Spec.Failures.Shortages = []simv1alpha1.OfferingShortage{{OfferingSelector: simv1alpha1.OfferingSelector{InstanceType: "c5.large", CapacityType: "on-demand"}, Machines: 2}}
+	}
+	nodeClass(t, "short-a", short)
+	nodeClass(t, "short-b", short)
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := newProvider(t, clk, "")
+	od := karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"on-demand"}}
+	var launched []*karpv1.NodeClaim
+	for i, class := range []string{"short-a", "short-b", "short-b"} {
+		got, err := p.Create(t.Context(), claim(fmt.Sprintf("short-%d", i), class, od))
+		if err != nil {
+			t.Fatal(err)
+		}
+		launched = append(launched, got)
+	}
+	var types []string
+	for _, nc := range launched {
+		types = append(types, nc.Labels[karpv1.InstanceTypeLabelKey])
+	}
+	if want := []string{"c5.large", "c5.large", "m5.large"}; !slices.Equal(types, want) {
+		t.Fatalf("launched %v, want %v: two c5.large machines in the account, then the next offering", types, want)
+	}
+	// The dry offering is marked unavailable, as an insufficient-capacity answer marks it.
+	its, err := p.InstanceTypes(t.Context(), &simv1alpha1.SimNodeClass{Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"c5.large"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range its[0].Offerings {
+		if o.CapacityType == "on-demand" && o.Available {
+			t.Fatal("c5.large on-demand still available after running dry")
+		}
+	}
+	// Only c5.large allowed: insufficient capacity, until a machine is terminated.
+	only := karpv1.NodeSelectorRequirementWithMinValues{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"c5.large"}}
+	if _, err := p.Create(t.Context(), claim("short-3", "short-a", od, only)); !cloudprovider.IsInsufficientCapacity(err) {
+		t.Fatalf("err = %v, want insufficient capacity", err)
+	}
+	if err := p.Delete(t.Context(), launched[0]); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute) // the unavailable mark expires
+	got, err := p.Create(t.Context(), claim("short-4", "short-a", od, only))
+	if err != nil {
+		t.Fatalf("a terminated machine left no room: %v", err)
+	}
+	if it := got.Labels[karpv1.InstanceTypeLabelKey]; it != "c5.large" {
+		t.Fatalf("launched %s, want c5.large", it)
+	}
+}
+
 // The SimNodeClass's kubelet settings decide its types' pod capacity, as an EC2NodeClass's do.
 func TestKubeletMaxPodsAndPodsPerCore(t *testing.T) {
 	snc := nodeClass(t, "kubelet", func(snc *simv1alpha1.SimNodeClass) {
@@ -239,7 +297,7 @@ func TestConfigMapStoreSurvivesAFailover(t *testing.T) {
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	provider := func() *Provider {
-		p, err := NewProvider(env.Client, NewCloudWithStore(clk, store()), clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+		p, err := NewProvider(env.Client, NewCloudWithStore(clk, store()), clk, unavailable.New(clk, time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,8 +396,8 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unavailable := cloudprovider.NewUnavailableOfferings(clk, time.Minute)
-	p, err := NewProvider(env.Client, cloud, clk, unavailable)
+	unavail := unavailable.New(clk, time.Minute)
+	p, err := NewProvider(env.Client, cloud, clk, unavail)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +430,7 @@ func TestInstanceTypesFollowTheClassAndAvailability(t *testing.T) {
 	if got, ok := price(again, "m5.large", "on-demand"); got != before || !ok {
 		t.Fatalf("second answer m5.large on-demand %v available %v; want %v available (the first caller's changes leaked)", got, ok, before)
 	}
-	unavailable.MarkUnavailable(cloudprovider.OfferingKey{InstanceType: "m5.large", Zone: "zone-a", CapacityType: "on-demand"})
+	unavail.MarkUnavailable(cloudprovider.OfferingKey{InstanceType: "m5.large", Zone: "zone-a", CapacityType: "on-demand"})
 	its, err := p.InstanceTypes(t.Context(), snc)
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +520,7 @@ func TestJoinerRegistersTheRestWhenOneFails(t *testing.T) {
 	// comes first in Sync's order.
 	var bad string
 	for _, claim := range []string{"Bad_Name", "joiner-good"} {
-		inst, err := cloud.launch(claim, "", 0, func(id string) *Instance {
+		inst, err := cloud.launch(claim, nil, func(id string) *Instance {
 			return &Instance{ID: id, NodeClaim: claim, Zone: "zone-a", Labels: map[string]string{},
 				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 				LaunchedAt: clk.Now(), RegisterAt: clk.Now()}

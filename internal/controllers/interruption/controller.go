@@ -34,6 +34,7 @@ import (
 	"capstan.dev/capstan/internal/awsevents"
 	"capstan.dev/capstan/internal/cloudprovider"
 	awsprovider "capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/metrics"
 )
 
@@ -45,7 +46,7 @@ type Controller struct {
 	Clock       clock.Clock
 	Recorder    events.EventRecorder
 	Metrics     *metrics.Metrics
-	Unavailable *cloudprovider.UnavailableOfferings
+	Unavailable *unavailable.Offerings
 	// ReplaceOnRebalance replaces a machine on its Spot rebalance recommendation, before the
 	// interruption warning (default: an event only, as Karpenter).
 	ReplaceOnRebalance bool

@@ -84,8 +84,14 @@ type Provisioner struct {
 	mu     sync.Mutex
 	opened time.Time
 	// created remembers the NodeClaims this provisioner created until the (cached) client lists
-	// them, so that a pass right after another does not plan the same pods twice.
-	created map[string]createdClaim
+	// them, so that a pass right after another does not plan the same pods twice; gone are the
+	// claims seen deleted (Forget), which are not remembered however late their create is
+	// recorded. createdMu guards both against Forget's callers.
+	createdMu sync.Mutex
+	created   map[string]createdClaim
+	gone      map[string]time.Time
+	// lagging counts the claims the last pass's state added to what the client listed.
+	lagging int
 	// nominated remembers the in-flight claim each pending pod was planned onto; nominatedMu
 	// guards it against PodsNominatedTo's readers.
 	nominatedMu sync.Mutex
@@ -122,27 +128,55 @@ type createdClaim struct {
 // createdTTL bounds how long a created NodeClaim is remembered without the client listing it.
 const createdTTL = time.Minute
 
-// remember records a NodeClaim just created.
+// remember records a NodeClaim just created, unless it was seen deleted already.
 func (p *Provisioner) remember(nc *karpv1.NodeClaim) {
+	p.createdMu.Lock()
+	defer p.createdMu.Unlock()
+	if _, ok := p.gone[nc.Name]; ok {
+		return
+	}
 	if p.created == nil {
 		p.created = map[string]createdClaim{}
 	}
 	p.created[nc.Name] = createdClaim{nc: nc.DeepCopy(), at: p.Clock.Now()}
 }
 
+// Forget drops a NodeClaim that is being deleted or is gone from the claims remembered as
+// created. A claim whose launch failed at once (insufficient capacity) is deleted within
+// milliseconds, often before the cache lists it: remembered, it would stand in flight for
+// createdTTL with its pods waiting on it, and no event would start a pass after that.
+func (p *Provisioner) Forget(name string) {
+	p.createdMu.Lock()
+	defer p.createdMu.Unlock()
+	delete(p.created, name)
+	if p.gone == nil {
+		p.gone = map[string]time.Time{}
+	}
+	p.gone[name] = p.Clock.Now()
+}
+
 // withCreated adds to listed the NodeClaims created here that the client does not list yet, and
 // forgets those it lists (or that are too old to be lagging).
 func (p *Provisioner) withCreated(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
+	p.createdMu.Lock()
+	defer p.createdMu.Unlock()
 	seen := make(map[string]bool, len(listed))
 	for i := range listed {
 		seen[listed[i].Name] = true
 	}
+	p.lagging = 0
 	for name, c := range p.created {
 		switch {
 		case seen[name] || p.Clock.Since(c.at) > createdTTL:
 			delete(p.created, name)
 		default:
 			listed = append(listed, *c.nc)
+			p.lagging++
+		}
+	}
+	for name, at := range p.gone {
+		if p.Clock.Since(at) > createdTTL {
+			delete(p.gone, name)
 		}
 	}
 	return listed
@@ -230,7 +264,9 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		res, err := p.Provision(ctx)
 		// A buffer's room may be taken by pods the scheduler binds without Capstan seeing a
 		// pending pod: while buffers are kept, passes recur.
-		if err == nil && (res.Plan != nil && len(res.Plan.Unschedulable) > 0 || res.Buffered > 0) {
+		// Pods may wait on claims created here that the client does not list yet: if one of them
+		// is gone without an event seen, a later pass must plan its pods again.
+		if err == nil && (res.Plan != nil && len(res.Plan.Unschedulable) > 0 || res.Buffered > 0 || res.Lagging > 0) {
 			go func() {
 				select {
 				case <-ctx.Done():
@@ -332,6 +368,9 @@ type Result struct {
 	Created []*karpv1.NodeClaim
 	// Plan is the solver's plan.
 	Plan *solver.Result
+	// Lagging counts the NodeClaims created here that the pass counted in flight though the
+	// client did not list them yet.
+	Lagging int
 }
 
 // Provision runs one pass over the pending pods.
@@ -351,6 +390,9 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.createdMu.Lock()
+	lagging := p.lagging
+	p.createdMu.Unlock()
 	if st.SpendingLeft != nil {
 		p.Metrics.ClusterSpending(p.SpendingLimit, *st.SpendingLeft)
 	}
@@ -375,7 +417,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 		en.Pods = append(slices.Clip(en.Pods), pods...)
 	}
 	if len(pending) == 0 {
-		return &Result{Buffered: len(in.virtual)}, nil
+		return &Result{Buffered: len(in.virtual), Lagging: lagging}, nil
 	}
 	logger.Info("found provisionable pod(s)", "Pods", planning.PodList(pending), "duration", "0s")
 	if err := p.limitAttachments(ctx, in.vols, st.Nodes); err != nil {
@@ -383,7 +425,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	start := time.Now()
 	plan := p.solve(ctx, st, in.vols, pending, missed, said)
-	res := &Result{Plan: plan, Buffered: len(in.virtual)}
+	res := &Result{Plan: plan, Buffered: len(in.virtual), Lagging: lagging}
 	countPlaced(outcomes, plan)
 	if len(plan.NodeClaims) > 0 {
 		placed := 0
@@ -461,8 +503,17 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 	if err != nil {
 		return passInput{}, said, err
 	}
+	// Oldest first, a CapacityBuffer's virtual pods after every real one: when limits cannot hold
+	// every pod, the solver takes the pods in this order.
 	sort.Slice(pending, func(i, j int) bool {
-		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
+		a, b := pending[i], pending[j]
+		if va, vb := capacitybuffer.IsVirtual(a), capacitybuffer.IsVirtual(b); va != vb {
+			return vb
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
 	in.pending, in.vols = pending, vols
 	return in, said, nil

@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
@@ -302,5 +304,72 @@ func TestALaggingCacheDoesNotDoubleBuy(t *testing.T) {
 	}
 	if len(second.Created) != 0 {
 		t.Fatalf("a pass that cannot see the claims just created bought %d more", len(second.Created))
+	}
+}
+
+// A claim whose launch fails at once (insufficient capacity) is deleted before the cache lists
+// it. Seen deleted, it is forgotten: the next pass plans its pods again instead of counting them
+// on a claim that is gone, and a claim's deletion seen before its create is recorded is not
+// remembered at all.
+func TestAClaimDeletedBeforeTheCacheListsItFreesItsPods(t *testing.T) {
+	p, _ := setup(t, pool("prov-gone", nil))
+	p.Client = laggingClient{env.Client}
+	ns := namespace(t)
+	pendingPods(t, ns, "gone", 3, "1", nil)
+	first, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Created) == 0 {
+		t.Fatal("nothing created")
+	}
+	for _, nc := range first.Created {
+		if err := env.Client.Delete(t.Context(), nc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := (claimGone{p}).Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := 0
+	if second.Plan != nil {
+		for _, nc := range second.Plan.NodeClaims {
+			placed += len(nc.Pods)
+		}
+	}
+	if placed != 3 {
+		t.Fatalf("the pass after the claims were deleted planned %d of 3 pods onto new claims; the rest wait on claims that are gone", placed)
+	}
+
+	// Deleted before its create is recorded: not remembered.
+	p.Forget("prov-gone-early")
+	p.remember(&karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "prov-gone-early"}})
+	for _, nc := range p.withCreated(nil) {
+		if nc.Name == "prov-gone-early" {
+			t.Fatal("a claim seen deleted before its create was recorded is remembered in flight")
+		}
+	}
+}
+
+// A pass that counts claims the client does not list yet says so, so that another pass follows
+// even if the event of such a claim's deletion never comes.
+func TestAPassOnLaggingClaimsAsksForAnother(t *testing.T) {
+	p, _ := setup(t, pool("prov-lagging", nil))
+	p.Client = laggingClient{env.Client}
+	ns := namespace(t)
+	pendingPods(t, ns, "lagging", 2, "1", nil)
+	if _, err := p.Provision(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Lagging == 0 {
+		t.Fatal("the pass counted the unlisted claims in flight without saying so")
 	}
 }

@@ -41,7 +41,7 @@ func (t *PodTrigger) Register(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).Named(t.Name() + ".pod").For(&corev1.Pod{}).WithEventFilter(provisionable).Complete(t); err != nil {
 		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named(t.Name() + ".nodeclaim").For(&karpv1.NodeClaim{}).WithEventFilter(deleted).Complete(t); err != nil {
+	if err := ctrl.NewControllerManagedBy(mgr).Named(t.Name() + ".nodeclaim").For(&karpv1.NodeClaim{}).WithEventFilter(deleted).Complete(claimGone{t.Provisioner}); err != nil {
 		return err
 	}
 	poolChanged := predicate.Funcs{
@@ -75,5 +75,16 @@ func PoolChanged(old, cur *karpv1.NodePool) bool {
 // Reconcile triggers the provisioner.
 func (t *PodTrigger) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
 	t.Provisioner.Trigger()
+	return reconcile.Result{}, nil
+}
+
+// claimGone forgets a NodeClaim being deleted or gone from the claims the provisioner created, and
+// triggers it: the claim's pods need a place again.
+type claimGone struct{ p *Provisioner }
+
+// Reconcile forgets the claim and triggers the provisioner.
+func (c claimGone) Reconcile(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+	c.p.Forget(req.Name)
+	c.p.Trigger()
 	return reconcile.Result{}, nil
 }

@@ -20,8 +20,8 @@ import (
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/aws"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/testenv"
 	"capstan.dev/capstan/test/awsfake"
 )
@@ -38,7 +38,7 @@ type Fixture struct {
 	Clients     *aws.Clients
 	Provider    *aws.Provider
 	Clock       *clocktesting.FakeClock
-	Unavailable *cloudprovider.UnavailableOfferings
+	Unavailable *unavailable.Offerings
 	Kube        client.Client
 	// KubeVersion is the cluster's Kubernetes version the provider resolves aliases for
 	// (default 1.37; read at each resolution).
@@ -59,7 +59,7 @@ func New(t testing.TB, kube client.Client) *Fixture {
 	t.Cleanup(func() { _ = srv.Close() })
 	f := &Fixture{AWS: srv, Clock: clk, Kube: kube, KubeVersion: "1.37"}
 	f.Clients = f.NewClients(t, aws.ClientOptions{})
-	f.Unavailable = cloudprovider.NewUnavailableOfferings(clk, cloudprovider.DefaultUnavailableTTL)
+	f.Unavailable = unavailable.New(clk, unavailable.DefaultTTL)
 	f.Provider = f.NewProvider(t, f.Clients)
 	return f
 }

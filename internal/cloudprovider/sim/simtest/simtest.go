@@ -13,8 +13,8 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
-	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 )
 
 // Cloud is a simulated cloud for a test.
@@ -34,7 +34,7 @@ func New(t testing.TB, c client.Client) *Cloud {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := sim.NewProvider(c, cloud, clk, cloudprovider.NewUnavailableOfferings(clk, time.Minute))
+	p, err := sim.NewProvider(c, cloud, clk, unavailable.New(clk, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
