@@ -64,7 +64,7 @@ fi
 # another package, may import client-go or controller-runtime. Reading and writing objects is
 # for the controllers and the *store packages.
 deciding=(./internal/solver/... ./internal/disruptionplan ./internal/requirements ./internal/lp ./internal/nodeclaims
-  ./internal/nodepools ./internal/capacitybuffer ./internal/pods ./internal/volumetopology ./internal/replay)
+  ./internal/nodepools ./internal/capacitybuffer ./internal/provreq ./internal/pods ./internal/volumetopology ./internal/replay)
 for pkg in "${deciding[@]}"; do
   [ -e "${pkg%/...}" ] || continue
   for p in $(go list "$pkg"); do

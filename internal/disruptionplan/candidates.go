@@ -16,6 +16,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/provreq"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -182,6 +183,7 @@ const (
 	KindSaving              = "Saving"
 	KindScheduling          = "Scheduling"
 	KindCapacityBuffer      = "CapacityBuffer"
+	KindProvisioningRequest = "ProvisioningRequest"
 )
 
 // Event reasons of explanations.
@@ -282,7 +284,11 @@ func (d *decider) block(c *Candidate) {
 		return
 	}
 	np := c.Pool.NodePool
+	req, booked := provreq.Booked(c.NodeClaim, now)
 	switch {
+	case booked:
+		c.noConsolidation = Blocker{KindProvisioningRequest, fmt.Sprintf("bought for ProvisioningRequest %s, kept for its pods until %s",
+			req, c.NodeClaim.Annotations[provreq.BookedUntilAnnotationKey])}
 	case np.Spec.Disruption.ConsolidateAfter.Duration == nil:
 		c.noConsolidation = Blocker{KindConsolidateAfter, fmt.Sprintf("NodePool %s has consolidateAfter: Never", np.Name)}
 	case !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable):

@@ -18,6 +18,7 @@ import (
 	"capstan.dev/capstan/internal/capacitybuffer"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruptionplan"
+	"capstan.dev/capstan/internal/provreq"
 )
 
 func TestEmptyNodesGoInOneCommand(t *testing.T) {
@@ -673,6 +674,27 @@ func TestEmptyNodeKeptAsCapacityBufferRoom(t *testing.T) {
 	c.snap.Buffer = nil
 	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"spare"}) {
 		t.Fatalf("without the buffer: %v, want spare removed", names(d.Command))
+	}
+}
+
+// An empty machine bought for a ProvisioningRequest is kept for its pods until its booking ends,
+// and consolidation says why; then it is removed as any empty node.
+func TestEmptyNodeKeptForAProvisioningRequest(t *testing.T) {
+	c := newCluster(t)
+	c.pool("default", nil)
+	n := c.node("default", "booked", "m", karpv1.CapacityTypeOnDemand)
+	n.NodeClaim.Annotations = map[string]string{provreq.RequestAnnotationKey: "batch/gang",
+		provreq.BookedUntilAnnotationKey: c.snap.Now.Add(time.Minute).UTC().Format(time.RFC3339)}
+	d := c.decide(disruptionplan.Options{})
+	if d.Command != nil {
+		t.Fatalf("command %v, want none: booked is kept for the request's pods", names(d.Command))
+	}
+	if ev, msg := explanation(d, "booked"); ev != disruptionplan.EventUnconsolidatable || !strings.Contains(msg, "ProvisioningRequest batch/gang") {
+		t.Errorf("explanation %q %q", ev, msg)
+	}
+	c.snap.Now = c.snap.Now.Add(time.Minute)
+	if d := c.decide(disruptionplan.Options{}); !slices.Equal(names(d.Command), []string{"booked"}) {
+		t.Fatalf("once the booking ended: %v, want booked removed", names(d.Command))
 	}
 }
 

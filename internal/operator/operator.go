@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	autoscalingv1 "capstan.dev/capstan/api/autoscaling/v1"
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
@@ -49,6 +50,7 @@ import (
 	"capstan.dev/capstan/internal/controllers/pod/deletioncost"
 	"capstan.dev/capstan/internal/controllers/pod/startup"
 	"capstan.dev/capstan/internal/controllers/provisioning"
+	"capstan.dev/capstan/internal/controllers/provisioningrequest"
 	"capstan.dev/capstan/internal/controllers/simnodeclass"
 	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/disruptionplan"
@@ -350,6 +352,18 @@ func (b *builder) provisioning() error {
 	}
 	if err := mgr.Add(b.op.Provisioner); err != nil {
 		return err
+	}
+	// ProvisioningRequests are answered when their CRD is installed (the capstan-crd chart has it).
+	if _, err := mgr.GetRESTMapper().RESTMapping(autoscalingv1.SchemeGroupVersion.WithKind("ProvisioningRequest").GroupKind(), autoscalingv1.SchemeGroupVersion.Version); err != nil {
+		b.log.Info("ProvisioningRequests not watched: the provisioningrequests.autoscaling.x-k8s.io CRD is not installed (upgrade the capstan-crd chart)")
+	} else {
+		if err := (&provisioningrequest.Controller{Client: c, APIReader: mgr.GetAPIReader(), Clock: b.clk, Planner: b.op.Provisioner,
+			WellKnownLabels: b.op.Cloud.WellKnownLabels(), SolverOptions: o.solverOptions()}).Register(mgr); err != nil {
+			return err
+		}
+		if err := metrics.Registry().Register(&metrics.ProvisioningRequests{Reader: c}); err != nil {
+			return err
+		}
 	}
 	return (&provisioning.PodTrigger{Provisioner: b.op.Provisioner}).Register(mgr)
 }

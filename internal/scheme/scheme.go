@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	autoscalingv1 "capstan.dev/capstan/api/autoscaling/v1"
 	autoscalingv1beta1 "capstan.dev/capstan/api/autoscaling/v1beta1"
 	awsv1 "capstan.dev/capstan/api/aws/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
@@ -25,6 +26,7 @@ func New() (*runtime.Scheme, error) {
 		karpv1.AddToScheme,
 		karpv1alpha1.AddToScheme,
 		autoscalingv1beta1.AddToScheme,
+		autoscalingv1.AddToScheme,
 		awsv1.AddToScheme,
 		simv1alpha1.AddToScheme,
 	} {

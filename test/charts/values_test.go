@@ -408,9 +408,10 @@ func TestCRDChartValues(t *testing.T) {
 			t.Errorf("%s: annotations %v", crd.Metadata.Name, crd.Metadata.Annotations)
 		}
 	}
-	// NodePool, NodeClaim, NodeOverlay, EC2NodeClass, CapacityBuffer and SimNodeClass.
-	if crds != 6 {
-		t.Errorf("%d CRDs rendered, want 6", crds)
+	// NodePool, NodeClaim, NodeOverlay, EC2NodeClass, CapacityBuffer, ProvisioningRequest and
+	// SimNodeClass.
+	if crds != 7 {
+		t.Errorf("%d CRDs rendered, want 7", crds)
 	}
 	// One values file may serve both charts, as with Karpenter's: the controller chart's keys are
 	// accepted and unused; a wrong type for the CRD chart's own key is refused.

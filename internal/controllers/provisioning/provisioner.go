@@ -35,6 +35,7 @@ import (
 	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/planning"
 	podutil "capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/provreq"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -92,6 +93,8 @@ type Provisioner struct {
 	gone      map[string]time.Time
 	// lagging counts the claims the last pass's state added to what the client listed.
 	lagging int
+	// passMu makes passes and Exclusive's callers plan one at a time.
+	passMu sync.Mutex
 	// nominated remembers the in-flight claim each pending pod was planned onto; nominatedMu
 	// guards it against PodsNominatedTo's readers.
 	nominatedMu sync.Mutex
@@ -375,6 +378,8 @@ type Result struct {
 
 // Provision runs one pass over the pending pods.
 func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
+	p.passMu.Lock()
+	defer p.passMu.Unlock()
 	logger := log.FromContext(ctx)
 	in, said, err := p.pendingPods(ctx)
 	if said != nil {
@@ -386,10 +391,11 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if len(in.pending) == 0 {
 		return &Result{Buffered: len(in.virtual)}, nil
 	}
-	st, err := planning.ReadState(ctx, p.Client, p.Cloud, planning.Settings{NodeCost: p.NodeCost, SpendingLimit: p.SpendingLimit}, in.bound, p.withCreated)
+	st, booked, err := p.readState(ctx, in.bound)
 	if err != nil {
 		return nil, err
 	}
+	in.pending = withoutConsumers(in.pending, booked)
 	p.createdMu.Lock()
 	lagging := p.lagging
 	p.createdMu.Unlock()
@@ -454,6 +460,72 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	// is retried, their answer does not depend on it.
 	p.tellUnschedulable(ctx, plan.Unschedulable, said)
 	return res, errors.Join(errs...)
+}
+
+// readState reads the state a pass plans on (the claims created here and not listed yet
+// included), the claims booked for ProvisioningRequests taking no pod of the pass: their room is
+// kept for the requests' pods. It returns the requests booked.
+func (p *Provisioner) readState(ctx context.Context, bound map[string][]*corev1.Pod) (*planning.State, map[types.NamespacedName]bool, error) {
+	var claims []karpv1.NodeClaim
+	st, err := planning.ReadState(ctx, p.Client, p.Cloud, planning.Settings{NodeCost: p.NodeCost, SpendingLimit: p.SpendingLimit}, bound,
+		func(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
+			claims = p.withCreated(listed)
+			return claims
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	booked := map[types.NamespacedName]bool{}
+	now := p.Clock.Now()
+	for i := range claims {
+		req, ok := provreq.Booked(&claims[i], now)
+		if !ok {
+			continue
+		}
+		booked[req] = true
+		if idx, ok := st.InFlight[claims[i].Name]; ok {
+			st.Nodes[idx].Unschedulable = true
+		}
+		if idx, ok := st.ClaimNode[claims[i].Name]; ok {
+			st.Nodes[idx].Unschedulable = true
+		}
+	}
+	return st, booked, nil
+}
+
+// withoutConsumers leaves out the pods that consume a booked ProvisioningRequest: they wait for
+// its machines, which the kube-scheduler binds them to.
+func withoutConsumers(pending []*corev1.Pod, booked map[types.NamespacedName]bool) []*corev1.Pod {
+	if len(booked) == 0 {
+		return pending
+	}
+	out := pending[:0:0]
+	for _, pod := range pending {
+		if req, ok := provreq.Consumes(pod); ok && booked[req] {
+			continue
+		}
+		out = append(out, pod)
+	}
+	return out
+}
+
+// Exclusive runs fn while no pass runs, with the state a pass would read now; the claims fn
+// creates must be given to remember, so that the next pass counts them even before its cache
+// lists them. The ProvisioningRequests' controller buys through it: two planners reading the
+// same limits at once could together exceed them.
+func (p *Provisioner) Exclusive(ctx context.Context, fn func(st *planning.State, remember func(*karpv1.NodeClaim)) error) error {
+	p.passMu.Lock()
+	defer p.passMu.Unlock()
+	pods := &corev1.PodList{}
+	if err := p.Client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	_, bound := planning.SplitPods(pods.Items)
+	st, _, err := p.readState(ctx, bound)
+	if err != nil {
+		return err
+	}
+	return fn(st, p.remember)
 }
 
 // passInput is what a pass plans for: the pods waiting for a machine (the CapacityBuffers'

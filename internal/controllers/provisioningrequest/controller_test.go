@@ -1,0 +1,253 @@
+package provisioningrequest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	autoscalingv1 "capstan.dev/capstan/api/autoscaling/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
+	"capstan.dev/capstan/internal/controllers/provisioning"
+	"capstan.dev/capstan/internal/provreq"
+	"capstan.dev/capstan/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// fixture is a pool of m5.xlarge machines, a namespace with a PodTemplate of 900m pods (four to a
+// machine), and the controller planning through a provisioner on the simulated cloud.
+type fixture struct {
+	ns    string
+	c     *Controller
+	cloud *simtest.Cloud
+}
+
+func newFixture(t *testing.T, name string, cl client.Client) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.xlarge"}}}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: name}
+	np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "provreq-"}}
+	for _, o := range []client.Object{snc, np, ns} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		ncs := &karpv1.NodeClaimList{}
+		_ = env.Client.List(ctx, ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: name})
+		for i := range ncs.Items {
+			nc := &ncs.Items[i]
+			nc.Finalizers = nil
+			_ = env.Client.Update(ctx, nc)
+			_ = env.Client.Delete(ctx, nc)
+		}
+		for _, o := range []client.Object{np, snc, ns} {
+			_ = env.Client.Delete(ctx, o)
+		}
+	})
+	tmpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns.Name}, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("900m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}}}
+	if err := env.Client.Create(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	cloud := simtest.New(t, env.Client)
+	p := &provisioning.Provisioner{Client: cl, Cloud: cloud.Provider, Clock: cloud.Clock, Recorder: events.NewFakeRecorder(100)}
+	return &fixture{ns: ns.Name, cloud: cloud, c: &Controller{Client: cl, APIReader: env.Client, Clock: cloud.Clock, Planner: p,
+		WellKnownLabels: cloud.Provider.WellKnownLabels()}}
+}
+
+// request creates a best-effort atomic request for count workers.
+func (f *fixture) request(t *testing.T, count int32, params map[string]autoscalingv1.Parameter) *autoscalingv1.ProvisioningRequest {
+	t.Helper()
+	pr := &autoscalingv1.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: f.ns}, Spec: autoscalingv1.ProvisioningRequestSpec{
+		ProvisioningClassName: autoscalingv1.ClassBestEffortAtomicScaleUp, Parameters: params,
+		PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: "workers"}, Count: count}}}}
+	if err := env.Client.Create(t.Context(), pr); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
+func (f *fixture) reconcile(t *testing.T, pr *autoscalingv1.ProvisioningRequest) (reconcile.Result, *autoscalingv1.ProvisioningRequest, error) {
+	t.Helper()
+	res, err := f.c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pr)})
+	cur := &autoscalingv1.ProvisioningRequest{}
+	if gerr := env.Client.Get(t.Context(), client.ObjectKeyFromObject(pr), cur); gerr != nil {
+		t.Fatal(gerr)
+	}
+	return res, cur, err
+}
+
+// live are the request's claims not being deleted.
+func live(t *testing.T, pr *autoscalingv1.ProvisioningRequest) []karpv1.NodeClaim {
+	t.Helper()
+	ncs := &karpv1.NodeClaimList{}
+	if err := env.Client.List(t.Context(), ncs, client.MatchingLabels{provreq.RequestLabelKey: string(pr.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	var out []karpv1.NodeClaim
+	for _, nc := range ncs.Items {
+		if nc.DeletionTimestamp.IsZero() {
+			out = append(out, nc)
+		}
+	}
+	return out
+}
+
+// terminate finishes the deletion of the request's claims being deleted, as the termination
+// controller would.
+func terminate(t *testing.T, pr *autoscalingv1.ProvisioningRequest) {
+	t.Helper()
+	ncs := &karpv1.NodeClaimList{}
+	if err := env.Client.List(t.Context(), ncs, client.MatchingLabels{provreq.RequestLabelKey: string(pr.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ncs.Items {
+		if nc := &ncs.Items[i]; !nc.DeletionTimestamp.IsZero() {
+			nc.Finalizers = nil
+			if err := env.Client.Update(t.Context(), nc); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// failingCreates fails the NodeClaim creates after the first n.
+type failingCreates struct {
+	client.Client
+	n, made atomic.Int32
+}
+
+func (f *failingCreates) Create(ctx context.Context, o client.Object, opts ...client.CreateOption) error {
+	if _, ok := o.(*karpv1.NodeClaim); ok && f.made.Add(1) > f.n.Load() {
+		return errors.New("injected: the API server refused the create")
+	}
+	return f.Client.Create(ctx, o, opts...)
+}
+
+// An attempt whose creates fail part way gives back the claims it made: none is left to stand for
+// a part of the gang, and the request is not Provisioned.
+func TestAnAttemptThatCannotCreateEveryClaimKeepsNone(t *testing.T) {
+	cl := &failingCreates{Client: env.Client}
+	cl.n.Store(3)
+	f := newFixture(t, "provreq-create", cl)
+	pr := f.request(t, 32, nil)
+	_, cur, err := f.reconcile(t, pr)
+	if err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("err = %v, want the failed create", err)
+	}
+	if n := len(live(t, cur)); n != 0 {
+		t.Fatalf("%d claims of a failed attempt left", n)
+	}
+	if c := meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionProvisioned); c != nil && c.Status == metav1.ConditionTrue {
+		t.Fatalf("Provisioned %v", c)
+	}
+	if c := meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionProvisioned); c == nil || c.Reason != provreq.ReasonLaunchFailed {
+		t.Fatalf("Provisioned %v, want why", c)
+	}
+	// The API server answers again: the next attempt, after RetryScaleUp, buys the 8.
+	terminate(t, pr)
+	cl.n.Store(1000)
+	f.cloud.Clock.Step(RetryScaleUp)
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(live(t, cur)); n != 8 {
+		t.Fatalf("%d claims, want 8", n)
+	}
+}
+
+// A claim of the attempt that goes away before every one launched (deleted for insufficient
+// capacity, or by anyone) undoes the attempt: the others are given back, Provisioned says why,
+// and the next attempt waits for RetryScaleUp.
+func TestAClaimGoneUndoesTheAttempt(t *testing.T) {
+	f := newFixture(t, "provreq-gone", env.Client)
+	pr := f.request(t, 8, nil)
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	ncs := live(t, pr)
+	if len(ncs) != 2 {
+		t.Fatalf("%d claims, want 2", len(ncs))
+	}
+	gone := ncs[0]
+	gone.Finalizers = nil
+	if err := env.Client.Update(t.Context(), &gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(t.Context(), &gone); err != nil {
+		t.Fatal(err)
+	}
+	res, cur, err := f.reconcile(t, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionProvisioned); c == nil || c.Reason != provreq.ReasonLaunchFailed ||
+		!strings.Contains(c.Message, "1 of 2 machines could not be launched") {
+		t.Fatalf("Provisioned %v", c)
+	}
+	if n := len(live(t, pr)); n != 0 {
+		t.Fatalf("%d claims left of an undone attempt", n)
+	}
+	if res.RequeueAfter != RetryScaleUp {
+		t.Fatalf("retry after %s, want %s", res.RequeueAfter, RetryScaleUp)
+	}
+	// Before RetryScaleUp no new attempt; after it, one.
+	if _, _, err := f.reconcile(t, pr); err != nil || len(live(t, pr)) != 0 {
+		t.Fatalf("an attempt before RetryScaleUp (err %v)", err)
+	}
+	terminate(t, pr)
+	f.cloud.Clock.Step(RetryScaleUp)
+	if _, _, err := f.reconcile(t, pr); err != nil || len(live(t, pr)) != 2 {
+		t.Fatalf("no new attempt after RetryScaleUp (err %v)", err)
+	}
+}
+
+// ValidUntilSeconds passed, the request fails and its claims are given back; a parameter that is
+// no number of seconds fails it at once, naming the parameter.
+func TestValidUntilSecondsEndsTheRequest(t *testing.T) {
+	f := newFixture(t, "provreq-valid", env.Client)
+	pr := f.request(t, 8, map[string]autoscalingv1.Parameter{autoscalingv1.ParameterValidUntilSeconds: "60"})
+	if _, _, err := f.reconcile(t, pr); err != nil || len(live(t, pr)) != 2 {
+		t.Fatalf("first attempt: err %v", err)
+	}
+	f.cloud.Clock.SetTime(pr.CreationTimestamp.Add(61 * time.Second))
+	_, cur, err := f.reconcile(t, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != provreq.ReasonValidUntilExpired {
+		t.Fatalf("Failed %v", c)
+	}
+	if n := len(live(t, pr)); n != 0 {
+		t.Fatalf("%d claims left of a request that failed", n)
+	}
+	if err := env.Client.Delete(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	bad := f.request(t, 8, map[string]autoscalingv1.Parameter{autoscalingv1.ParameterValidUntilSeconds: "1h"})
+	if _, cur, err := f.reconcile(t, bad); err != nil || !meta.IsStatusConditionTrue(cur.Status.Conditions, autoscalingv1.ConditionFailed) ||
+		!strings.Contains(meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionFailed).Message, "ValidUntilSeconds") {
+		t.Fatalf("err %v, conditions %v", err, cur.Status.Conditions)
+	}
+}
