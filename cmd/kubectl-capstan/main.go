@@ -338,7 +338,7 @@ func (o *options) explainPod(ctx context.Context, name string, w io.Writer) erro
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
 	}
-	a, err := explain.Pod(ctx, c, cloud, o.settings(), pod)
+	a, err := explain.Pod(ctx, c, cloud, o.settings(), pod, time.Now())
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +18,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
+	"capstan.dev/capstan/internal/provreq"
 	"capstan.dev/capstan/internal/solver"
 )
 
@@ -63,7 +65,7 @@ type Launch struct {
 // provisioning would launch for it, or per NodePool why nothing can. The solve is provisioning's
 // own (planning.ReadState, the solver with default options) for this pod alone, so pods pending
 // with it are not counted, and a volume's zone is not applied.
-func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, pod *corev1.Pod) (*PodAnswer, error) {
+func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, pod *corev1.Pod, now time.Time) (*PodAnswer, error) {
 	a := &PodAnswer{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName}
 	if pod.Spec.NodeName != "" {
 		return a, a.claimOf(ctx, c, pod.Spec.NodeName)
@@ -85,9 +87,18 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	_, bound := planning.SplitPods(list.Items)
-	st, err := planning.ReadState(ctx, c, cloud, set, bound, nil)
+	var claims []karpv1.NodeClaim
+	st, err := planning.ReadState(ctx, c, cloud, set, bound, func(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
+		claims = listed
+		return listed
+	})
 	if err != nil {
 		return nil, err
+	}
+	booked := planning.Booked(st, claims, now)
+	if req, ok := provreq.Consumes(pod); ok && len(booked[req]) > 0 {
+		a.Waiting = fmt.Sprintf("the pod consumes ProvisioningRequest %s, whose %d machine(s) are kept for its pods: provisioning buys it no other, the kube-scheduler binds it there once they register", req, len(booked[req]))
+		return a, nil
 	}
 	if missed := planning.Missed(pod, st.Inputs); len(missed) >= planning.MaxMissedMachines {
 		a.Held, a.HeldReason = missed, planning.HeldMessage(missed)

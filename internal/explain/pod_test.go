@@ -14,11 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autoscalingv1 "capstan.dev/capstan/api/autoscaling/v1"
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/planning"
+	"capstan.dev/capstan/internal/provreq"
 	"capstan.dev/capstan/internal/testenv"
 )
 
@@ -89,10 +91,22 @@ func TestExplainPendingPods(t *testing.T) {
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
 		return p
 	}
+	// consumer consumes a ProvisioningRequest whose machine is booked for its pods.
+	consumer := func(p *corev1.Pod) *corev1.Pod {
+		nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "explain-booked", Labels: map[string]string{karpv1.NodePoolLabelKey: "explain-open"},
+			Annotations: map[string]string{provreq.RequestAnnotationKey: "default/gang", provreq.BookedUntilAnnotationKey: sim.Clock.Now().Add(time.Minute).UTC().Format(time.RFC3339)}},
+			Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "explain-large"},
+				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.2xlarge"}},
+					{Key: "team", Operator: karpv1.NodeSelectorOpIn, Values: []string{"search"}}}}}
+		create(t, nc)
+		p.Annotations = map[string]string{autoscalingv1.ConsumeAnnotationKey: "gang"}
+		return p
+	}
 	for _, tc := range []struct {
 		pod  *corev1.Pod
 		want string
 	}{
+		{consumer(pod("worker", "search", "1")), `Pod default/worker is pending: the pod consumes ProvisioningRequest default/gang, whose 1 machine(s) are kept for its pods`},
 		{pod("trainer", "ml", "1"), `Pod default/trainer is pending: no NodePool can launch a machine for it.
 Closest: NodePool explain-gpu (taint): taint nvidia.com/gpu:NoSchedule not tolerated.
 To fit there: add a toleration for the taint to the pod, or use a NodePool without it.
@@ -109,7 +123,7 @@ To fit there: request less, or let the NodePool use larger instance types.
 		{held(pod("retried", "search", "1")), `Pod default/retried is pending and held: it did not schedule on the 2 machines bought for it (nodeclaim/search-a, nodeclaim/search-b)`},
 		{dra(pod("gpu-claim", "search", "1")), `Pod default/gpu-claim is pending: the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it`},
 	} {
-		a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, tc.pod)
+		a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, tc.pod, sim.Clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

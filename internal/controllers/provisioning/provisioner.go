@@ -465,7 +465,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 // readState reads the state a pass plans on (the claims created here and not listed yet
 // included), the claims booked for ProvisioningRequests taking no pod of the pass: their room is
 // kept for the requests' pods. It returns the requests booked.
-func (p *Provisioner) readState(ctx context.Context, bound map[string][]*corev1.Pod) (*planning.State, map[types.NamespacedName]bool, error) {
+func (p *Provisioner) readState(ctx context.Context, bound map[string][]*corev1.Pod) (*planning.State, map[types.NamespacedName][]string, error) {
 	var claims []karpv1.NodeClaim
 	st, err := planning.ReadState(ctx, p.Client, p.Cloud, planning.Settings{NodeCost: p.NodeCost, SpendingLimit: p.SpendingLimit}, bound,
 		func(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
@@ -475,33 +475,18 @@ func (p *Provisioner) readState(ctx context.Context, bound map[string][]*corev1.
 	if err != nil {
 		return nil, nil, err
 	}
-	booked := map[types.NamespacedName]bool{}
-	now := p.Clock.Now()
-	for i := range claims {
-		req, ok := provreq.Booked(&claims[i], now)
-		if !ok {
-			continue
-		}
-		booked[req] = true
-		if idx, ok := st.InFlight[claims[i].Name]; ok {
-			st.Nodes[idx].Unschedulable = true
-		}
-		if idx, ok := st.ClaimNode[claims[i].Name]; ok {
-			st.Nodes[idx].Unschedulable = true
-		}
-	}
-	return st, booked, nil
+	return st, planning.Booked(st, claims, p.Clock.Now()), nil
 }
 
 // withoutConsumers leaves out the pods that consume a booked ProvisioningRequest: they wait for
 // its machines, which the kube-scheduler binds them to.
-func withoutConsumers(pending []*corev1.Pod, booked map[types.NamespacedName]bool) []*corev1.Pod {
+func withoutConsumers(pending []*corev1.Pod, booked map[types.NamespacedName][]string) []*corev1.Pod {
 	if len(booked) == 0 {
 		return pending
 	}
 	out := pending[:0:0]
 	for _, pod := range pending {
-		if req, ok := provreq.Consumes(pod); ok && booked[req] {
+		if req, ok := provreq.Consumes(pod); ok && len(booked[req]) > 0 {
 			continue
 		}
 		out = append(out, pod)
