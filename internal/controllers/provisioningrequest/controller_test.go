@@ -39,11 +39,20 @@ type fixture struct {
 
 func newFixture(t *testing.T, name string, cl client.Client) *fixture {
 	t.Helper()
+	return newFixtureWith(t, name, cl, cl, nil)
+}
+
+// newFixtureWith is newFixture with the provisioner reading through pcl, and the pool mutated.
+func newFixtureWith(t *testing.T, name string, cl, pcl client.Client, mutate func(*karpv1.NodePool)) *fixture {
+	t.Helper()
 	ctx := t.Context()
 	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.xlarge"}}}
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: name}
 	np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+	if mutate != nil {
+		mutate(np)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "provreq-"}}
 	for _, o := range []client.Object{snc, np, ns} {
 		if err := env.Client.Create(ctx, o); err != nil {
@@ -71,7 +80,7 @@ func newFixture(t *testing.T, name string, cl client.Client) *fixture {
 		t.Fatal(err)
 	}
 	cloud := simtest.New(t, env.Client)
-	p := &provisioning.Provisioner{Client: cl, Cloud: cloud.Provider, Clock: cloud.Clock, Recorder: events.NewFakeRecorder(100)}
+	p := &provisioning.Provisioner{Client: pcl, Cloud: cloud.Provider, Clock: cloud.Clock, Recorder: events.NewFakeRecorder(100)}
 	return &fixture{ns: ns.Name, cloud: cloud, c: &Controller{Client: cl, APIReader: env.Client, Clock: cloud.Clock, Planner: p,
 		WellKnownLabels: cloud.Provider.WellKnownLabels()}}
 }
@@ -249,5 +258,46 @@ func TestValidUntilSecondsEndsTheRequest(t *testing.T) {
 	if _, cur, err := f.reconcile(t, bad); err != nil || !meta.IsStatusConditionTrue(cur.Status.Conditions, autoscalingv1.ConditionFailed) ||
 		!strings.Contains(meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionFailed).Message, "ValidUntilSeconds") {
 		t.Fatalf("err %v, conditions %v", err, cur.Status.Conditions)
+	}
+}
+
+// unlisted lists no NodeClaims, as a cache that has not seen the ones just created.
+type unlisted struct{ client.Client }
+
+func (c unlisted) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*karpv1.NodeClaimList); ok {
+		return nil
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// A request's claims count against the pool's limit for the provisioning pass that follows, even
+// before its cache lists them: a pending pod the limit has no room left for gets no machine.
+func TestARequestsClaimsCountAgainstTheLimit(t *testing.T) {
+	f := newFixtureWith(t, "provreq-limit", env.Client, unlisted{env.Client}, func(np *karpv1.NodePool) {
+		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
+	})
+	pr := f.request(t, 8, nil)
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(live(t, pr)); n != 2 {
+		t.Fatalf("%d claims, want 2 (8 CPU)", n)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: f.ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}}}}
+	if err := env.Client.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	if err := env.Client.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.c.Planner.(*provisioning.Provisioner).Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Created) != 0 || len(res.Plan.Unschedulable) != 1 || !strings.Contains(res.Plan.Unschedulable[0].Reason, "limits") {
+		t.Fatalf("created %d claims, unschedulable %v: the request's claims must count against the limit", len(res.Created), res.Plan.Unschedulable)
 	}
 }
