@@ -96,8 +96,8 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		return nil, err
 	}
 	booked := planning.Booked(st, claims, now)
-	if req, ok := provreq.Consumes(pod); ok && len(booked[req]) > 0 {
-		a.Waiting = fmt.Sprintf("the pod consumes ProvisioningRequest %s, whose %d machine(s) are kept for its pods: provisioning buys it no other, the kube-scheduler binds it there once they register", req, len(booked[req]))
+	if req, ok := provreq.Consumes(pod); ok && booked[req] > 0 {
+		a.Waiting = fmt.Sprintf("the pod consumes ProvisioningRequest %s, whose %d machine(s) are kept for its pods: provisioning buys it no other, the kube-scheduler binds it there once they register", req, booked[req])
 		return a, nil
 	}
 	if missed := planning.Missed(pod, st.Inputs); len(missed) >= planning.MaxMissedMachines {

@@ -64,10 +64,9 @@ func Supported(pr *autoscalingv1.ProvisioningRequest) bool {
 // Done reports whether the request needs nothing more: it failed, its booking expired, or its
 // capacity was revoked.
 func Done(pr *autoscalingv1.ProvisioningRequest) bool {
-	for _, t := range []string{autoscalingv1.ConditionFailed, autoscalingv1.ConditionBookingExpired, autoscalingv1.ConditionCapacityRevoked} {
-		if meta.IsStatusConditionTrue(pr.Status.Conditions, t) {
-			return true
-		}
+	switch State(pr) {
+	case StateFailed, StateBookingExpired, StateCapacityRevoked:
+		return true
 	}
 	return false
 }

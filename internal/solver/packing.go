@@ -53,10 +53,7 @@ func (s *solver) run() {
 	}
 	if s.oldestFirst {
 		// One queue, in the input's order.
-		index := make(map[*corev1.Pod]int, len(s.in.Pods))
-		for i, p := range s.in.Pods {
-			index[p] = i
-		}
+		index := inputOrder(s.in.Pods)
 		queue := append(cpuHeavy, memHeavy...)
 		slices.SortStableFunc(queue, func(a, b podItem) int { return index[a.pod] - index[b.pod] })
 		cpuHeavy, memHeavy = queue, nil

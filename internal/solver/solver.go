@@ -125,15 +125,15 @@ func solveOnce(in Input, opts Options) *Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			second = base.pack(balanceOpen)
+			second = base.pack(balanceOpen, false)
 		}()
 	}
-	best := base.pack(balanceLast)
+	best := base.pack(balanceLast, false)
 	wg.Wait()
 	// With one class of pods there is one queue, and both ways pack alike.
 	if best.claims() <= secondPackingClaims && len(best.classes) > 1 {
 		if second == nil {
-			second = base.pack(balanceOpen)
+			second = base.pack(balanceOpen, false)
 		}
 		if better(second, best) {
 			best = second
@@ -141,21 +141,18 @@ func solveOnce(in Input, opts Options) *Result {
 	}
 	// Limits that cannot hold every pod take the pods that waited longest first.
 	if best.limitsTight && best.limitsPassedOver() {
-		fair := base.fork(balanceLast)
-		fair.oldestFirst = true
-		fair.packForked()
 		best.release()
-		if second != nil && second != best {
+		if second != nil {
 			second.release()
 		}
-		best, second = fair, nil
+		best, second = base.pack(balanceLast, true), nil
 	}
 	// Only the winner's claims are priced, sorted and bounded.
 	best.finish()
 	res := &best.result
 	res.slotsLeft = best.slots
 	best.release()
-	if second != nil && second != best {
+	if second != nil {
 		second.release()
 	}
 	return res
@@ -164,10 +161,7 @@ func solveOnce(in Input, opts Options) *Result {
 // limitsPassedOver reports whether a pod refused for a pool's limits came before a pod placed on
 // a new claim of that pool in Input.Pods (the provisioner gives them oldest first).
 func (s *solver) limitsPassedOver() bool {
-	index := make(map[*corev1.Pod]int, len(s.in.Pods))
-	for i, p := range s.in.Pods {
-		index[p] = i
-	}
+	index := inputOrder(s.in.Pods)
 	// last is, per pool, the latest pod placed on one of its new claims.
 	last := map[string]int{}
 	for _, t := range s.targets {
@@ -336,19 +330,24 @@ func prepareShared(in Input, opts Options, wellKnown map[string]bool, facts *pod
 
 // pack forks a packing from the shared preparation, packs once and returns it; finish turns
 // the plan into a Result.
-func (base *solver) pack(b balancing) *solver {
+func (base *solver) pack(b balancing, oldestFirst bool) *solver {
 	s := base.fork(b)
-	s.packForked()
-	return s
-}
-
-// packForked runs a forked packing.
-func (s *solver) packForked() {
+	s.oldestFirst = oldestFirst
 	s.prepare()
 	s.run()
 	s.dissolve()
 	s.repack()
 	s.coalesce()
+	return s
+}
+
+// inputOrder indexes pods by their place in the input.
+func inputOrder(pods []*corev1.Pod) map[*corev1.Pod]int {
+	index := make(map[*corev1.Pod]int, len(pods))
+	for i, p := range pods {
+		index[p] = i
+	}
+	return index
 }
 
 // nodePrep is what both packings of a Solve start from for an existing node: its room (with its

@@ -5,10 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,8 +18,6 @@ import (
 
 	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -248,10 +244,10 @@ func run(b *testing.B, w *watcher, total int) {
 	b.ReportMetric(float64(mismatched), "nodes-not-their-machine")
 	b.ReportMetric((cpu1 - cpu0).Seconds(), "capstan-cpu-s-burst")
 	b.ReportMetric(float64(capstanPeakRSS(b))/(1<<20), "capstan-peak-rss-MiB")
-	b.ReportMetric((sum(req1, "rest_client_requests_total", nil)-sum(req0, "rest_client_requests_total", nil))/running.Seconds(), "capstan-api-req/s-burst")
+	b.ReportMetric((e2e.SumMetric(req1, "rest_client_requests_total", nil)-e2e.SumMetric(req0, "rest_client_requests_total", nil))/running.Seconds(), "capstan-api-req/s-burst")
 	b.ReportMetric(depth.workqueue, "max-workqueue-depth")
 	b.ReportMetric(depth.pending, "max-pods-pending-in-solver")
-	gets := sum(req1, "rest_client_requests_total", map[string]string{"method": "GET"}) - sum(req0, "rest_client_requests_total", map[string]string{"method": "GET"})
+	gets := e2e.SumMetric(req1, "rest_client_requests_total", map[string]string{"method": "GET"}) - e2e.SumMetric(req0, "rest_client_requests_total", map[string]string{"method": "GET"})
 	b.ReportMetric(gets, "capstan-get-requests-burst")
 	b.ReportMetric(lists, "pod-lists-burst-all-clients")
 	if passes := histCount(req1, "karpenter_scheduler_scheduling_duration_seconds") - histCount(req0, "karpenter_scheduler_scheduling_duration_seconds"); passes > 0 {
@@ -283,7 +279,7 @@ func run(b *testing.B, w *watcher, total int) {
 	}
 
 	// The scale-down: every Deployment to 70% of the total, then consolidation settles.
-	cost0, disrupted0 := sum(req1, "capstan_nodepool_cost_dollars_per_hour", nil), sum(req1, "karpenter_pods_disrupted_total", nil)
+	cost0, disrupted0 := e2e.SumMetric(req1, "capstan_nodepool_cost_dollars_per_hour", nil), e2e.SumMetric(req1, "karpenter_pods_disrupted_total", nil)
 	cpu2 := capstanCPU(b)
 	down := time.Now()
 	for _, wl := range workloads {
@@ -295,9 +291,9 @@ func run(b *testing.B, w *watcher, total int) {
 	settled := w.waitSettled(b, down.Add(11*time.Minute), 2*time.Minute, 60*time.Minute)
 	end := scrape(b)
 	b.ReportMetric(settled.Sub(down).Seconds(), "s-to-consolidated")
-	b.ReportMetric(sum(end, "karpenter_pods_disrupted_total", nil)-disrupted0, "evictions")
+	b.ReportMetric(e2e.SumMetric(end, "karpenter_pods_disrupted_total", nil)-disrupted0, "evictions")
 	b.ReportMetric(cost0, "$/h-before-scale-down")
-	b.ReportMetric(sum(end, "capstan_nodepool_cost_dollars_per_hour", nil), "$/h-consolidated")
+	b.ReportMetric(e2e.SumMetric(end, "capstan_nodepool_cost_dollars_per_hour", nil), "$/h-consolidated")
 	b.ReportMetric(float64(len(w.claims())), "nodeclaims-consolidated")
 	b.ReportMetric((capstanCPU(b) - cpu2).Seconds(), "capstan-cpu-s-scale-down")
 	w.waitRunning(b, "the pods after consolidation", want(0.7), 30*time.Minute)
@@ -469,45 +465,7 @@ func scrape(b *testing.B) map[string]*dto.MetricFamily {
 }
 
 // capstanMetrics reads and parses the running Capstan's /metrics.
-func capstanMetrics() (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics parses the Prometheus text format.
-func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(r)
-}
-
-// sum adds a family's samples (counters and gauges) whose labels include match.
-func sum(mf map[string]*dto.MetricFamily, name string, match map[string]string) float64 {
-	f := mf[name]
-	if f == nil {
-		return 0
-	}
-	total := 0.0
-next:
-	for _, m := range f.GetMetric() {
-		for k, v := range match {
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == k && l.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return total
-}
+func capstanMetrics() (map[string]*dto.MetricFamily, error) { return e2e.ScrapeMetrics(metricsAddr) }
 
 // histCount and histSum add a histogram family's observation counts and sums.
 func histCount(mf map[string]*dto.MetricFamily, name string) (n float64) {
@@ -535,11 +493,11 @@ func podLists(b *testing.B) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mf, err := parseMetrics(bytes.NewReader(raw))
+	mf, err := e2e.ParseMetrics(bytes.NewReader(raw))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return sum(mf, "apiserver_request_total", map[string]string{"verb": "LIST", "resource": "pods"})
+	return e2e.SumMetric(mf, "apiserver_request_total", map[string]string{"verb": "LIST", "resource": "pods"})
 }
 
 // depths are the deepest queues a sampler saw: controller-runtime's work queues (which one) and
@@ -583,7 +541,7 @@ func startSampler(b *testing.B) *sampler {
 					}
 				}
 			}
-			s.got.pending = max(s.got.pending, sum(mf, "karpenter_scheduler_queue_depth", nil))
+			s.got.pending = max(s.got.pending, e2e.SumMetric(mf, "karpenter_scheduler_queue_depth", nil))
 		}
 	}()
 	return s

@@ -430,10 +430,8 @@ func (p *Provider) launch(ctx context.Context, nc *awsv1.EC2NodeClass, claim *ka
 		return nil, fmt.Errorf("creating fleet for NodeClaim %s: %w", claim.Name, err)
 	}
 	launched, ice, other := fleetOutcome(out, capacityType, reservation)
-	if p.unavailable != nil {
-		for _, key := range ice {
-			p.unavailable.MarkUnavailable(key)
-		}
+	for _, key := range ice {
+		p.unavailable.MarkUnavailable(key)
 	}
 	if launched != nil {
 		p.unavailable.MarkLaunched(cloudprovider.OfferingKey{InstanceType: launched.instanceType, Zone: launched.zone, CapacityType: capacityType, ReservationID: reservation})

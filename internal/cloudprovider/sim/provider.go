@@ -459,9 +459,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		key := cloudprovider.OfferingKey{InstanceType: c.it.Name, Zone: c.o.Zone, CapacityType: c.o.CapacityType, ReservationID: c.o.ReservationID}
 		if anyMatch(snc.Spec.Failures.InsufficientCapacity, key.InstanceType, key.Zone, key.CapacityType) {
 			ice = append(ice, key)
-			if p.unavailable != nil {
-				p.unavailable.MarkUnavailable(key)
-			}
+			p.unavailable.MarkUnavailable(key)
 			continue
 		}
 		if anyMatch(snc.Spec.Failures.LaunchErrors, key.InstanceType, key.Zone, key.CapacityType) {
@@ -476,9 +474,7 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		})
 		if errors.Is(err, errFull) {
 			ice = append(ice, key)
-			if p.unavailable != nil {
-				p.unavailable.MarkUnavailable(key)
-			}
+			p.unavailable.MarkUnavailable(key)
 			continue
 		}
 		if err != nil {

@@ -34,7 +34,7 @@ const (
 	MaxTTL     = 15 * time.Minute
 )
 
-// NewOfferings returns an empty cache whose first failure of an offering keeps it out
+// New returns an empty cache whose first failure of an offering keeps it out
 // for ttl, and a failure once that is up for twice as long, up to MaxTTL (or ttl, when
 // longer).
 func New(c clock.Clock, ttl time.Duration) *Offerings {
@@ -44,8 +44,12 @@ func New(c clock.Clock, ttl time.Duration) *Offerings {
 }
 
 // MarkUnavailable records that the offering failed now. The launches a burst has in flight fail
-// together: a failure while the offering is out already does not lengthen its time.
+// together: a failure while the offering is out already does not lengthen its time. A nil cache
+// records nothing.
 func (u *Offerings) MarkUnavailable(k cloudprovider.OfferingKey) {
+	if u == nil {
+		return
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	now := u.clock.Now()
@@ -58,7 +62,7 @@ func (u *Offerings) MarkUnavailable(k cloudprovider.OfferingKey) {
 }
 
 // MarkLaunched records that the offering launched a machine: its next failure keeps it out for
-// the shortest time again.
+// the shortest time again. A nil cache records nothing.
 func (u *Offerings) MarkLaunched(k cloudprovider.OfferingKey) {
 	if u == nil {
 		return
@@ -66,25 +70,16 @@ func (u *Offerings) MarkLaunched(k cloudprovider.OfferingKey) {
 	u.backoff.Reset(id(k))
 }
 
-// left returns how long the offering stays unavailable from now (0: it is available).
-func (u *Offerings) left(k cloudprovider.OfferingKey) time.Duration {
+// IsUnavailable reports whether the offering is kept out now.
+func (u *Offerings) IsUnavailable(k cloudprovider.OfferingKey) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t, ok := u.until[k]
-	if !ok {
-		return 0
-	}
-	left := t.Sub(u.clock.Now())
-	if left <= 0 {
+	if ok && !u.clock.Now().Before(t) {
 		delete(u.until, k)
-		return 0
+		return false
 	}
-	return left
-}
-
-// IsUnavailable reports whether the offering is kept out now.
-func (u *Offerings) IsUnavailable(k cloudprovider.OfferingKey) bool {
-	return u.left(k) > 0
+	return ok
 }
 
 func id(k cloudprovider.OfferingKey) string {

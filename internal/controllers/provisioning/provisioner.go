@@ -91,8 +91,6 @@ type Provisioner struct {
 	createdMu sync.Mutex
 	created   map[string]createdClaim
 	gone      map[string]time.Time
-	// lagging counts the claims the last pass's state added to what the client listed.
-	lagging int
 	// passMu makes passes and Exclusive's callers plan one at a time.
 	passMu sync.Mutex
 	// nominated remembers the in-flight claim each pending pod was planned onto; nominatedMu
@@ -167,14 +165,12 @@ func (p *Provisioner) withCreated(listed []karpv1.NodeClaim) []karpv1.NodeClaim 
 	for i := range listed {
 		seen[listed[i].Name] = true
 	}
-	p.lagging = 0
 	for name, c := range p.created {
 		switch {
 		case seen[name] || p.Clock.Since(c.at) > createdTTL:
 			delete(p.created, name)
 		default:
 			listed = append(listed, *c.nc)
-			p.lagging++
 		}
 	}
 	for name, at := range p.gone {
@@ -391,14 +387,11 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if len(in.pending) == 0 {
 		return &Result{Buffered: len(in.virtual)}, nil
 	}
-	st, booked, err := p.readState(ctx, in.bound)
+	st, booked, lagging, err := p.readState(ctx, in.bound)
 	if err != nil {
 		return nil, err
 	}
 	in.pending = withoutConsumers(in.pending, booked)
-	p.createdMu.Lock()
-	lagging := p.lagging
-	p.createdMu.Unlock()
 	if st.SpendingLeft != nil {
 		p.Metrics.ClusterSpending(p.SpendingLimit, *st.SpendingLeft)
 	}
@@ -464,29 +457,32 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 
 // readState reads the state a pass plans on (the claims created here and not listed yet
 // included), the claims booked for ProvisioningRequests taking no pod of the pass: their room is
-// kept for the requests' pods. It returns the requests booked.
-func (p *Provisioner) readState(ctx context.Context, bound map[string][]*corev1.Pod) (*planning.State, map[types.NamespacedName][]string, error) {
+// kept for the requests' pods. It returns the requests booked, and how many claims the client did
+// not list yet.
+func (p *Provisioner) readState(ctx context.Context, bound map[string][]*corev1.Pod) (*planning.State, map[types.NamespacedName]int, int, error) {
 	var claims []karpv1.NodeClaim
+	lagging := 0
 	st, err := planning.ReadState(ctx, p.Client, p.Cloud, planning.Settings{NodeCost: p.NodeCost, SpendingLimit: p.SpendingLimit}, bound,
 		func(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
 			claims = p.withCreated(listed)
+			lagging = len(claims) - len(listed)
 			return claims
 		})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return st, planning.Booked(st, claims, p.Clock.Now()), nil
+	return st, planning.Booked(st, claims, p.Clock.Now()), lagging, nil
 }
 
 // withoutConsumers leaves out the pods that consume a booked ProvisioningRequest: they wait for
 // its machines, which the kube-scheduler binds them to.
-func withoutConsumers(pending []*corev1.Pod, booked map[types.NamespacedName][]string) []*corev1.Pod {
+func withoutConsumers(pending []*corev1.Pod, booked map[types.NamespacedName]int) []*corev1.Pod {
 	if len(booked) == 0 {
 		return pending
 	}
 	out := pending[:0:0]
 	for _, pod := range pending {
-		if req, ok := provreq.Consumes(pod); ok && len(booked[req]) > 0 {
+		if req, ok := provreq.Consumes(pod); ok && booked[req] > 0 {
 			continue
 		}
 		out = append(out, pod)
@@ -506,7 +502,7 @@ func (p *Provisioner) Exclusive(ctx context.Context, fn func(st *planning.State,
 		return fmt.Errorf("listing pods: %w", err)
 	}
 	_, bound := planning.SplitPods(pods.Items)
-	st, _, err := p.readState(ctx, bound)
+	st, _, _, err := p.readState(ctx, bound)
 	if err != nil {
 		return err
 	}

@@ -3,14 +3,10 @@ package autoscaling
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -18,6 +14,7 @@ import (
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/metrics"
+	"capstan.dev/capstan/test/e2e"
 )
 
 // A GPU capacity shortage: pods that each need a machine of their own (one GPU), a preferred
@@ -73,7 +70,7 @@ func (sh shortage) run(tb testing.TB) stormFigures {
 
 	ctx, stop := context.WithCancel(tb.Context())
 	defer stop()
-	samples := sampleClaimCounters(ctx, tb, preferred, fallback)
+	samples := sampleClaimCounters(ctx, preferred, fallback)
 	start := time.Now()
 	deployment(tb, sh.name, sh.name, sh.pods, "1", "4Gi", func(ps *corev1.PodSpec) {
 		ps.Containers[0].Resources.Requests[nvidiaGPU] = resource.MustParse("1")
@@ -103,28 +100,28 @@ type claimSamples struct {
 
 // sampleClaimCounters reads Capstan's NodeClaim counters for the pools every second until ctx
 // ends.
-func sampleClaimCounters(ctx context.Context, tb testing.TB, pools ...string) *claimSamples {
-	s := &claimSamples{done: make(chan struct{})}
+func sampleClaimCounters(ctx context.Context, pools ...string) *claimSamples {
+	cs := &claimSamples{done: make(chan struct{})}
 	read := func() (created, deleted float64, ok bool) {
-		mf, err := readCapstanMetrics()
+		mf, err := e2e.ScrapeMetrics(s.metricsAddr)
 		if err != nil {
 			return 0, 0, false
 		}
 		for _, p := range pools {
-			created += sumSamples(mf, "karpenter_nodeclaims_created_total", map[string]string{"nodepool": p})
-			deleted += sumSamples(mf, "karpenter_nodeclaims_disrupted_total", map[string]string{"nodepool": p, "reason": metrics.ReasonInsufficientCapacity})
+			created += e2e.SumMetric(mf, "karpenter_nodeclaims_created_total", map[string]string{"nodepool": p})
+			deleted += e2e.SumMetric(mf, "karpenter_nodeclaims_disrupted_total", map[string]string{"nodepool": p, "reason": metrics.ReasonInsufficientCapacity})
 		}
 		return created, deleted, true
 	}
 	go func() {
-		defer close(s.done)
+		defer close(cs.done)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			if c, d, ok := read(); ok {
-				s.mu.Lock()
-				s.created, s.iceDelete = append(s.created, c), append(s.iceDelete, d)
-				s.mu.Unlock()
+				cs.mu.Lock()
+				cs.created, cs.iceDelete = append(cs.created, c), append(cs.iceDelete, d)
+				cs.mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
@@ -133,7 +130,7 @@ func sampleClaimCounters(ctx context.Context, tb testing.TB, pools ...string) *c
 			}
 		}
 	}()
-	return s
+	return cs
 }
 
 // figures waits for the sampling to end and returns the totals and the most in any 60 samples.
@@ -153,36 +150,6 @@ func (s *claimSamples) figures() (created, deleted, createdPerMinute, deletedPer
 	created, createdPerMinute = most(s.created)
 	deleted, deletedPerMinute = most(s.iceDelete)
 	return created, deleted, createdPerMinute, deletedPerMinute
-}
-
-// readCapstanMetrics reads and parses the running Capstan's /metrics.
-func readCapstanMetrics() (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
-}
-
-// sumSamples adds a counter family's samples whose labels include match.
-func sumSamples(mf map[string]*dto.MetricFamily, name string, match map[string]string) float64 {
-	total := 0.0
-next:
-	for _, m := range mf[name].GetMetric() {
-		for k, v := range match {
-			found := false
-			for _, l := range m.GetLabel() {
-				found = found || (l.GetName() == k && l.GetValue() == v)
-			}
-			if !found {
-				continue next
-			}
-		}
-		total += m.GetCounter().GetValue()
-	}
-	return total
 }
 
 // A GPU shortage costs a bounded number of claims: 36 pods that each need a machine, 70% of the
