@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,11 @@ func scaleDownCases() []scaleDownCase {
 			{Name: "large", CPU: "1", Memory: "1Gi", Replicas: ramp(100, 20*time.Second,
 				step{10 * time.Minute, 75}, step{15 * time.Minute, 50}, step{20 * time.Minute, 25})},
 		}},
+		// Other pod sizes and scale-in ratios (the local cluster's cells of the same names).
+		{name: "1cpu-400-100", deps: []replay.Deployment{{Name: "web", CPU: "1", Memory: "1Gi", Replicas: ramp(400, 20*time.Second, step{10 * time.Minute, 100})}}},
+		{name: "500m-800-600", deps: []replay.Deployment{{Name: "web", CPU: "500m", Memory: "512Mi", Replicas: ramp(800, 40*time.Second, step{10 * time.Minute, 600})}}},
 	}
-	for _, sc := range cases[:3] {
+	for _, sc := range slices.Clone(cases) {
 		sc.name += "-spot"
 		sc.spot = true
 		cases = append(cases, sc)
@@ -198,6 +202,35 @@ func BenchmarkScaleInSweep(b *testing.B) {
 					b.ReportMetric(float64(twice), "evictions-twice")
 				})
 			}
+		}
+	}
+}
+
+// Balanced exists to move fewer pods: on the same workload it never evicts more than
+// WhenEmptyOrUnderutilized, on every scale-down case (spot and on demand), with Capstan's defaults
+// and with pod deletion costs off (a gate users may turn off). What holds it is the falling load's
+// bar applying to both policies: without it (CalmAfterScaleDown -1) and without deletion costs,
+// the three-step case evicts 142 pods under Balanced and 127 under WhenEmptyOrUnderutilized —
+// Balanced's stricter score refuses a move between steps that the looser one takes, and the next
+// step leaves it larger ones.
+func TestBalancedNeverEvictsMoreThanWhenEmptyOrUnderutilized(t *testing.T) {
+	for _, v := range []struct {
+		name string
+		cfg  replay.Config
+	}{
+		{"defaults", replay.Config{PodDeletionCost: true}},
+		{"without-deletion-costs", replay.Config{}},
+	} {
+		for _, sc := range scaleDownCases() {
+			t.Run(v.name+"/"+sc.name, func(t *testing.T) {
+				t.Parallel()
+				_, weouEnd, weou := runScaleDown(t, sc, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, v.cfg)
+				_, balEnd, bal := runScaleDown(t, sc, karpv1.ConsolidationPolicyBalanced, v.cfg)
+				t.Logf("WhenEmptyOrUnderutilized %.3f $/h, %d evictions; Balanced %.3f $/h, %d evictions", weouEnd, weou.Evictions, balEnd, bal.Evictions)
+				if bal.Evictions > weou.Evictions {
+					t.Errorf("Balanced evicted %d pods, WhenEmptyOrUnderutilized %d", bal.Evictions, weou.Evictions)
+				}
+			})
 		}
 	}
 }
