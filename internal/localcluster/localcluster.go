@@ -14,7 +14,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/procfs"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
@@ -47,6 +49,10 @@ type Options struct {
 	// clientConnection.kubeconfig, as the scheduler then ignores its --kubeconfig flag. Empty
 	// runs the scheduler's defaults.
 	SchedulerConfig string
+	// NudgeAfter is how long a pod bound to a kwok node may stay Pending past its ready delay
+	// before the cluster nudges it so kwok makes it ready again (NudgedAnnotation). Zero is
+	// DefaultNudgeAfter; negative turns nudging off.
+	NudgeAfter time.Duration
 }
 
 // Cluster is a running local cluster.
@@ -59,6 +65,9 @@ type Cluster struct {
 	opts  Options
 	env   *envtest.Environment
 	procs []*process
+	// stopNudging ends the nudger's loop; nudged is closed once it has.
+	stopNudging context.CancelFunc
+	nudged      chan struct{}
 }
 
 type process struct {
@@ -89,7 +98,34 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.startComponents(ctx); err != nil {
 		return nil, errors.Join(err, c.Stop())
 	}
+	if err := c.startNudging(); err != nil {
+		return nil, errors.Join(err, c.Stop())
+	}
 	return c, nil
+}
+
+// startNudging starts the loop that nudges pods kwok left Pending (NudgedAnnotation), unless
+// Options.NudgeAfter turns it off.
+func (c *Cluster) startNudging() error {
+	after := c.opts.NudgeAfter
+	if after < 0 {
+		return nil
+	}
+	if after == 0 {
+		after = DefaultNudgeAfter
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("client for nudging pods: %w", err)
+	}
+	n := &nudger{client: cs, clock: clock.RealClock{}, after: after, log: c.opts.Log.WithName("nudge")}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopNudging, c.nudged = cancel, make(chan struct{})
+	go func() {
+		defer close(c.nudged)
+		n.run(ctx, min(after/3, 10*time.Second))
+	}()
+	return nil
 }
 
 func (c *Cluster) startComponents(ctx context.Context) error {
@@ -255,6 +291,11 @@ func apiServerPID(certDir string) (int, error) {
 // Stop stops the components, then the API server and etcd.
 func (c *Cluster) Stop() error {
 	var errs []error
+	if c.stopNudging != nil {
+		c.stopNudging()
+		<-c.nudged
+		c.stopNudging = nil
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)

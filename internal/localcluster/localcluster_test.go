@@ -2,6 +2,7 @@ package localcluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/procfs"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -257,5 +259,102 @@ func TestCrashAPIServer(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{}); err != nil {
 		t.Fatalf("after the restart: %v", err)
+	}
+}
+
+// kwok does not retry a pod-ready stage the API server refused (here an admission policy refuses
+// it, as the API server refused two pod IPs in a race of kwok v0.8.0); the cluster nudges such a
+// pod once it has been Pending for Options.NudgeAfter, and kwok then makes it ready. With nudging
+// off (NudgeAfter -1) the pod stays Pending for good.
+func TestAPodKwokLeftPendingIsNudgedReady(t *testing.T) {
+	dir := t.TempDir()
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir, AssetsDir: assets(t), Log: testr.New(t), NudgeAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const refuse = "test.capstan.dev/refuse-status"
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-status"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/status"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: `!has(object.metadata.labels) || !('` + refuse + `' in object.metadata.labels)`}},
+		},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-status"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", Annotations: map[string]string{localcluster.KwokNodeAnnotation: "fake"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("10")}}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The policy is enforced once a dry-run status update of a labelled pod is refused.
+	probe := func(name string) error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{refuse: "yes"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "pause"}}}}
+		p, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		p.Status.Message = "probe"
+		_, err = cs.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return errors.Join(err, cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}))
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return apierrors.IsInvalid(probe("probe")), nil
+	}); err != nil {
+		t.Fatalf("the admission policy was never enforced: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "refused", Namespace: "default", Labels: map[string]string{refuse: "yes"}},
+		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "app", Image: "pause"}}}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// kwok tried and was refused: its log says so.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		log, err := os.ReadFile(filepath.Join(dir, "logs", "kwok.log"))
+		return err == nil && strings.Contains(string(log), "default/refused") && strings.Contains(string(log), "failed to apply stage"), nil
+	}); err != nil {
+		t.Fatalf("kwok never tried to make the pod ready: %v", err)
+	}
+	if err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return probe("probe-after") == nil, nil
+	}); err != nil {
+		t.Fatalf("the admission policy was still enforced a minute after its binding went: %v", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	}); err != nil {
+		t.Fatalf("the pod kwok left pending never ran: %v", err)
+	}
+	p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Annotations[localcluster.NudgedAnnotation] == "" {
+		t.Errorf("the pod ran without a nudge (%s unset): kwok retried by itself", localcluster.NudgedAnnotation)
 	}
 }
