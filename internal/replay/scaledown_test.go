@@ -77,22 +77,40 @@ func scaleDownCases() []scaleDownCase {
 // from 1 to 96, each offered as spot and on-demand in three zones at prices in proportion to n
 // (spot at 70% of on-demand): the shape of the menu the side-by-side runs on, written here.
 func linearMenu(t testing.TB) []*cloudprovider.InstanceType {
+	return familyMenu(t, menuFamily{"c", 2, 0.04})
+}
+
+// menuFamily is a family of familyMenu: its name, GiB per vCPU and on-demand $/vCPU-h.
+type menuFamily struct {
+	name        string
+	gibPerCPU   int
+	pricePerCPU float64
+}
+
+// fourFamilies are c (as linearMenu), m, r and s types, so that a spot machine of 96 vCPU has
+// more than MinSpotToSpotTypes cheaper spot types holding a few pods (linearMenu has 8).
+var fourFamilies = []menuFamily{{"c", 2, 0.04}, {"m", 4, 0.048}, {"r", 8, 0.06}, {"s", 1, 0.038}}
+
+// familyMenu is linearMenu's menu for each family.
+func familyMenu(t testing.TB, families ...menuFamily) []*cloudprovider.InstanceType {
 	t.Helper()
 	var entries []string
-	for _, n := range []int{1, 2, 4, 8, 16, 32, 48, 64, 96} {
-		var offers []string
-		for _, ct := range []struct {
-			name  string
-			price float64
-		}{{"spot", 0.7 * 0.04 * float64(n)}, {"on-demand", 0.04 * float64(n)}} {
-			for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
-				offers = append(offers, fmt.Sprintf(`{"Price": %g, "Available": true, "Requirements": [`+
-					`{"key": "karpenter.sh/capacity-type", "operator": "In", "values": [%q]},`+
-					`{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [%q]}]}`, ct.price, ct.name, z))
+	for _, f := range families {
+		for _, n := range []int{1, 2, 4, 8, 16, 32, 48, 64, 96} {
+			var offers []string
+			for _, ct := range []struct {
+				name  string
+				price float64
+			}{{"spot", 0.7 * f.pricePerCPU * float64(n)}, {"on-demand", f.pricePerCPU * float64(n)}} {
+				for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
+					offers = append(offers, fmt.Sprintf(`{"Price": %g, "Available": true, "Requirements": [`+
+						`{"key": "karpenter.sh/capacity-type", "operator": "In", "values": [%q]},`+
+						`{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [%q]}]}`, ct.price, ct.name, z))
+				}
 			}
+			entries = append(entries, fmt.Sprintf(`{"name": "%s-%dx-amd64-linux", "architecture": "amd64", "operatingSystems": ["linux"],`+
+				`"resources": {"cpu": "%d", "memory": "%dGi", "pods": "250"}, "offerings": [%s]}`, f.name, n, n, f.gibPerCPU*n, strings.Join(offers, ",")))
 		}
-		entries = append(entries, fmt.Sprintf(`{"name": "c-%dx-amd64-linux", "architecture": "amd64", "operatingSystems": ["linux"],`+
-			`"resources": {"cpu": "%d", "memory": "%dGi", "pods": "250"}, "offerings": [%s]}`, n, n, 2*n, strings.Join(offers, ",")))
 	}
 	its, err := catalog.ParseKWOK([]byte("[" + strings.Join(entries, ",") + "]"))
 	if err != nil {
@@ -101,14 +119,18 @@ func linearMenu(t testing.TB) []*cloudprovider.InstanceType {
 	return its
 }
 
-// runScaleDown plays the case under the policy and returns the price at the peak and at the
+// runScaleDown plays the case under the policy (a spot case on cfg.InstanceTypes when set, else
+// linearMenu) and returns the price at the peak and at the
 // end, and the report of what came after the first scale-down.
 func runScaleDown(t testing.TB, sc scaleDownCase, policy karpv1.ConsolidationPolicy, cfg replay.Config) (peak, end float64, r replay.Report) {
 	t.Helper()
 	np := onDemandPool(policy)
 	if sc.spot {
 		np.Spec.Template.Spec.Requirements[0].Values = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}
-		cfg.NodePool, cfg.InstanceTypes = np, linearMenu(t)
+		cfg.NodePool = np
+		if cfg.InstanceTypes == nil {
+			cfg.InstanceTypes = linearMenu(t)
+		}
 	} else {
 		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
 			karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
@@ -159,6 +181,64 @@ func BenchmarkScaleDowns(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkSpotToSpotAfterScaleIns plays the spot cases on fourFamilies' menu under both
+// policies with Capstan's defaults, SpotToSpotConsolidation off (as in the side-by-side) and on,
+// and reports the price at the peak and settled and the pods evicted after the first scale-down:
+// what replacing the spot machine a scale-in left mostly empty is worth where the gate allows it.
+func BenchmarkSpotToSpotAfterScaleIns(b *testing.B) {
+	for _, sc := range scaleDownCases() {
+		if !sc.spot {
+			continue
+		}
+		for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
+			for _, gate := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/%s/spot-to-spot=%v", sc.name, policy, gate), func(b *testing.B) {
+					var peak, end float64
+					var r replay.Report
+					for b.Loop() {
+						peak, end, r = runScaleDown(b, sc, policy, replay.Config{PodDeletionCost: true, InstanceTypes: familyMenu(b, fourFamilies...),
+							Disruption: disruptionplan.Options{SpotToSpotConsolidation: gate}})
+					}
+					b.ReportMetric(peak, "$/h-peak")
+					b.ReportMetric(end, "$/h-settled")
+					b.ReportMetric(float64(r.Evictions), "evictions")
+					b.ReportMetric(float64(r.Reevictions), "evictions-twice")
+				})
+			}
+		}
+	}
+}
+
+// With SpotToSpotConsolidation on and enough cheaper spot types, the spot machine a scale-in left
+// mostly empty is replaced by a small one: 400 pods of 1 CPU scaled to 100 leave a 96-vCPU machine
+// holding 5 pods beside a full one; replacing it evicts those 5 and saves about 45%. With the gate
+// off (Karpenter's default too) it can only be deleted, and stays.
+func TestSpotToSpotReplacesWhatAScaleInLeftMostlyEmpty(t *testing.T) {
+	var sc scaleDownCase
+	for _, c := range scaleDownCases() {
+		if c.name == "1cpu-400-100-spot" {
+			sc = c
+		}
+	}
+	for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			cfg := func(gate bool) replay.Config {
+				return replay.Config{PodDeletionCost: true, InstanceTypes: familyMenu(t, fourFamilies...), Disruption: disruptionplan.Options{SpotToSpotConsolidation: gate}}
+			}
+			_, offEnd, off := runScaleDown(t, sc, policy, cfg(false))
+			_, onEnd, on := runScaleDown(t, sc, policy, cfg(true))
+			t.Logf("gate off: %.3f $/h, %d evictions; on: %.3f $/h, %d evictions", offEnd, off.Evictions, onEnd, on.Evictions)
+			if onEnd > 0.6*offEnd {
+				t.Errorf("with spot-to-spot the cluster settles at %.3f $/h, without at %.3f: want at least 40%% less", onEnd, offEnd)
+			}
+			if on.Evictions > 10 || on.Reevictions > 0 {
+				t.Errorf("with spot-to-spot %d pods evicted (%d twice), want at most 10, none twice", on.Evictions, on.Reevictions)
+			}
+		})
 	}
 }
 
