@@ -20,8 +20,8 @@ import (
 )
 
 // BookingTime is how long a provisioned request's capacity is kept for its pods (Cluster
-// Autoscaler's 10 minutes): its machines are not consolidated, and no other pending pod is
-// planned onto them.
+// Autoscaler's 10 minutes), unless they all bound sooner (Consumed): its machines are not
+// consolidated, and no other pending pod is planned onto them.
 const BookingTime = 10 * time.Minute
 
 // Labels and annotations of the NodeClaims bought for a request.
@@ -127,6 +127,28 @@ func Consumes(p *corev1.Pod) (types.NamespacedName, bool) {
 		return types.NamespacedName{}, false
 	}
 	return types.NamespacedName{Namespace: p.Namespace, Name: name}, true
+}
+
+// Count is how many pods the request stands for.
+func Count(pr *autoscalingv1.ProvisioningRequest) int {
+	n := 0
+	for _, set := range pr.Spec.PodSets {
+		n += int(set.Count)
+	}
+	return n
+}
+
+// Consumed reports whether as many pods as the request stands for consume it and are bound to a
+// node (none being deleted): its booking has served its purpose, and its room may go to others.
+func Consumed(pr *autoscalingv1.ProvisioningRequest, pods []corev1.Pod) bool {
+	bound := 0
+	for i := range pods {
+		p := &pods[i]
+		if req, ok := Consumes(p); ok && req.Namespace == pr.Namespace && req.Name == pr.Name && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			bound++
+		}
+	}
+	return bound >= Count(pr)
 }
 
 // Booked reports whether the claim is kept for a request's pods at now, and for which request.

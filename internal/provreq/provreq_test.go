@@ -116,3 +116,29 @@ func TestBookingAndDone(t *testing.T) {
 		t.Fatal("another autoscaler's class is answered")
 	}
 }
+
+// A request is consumed once as many of its consumers as it has pods are bound: pods pending,
+// being deleted, consuming another request or of another namespace do not count.
+func TestConsumed(t *testing.T) {
+	pr := request(autoscalingv1.ClassBestEffortAtomicScaleUp,
+		autoscalingv1.PodSet{PodTemplateRef: autoscalingv1.Reference{Name: "workers"}, Count: 2},
+		autoscalingv1.PodSet{PodTemplateRef: autoscalingv1.Reference{Name: "driver"}, Count: 1})
+	if n := Count(pr); n != 3 {
+		t.Fatalf("Count = %d, want 3", n)
+	}
+	pod := func(ns, consumes, node string, deleting bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Annotations: map[string]string{autoscalingv1.ConsumeAnnotationKey: consumes}}, Spec: corev1.PodSpec{NodeName: node}}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: t0}
+		}
+		return p
+	}
+	pods := []corev1.Pod{pod("batch", "gang", "n1", false), pod("batch", "gang", "n2", false),
+		pod("batch", "gang", "", false), pod("batch", "gang", "n3", true), pod("batch", "other", "n1", false), pod("elsewhere", "gang", "n1", false)}
+	if Consumed(pr, pods) {
+		t.Fatal("consumed with 2 of 3 pods bound")
+	}
+	if !Consumed(pr, append(pods, pod("batch", "gang", "n4", false))) {
+		t.Fatal("not consumed with 3 of 3 pods bound")
+	}
+}

@@ -65,6 +65,7 @@ type Controller struct {
 
 // placement is where a check-capacity request's pods fit, kept until its booking ends.
 type placement struct {
+	name  types.NamespacedName
 	until time.Time
 	pods  map[string][]*corev1.Pod
 }
@@ -84,9 +85,20 @@ const (
 // Name is the controller's name and log key.
 func (c *Controller) Name() string { return "provisioningrequest" }
 
-// Register adds the controller to a manager: requests, and the claims bought for them.
+// Register adds the controller to a manager: requests, the claims bought for them, and the pods
+// that consume them.
 func (c *Controller) Register(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).For(&autoscalingv1.ProvisioningRequest{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			p, ok := o.(*corev1.Pod)
+			if !ok {
+				return nil
+			}
+			if req, ok := provreq.Consumes(p); ok {
+				return []reconcile.Request{{NamespacedName: req}}
+			}
+			return nil
+		})).
 		Watches(&karpv1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			ns, name, ok := strings.Cut(o.GetAnnotations()[provreq.RequestAnnotationKey], "/")
 			if !ok || o.GetLabels()[provreq.RequestLabelKey] == "" {
@@ -100,7 +112,11 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pr := &autoscalingv1.ProvisioningRequest{}
 	if err := c.Client.Get(ctx, req.NamespacedName, pr); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Deleted: nobody waits for its room any more.
+			return reconcile.Result{}, c.release(ctx, req.NamespacedName, "")
+		}
+		return reconcile.Result{}, err
 	}
 	if !provreq.Supported(pr) || provreq.Done(pr) {
 		return reconcile.Result{}, nil
@@ -121,6 +137,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (c *Controller) answer(ctx context.Context, pr *autoscalingv1.ProvisioningRequest, now time.Time) (reconcile.Result, error) {
 	if until := provreq.BookedUntil(pr); !until.IsZero() {
 		if now.Before(until) {
+			pods := &corev1.PodList{}
+			if err := c.Client.List(ctx, pods, client.InNamespace(pr.Namespace)); err != nil {
+				return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
+			}
+			if provreq.Consumed(pr, pods.Items) {
+				if err := c.release(ctx, client.ObjectKeyFromObject(pr), pr.UID); err != nil {
+					return reconcile.Result{}, err
+				}
+			}
 			return reconcile.Result{RequeueAfter: until.Sub(now)}, nil
 		}
 		c.set(pr, autoscalingv1.ConditionBookingExpired, true, provreq.ReasonBookingExpired,
@@ -163,7 +188,7 @@ func (c *Controller) check(ctx context.Context, pr *autoscalingv1.ProvisioningRe
 			fmt.Sprintf("%d of %d pods do not fit on the cluster's machines: %s", n, len(pods), plan.Unschedulable[0].Reason))
 		return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
 	}
-	placed := placement{until: now.Add(provreq.BookingTime), pods: map[string][]*corev1.Pod{}}
+	placed := placement{name: client.ObjectKeyFromObject(pr), until: now.Add(provreq.BookingTime), pods: map[string][]*corev1.Pod{}}
 	for _, b := range plan.Bindings {
 		placed.pods[b.Node] = append(placed.pods[b.Node], b.Pod)
 	}
@@ -387,6 +412,39 @@ func (c *Controller) succeeded(uid types.UID) {
 		c.retries.Reset(string(uid))
 	}
 	delete(c.tried, uid)
+}
+
+// release ends the booking of a request whose pods all bound, or that was deleted: its claims
+// (those of the attempt uid, or every claim naming it when uid is empty) lose their booking and are
+// machines like any other, and a check-capacity request's room is no longer kept from others.
+func (c *Controller) release(ctx context.Context, name types.NamespacedName, uid types.UID) error {
+	c.mu.Lock()
+	for u, pl := range c.checked {
+		if u == uid || (uid == "" && pl.name == name) {
+			delete(c.checked, u)
+		}
+	}
+	c.mu.Unlock()
+	claims := &karpv1.NodeClaimList{}
+	if err := c.Client.List(ctx, claims, client.HasLabels{provreq.RequestLabelKey}); err != nil {
+		return fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	var errs []error
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		if nc.Annotations[provreq.BookedUntilAnnotationKey] == "" || nc.Annotations[provreq.RequestAnnotationKey] != name.String() ||
+			(uid != "" && nc.Labels[provreq.RequestLabelKey] != string(uid)) {
+			continue
+		}
+		stored := nc.DeepCopy()
+		delete(nc.Annotations, provreq.BookedUntilAnnotationKey)
+		if err := c.Client.Patch(ctx, nc, client.MergeFrom(stored)); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("releasing nodeclaim %s: %w", nc.Name, err))
+			continue
+		}
+		log.FromContext(ctx).Info("released a machine booked for a provisioning request", "ProvisioningRequest", name, "nodeclaim", nc.Name)
+	}
+	return errors.Join(errs...)
 }
 
 // giveBack deletes the claims (their machines, launched or not, are terminated).

@@ -3,6 +3,7 @@ package provisioningrequest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -299,5 +301,117 @@ func TestARequestsClaimsCountAgainstTheLimit(t *testing.T) {
 	}
 	if len(res.Created) != 0 || len(res.Plan.Unschedulable) != 1 || !strings.Contains(res.Plan.Unschedulable[0].Reason, "limits") {
 		t.Fatalf("created %d claims, unschedulable %v: the request's claims must count against the limit", len(res.Created), res.Plan.Unschedulable)
+	}
+}
+
+// launch marks the request's claims Launched, as the lifecycle controller would, and reconciles
+// until the request is Provisioned.
+func (f *fixture) launch(t *testing.T, pr *autoscalingv1.ProvisioningRequest) {
+	t.Helper()
+	for _, nc := range live(t, pr) {
+		meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched",
+			LastTransitionTime: metav1.NewTime(f.cloud.Clock.Now())})
+		if err := env.Client.Status().Update(t.Context(), &nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, cur, err := f.reconcile(t, pr); err != nil || !meta.IsStatusConditionTrue(cur.Status.Conditions, autoscalingv1.ConditionProvisioned) {
+		t.Fatalf("err %v, conditions %v: want Provisioned", err, cur.Status.Conditions)
+	}
+}
+
+// booked counts the request's claims still booked for its pods.
+func booked(t *testing.T, pr *autoscalingv1.ProvisioningRequest, now time.Time) int {
+	t.Helper()
+	n := 0
+	for _, nc := range live(t, pr) {
+		if _, ok := provreq.Booked(&nc, now); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// consumer creates a pod that consumes the request, bound to a node.
+func (f *fixture) consumer(t *testing.T, pr *autoscalingv1.ProvisioningRequest, name string) {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: map[string]string{autoscalingv1.ConsumeAnnotationKey: pr.Name}},
+		Spec: corev1.PodSpec{NodeName: "a-node", Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	if err := env.Client.Create(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A booking ends once as many pods as the request stands for consume it and are bound: the room
+// left on its machines goes to other pods and to consolidation, not held for ten minutes. The
+// request stays Provisioned until BookingExpired.
+func TestABookingEndsWhenItsPodsAllBound(t *testing.T) {
+	f := newFixture(t, "provreq-consumed", env.Client)
+	pr := f.request(t, 8, nil)
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	f.launch(t, pr)
+	now := f.cloud.Clock.Now()
+	if n := booked(t, pr, now); n != 2 {
+		t.Fatalf("%d claims booked, want 2", n)
+	}
+	for i := range 7 {
+		f.consumer(t, pr, fmt.Sprintf("worker-%d", i))
+	}
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	if n := booked(t, pr, now); n != 2 {
+		t.Fatalf("%d claims booked with 7 of 8 pods bound, want 2", n)
+	}
+	f.consumer(t, pr, "worker-7")
+	_, cur, err := f.reconcile(t, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := booked(t, pr, now); n != 0 {
+		t.Fatalf("%d claims still booked with every pod bound", n)
+	}
+	if !meta.IsStatusConditionTrue(cur.Status.Conditions, autoscalingv1.ConditionProvisioned) || meta.IsStatusConditionTrue(cur.Status.Conditions, autoscalingv1.ConditionBookingExpired) {
+		t.Fatalf("conditions %v: want Provisioned, not yet BookingExpired", cur.Status.Conditions)
+	}
+}
+
+// A deleted request's machines lose their booking at once: nobody waits for them any more.
+func TestADeletedRequestsMachinesAreReleased(t *testing.T) {
+	f := newFixture(t, "provreq-deleted", env.Client)
+	pr := f.request(t, 8, nil)
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	f.launch(t, pr)
+	if err := env.Client.Delete(t.Context(), pr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pr)}); err != nil {
+		t.Fatal(err)
+	}
+	if claims, n := len(live(t, pr)), booked(t, pr, f.cloud.Clock.Now()); claims != 2 || n != 0 {
+		t.Fatalf("%d claims, %d booked: want 2 machines kept, none booked", claims, n)
+	}
+}
+
+// The room a check-capacity request was told of stops being kept when the booking is released:
+// by its UID when its pods bound, by its name when it was deleted; other requests' stays.
+func TestReleaseForgetsTheCheckedRoom(t *testing.T) {
+	c := &Controller{Client: env.Client, checked: map[types.UID]placement{
+		"a": {name: types.NamespacedName{Namespace: "ns", Name: "a"}},
+		"b": {name: types.NamespacedName{Namespace: "ns", Name: "b"}},
+		"c": {name: types.NamespacedName{Namespace: "ns", Name: "c"}},
+	}}
+	if err := c.release(t.Context(), types.NamespacedName{Namespace: "ns", Name: "a"}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.release(t.Context(), types.NamespacedName{Namespace: "ns", Name: "b"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.checked["c"]; len(c.checked) != 1 || !ok {
+		t.Fatalf("checked %v, want only c's room kept", c.checked)
 	}
 }

@@ -109,6 +109,15 @@ func TestProvisioningRequestGetsTheWholeGang(t *testing.T) {
 	if n := len(claims(t, "e2e-gang-all")); n != 8 {
 		t.Fatalf("%d NodeClaims once the gang runs, want the 8 bought for it", n)
 	}
+	// Every pod bound, the booking has served: the machines are released before its 10 minutes.
+	eventually(t, "the machines released once the gang's pods bound", time.Minute, func(context.Context) (bool, error) {
+		for _, nc := range claims(t, "e2e-gang-all") {
+			if nc.Annotations[provreq.BookedUntilAnnotationKey] != "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 // Bought for a request, machines are kept for its pods until they come: empty, they are not
