@@ -11,7 +11,7 @@ var SchemeGroupVersion = schema.GroupVersion{Group: "autoscaling.x-k8s.io", Vers
 
 // AddToScheme registers the types of this package with a scheme.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &CapacityBuffer{}, &CapacityBufferList{})
+	s.AddKnownTypes(SchemeGroupVersion, &CapacityBuffer{}, &CapacityBufferList{}, &ProvisioningRequest{}, &ProvisioningRequestList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }
