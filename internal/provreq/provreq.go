@@ -47,6 +47,7 @@ const (
 	ReasonProvisioned       = "Provisioned"
 	ReasonLaunchFailed      = "LaunchFailed"
 	ReasonPodTemplate       = "PodTemplateNotFound"
+	ReasonVolumesNotReady   = "VolumesNotReady"
 	ReasonBookingExpired    = "BookingExpired"
 	ReasonValidUntilExpired = "ValidUntilExpired"
 	ReasonInvalidParameters = "InvalidParameters"

@@ -3,6 +3,7 @@ package provisioning
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -131,4 +132,40 @@ func (p *Provisioner) volumeObjects(ctx context.Context) (volumetopology.Objects
 		objs.StorageClasses[scs.Items[i].Name] = &scs.Items[i]
 	}
 	return objs, nil
+}
+
+// Prepare makes pods that are not in the cluster — those a ProvisioningRequest stands for — ready
+// for the solver as a pass makes its pending pods: the cluster's default topology spread
+// constraints, and what their persistent volume claims demand of a node (a zonal volume's zone, a
+// WaitForFirstConsumer class's allowed topologies). Generic ephemeral volumes are left out: their
+// claims are made with the pods. A pod whose claims are not ready to schedule (missing, waiting
+// for immediate binding) is an error wrapping volumetopology.NotReadyError.
+func (p *Provisioner) Prepare(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	pods = p.DefaultSpread.Apply(ctx, pods)
+	var objs *volumetopology.Objects
+	out := make([]*corev1.Pod, 0, len(pods))
+	for _, pod := range pods {
+		claimsOnly := pod
+		if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Ephemeral != nil }) {
+			claimsOnly = pod.DeepCopy()
+			claimsOnly.Spec.Volumes = slices.DeleteFunc(claimsOnly.Spec.Volumes, func(v corev1.Volume) bool { return v.Ephemeral != nil })
+		}
+		if !anyClaims([]*corev1.Pod{claimsOnly}) {
+			out = append(out, pod)
+			continue
+		}
+		if objs == nil {
+			o, err := p.volumeObjects(ctx)
+			if err != nil {
+				return nil, err
+			}
+			objs = &o
+		}
+		needs, err := objs.For(claimsOnly)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
+		}
+		out = append(out, volumetopology.Inject(pod, needs))
+	}
+	return out, nil
 }

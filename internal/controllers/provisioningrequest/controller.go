@@ -32,10 +32,15 @@ import (
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/provreq"
 	"capstan.dev/capstan/internal/solver"
+	"capstan.dev/capstan/internal/volumetopology"
 )
 
 // Planner plans one caller at a time: the provisioner.
 type Planner interface {
+	// Prepare makes the request's pods ready for the solver as a provisioning pass makes pending
+	// pods: the cluster's default topology spread, and what their volumes demand of a node. Pods
+	// whose volumes are not ready are an error wrapping volumetopology.NotReadyError.
+	Prepare(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error)
 	// Exclusive runs fn while no provisioning pass runs, with the state a pass would read; the
 	// claims fn creates go to remember.
 	Exclusive(ctx context.Context, fn func(st *planning.State, remember func(*karpv1.NodeClaim)) error) error
@@ -164,6 +169,13 @@ func (c *Controller) answer(ctx context.Context, pr *autoscalingv1.ProvisioningR
 	if err != nil {
 		c.set(pr, autoscalingv1.ConditionProvisioned, false, provreq.ReasonPodTemplate, err.Error())
 		return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
+	}
+	if pods, err = c.Planner.Prepare(ctx, pods); err != nil {
+		if notReady := (*volumetopology.NotReadyError)(nil); errors.As(err, &notReady) {
+			c.set(pr, autoscalingv1.ConditionProvisioned, false, provreq.ReasonVolumesNotReady, "waiting for volumes: "+err.Error())
+			return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
+		}
+		return reconcile.Result{}, err
 	}
 	if pr.Spec.ProvisioningClassName == autoscalingv1.ClassCheckCapacity {
 		return c.check(ctx, pr, pods, now)

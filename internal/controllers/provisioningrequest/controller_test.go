@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/provisioning"
+	"capstan.dev/capstan/internal/defaultspread"
 	"capstan.dev/capstan/internal/provreq"
 	"capstan.dev/capstan/internal/testenv"
 )
@@ -413,5 +415,117 @@ func TestReleaseForgetsTheCheckedRoom(t *testing.T) {
 	}
 	if _, ok := c.checked["c"]; len(c.checked) != 1 || !ok {
 		t.Fatalf("checked %v, want only c's room kept", c.checked)
+	}
+}
+
+// createRequest creates a best-effort atomic request of count pods of a new PodTemplate.
+func (f *fixture) createRequest(t *testing.T, name string, count int32, tmpl corev1.PodTemplateSpec) *autoscalingv1.ProvisioningRequest {
+	t.Helper()
+	if err := env.Client.Create(t.Context(), &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Template: tmpl}); err != nil {
+		t.Fatal(err)
+	}
+	pr := &autoscalingv1.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: autoscalingv1.ProvisioningRequestSpec{
+		ProvisioningClassName: autoscalingv1.ClassBestEffortAtomicScaleUp,
+		PodSets:               []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: name}, Count: count}}}}
+	if err := env.Client.Create(t.Context(), pr); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
+// worker is a 900m pod spec, as the fixture's template.
+func worker() corev1.PodSpec {
+	return corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("900m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}
+}
+
+// A request's pods need what their volumes demand, as pending pods do: a claim bound to a volume
+// of zone-b puts the machine there though zone-a is as cheap; a claim that does not exist holds
+// the request, and Provisioned says why.
+func TestARequestsPodsGoWhereTheirVolumesAre(t *testing.T) {
+	f := newFixture(t, "provreq-volumes", env.Client)
+	ctx := t.Context()
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "provreq-volumes"}, snc); err != nil {
+		t.Fatal(err)
+	}
+	snc.Spec.Zones = []string{"zone-a", "zone-b"}
+	if err := env.Client.Update(ctx, snc); err != nil {
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-data"}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-1"}},
+		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-b"}}}}}}},
+	}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: f.ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: pv.Name,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	for _, o := range []client.Object{pv, pvc} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pv) })
+	withClaim := func(claim string) corev1.PodTemplateSpec {
+		spec := worker()
+		spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		return corev1.PodTemplateSpec{Spec: spec}
+	}
+	pr := f.createRequest(t, "stateful", 4, withClaim("data"))
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	ncs := live(t, pr)
+	if len(ncs) != 1 {
+		t.Fatalf("%d claims, want 1", len(ncs))
+	}
+	if zones := zonesOf(ncs[0]); !slices.Equal(zones, []string{"zone-b"}) {
+		t.Fatalf("the claim may launch in zones %v, want only the volume's zone-b", zones)
+	}
+	missing := f.createRequest(t, "missing", 4, withClaim("nothing"))
+	_, cur, err := f.reconcile(t, missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(cur.Status.Conditions, autoscalingv1.ConditionProvisioned); c == nil || c.Reason != provreq.ReasonVolumesNotReady ||
+		!strings.Contains(c.Message, `persistentvolumeclaim "nothing" not found`) {
+		t.Fatalf("Provisioned %v, want why the volumes hold it", c)
+	}
+	if n := len(live(t, missing)); n != 0 {
+		t.Fatalf("%d claims bought for pods whose volume does not exist", n)
+	}
+}
+
+// zonesOf are the zones a claim's requirements allow (nil: any).
+func zonesOf(nc karpv1.NodeClaim) []string {
+	for _, r := range nc.Spec.Requirements {
+		if r.Key == corev1.LabelTopologyZone && r.Operator == karpv1.NodeSelectorOpIn {
+			return r.Values
+		}
+	}
+	return nil
+}
+
+// A request's pods get the cluster's default topology spread, as the kube-scheduler will give its
+// consumers when a Service selects them: four pods spread one to a node need four machines, where
+// packed they fit on one.
+func TestARequestsPodsGetTheDefaultSpread(t *testing.T) {
+	f := newFixture(t, "provreq-spread", env.Client)
+	f.c.Planner.(*provisioning.Provisioner).DefaultSpread = &defaultspread.Applier{Reader: env.Client, Constraints: []corev1.TopologySpreadConstraint{
+		{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "spread", Namespace: f.ns}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "spread"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	if err := env.Client.Create(t.Context(), svc); err != nil {
+		t.Fatal(err)
+	}
+	pr := f.createRequest(t, "spread", 4, corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "spread"}}, Spec: worker()})
+	if _, _, err := f.reconcile(t, pr); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(live(t, pr)); n != 4 {
+		t.Fatalf("%d claims for four pods spread one to a node, want 4", n)
 	}
 }
