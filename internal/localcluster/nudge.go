@@ -27,6 +27,10 @@ const DefaultNudgeAfter = 30 * time.Second
 // kubelet would have tried again.
 const NudgedAnnotation = "capstan.dev/kwok-nudged"
 
+// maxNudges bounds the pods one pass nudges: kwok falling behind in a burst of thousands of pods
+// must not be answered with thousands of writes (the race it is for leaves a few pods).
+const maxNudges = 100
+
 // nudger finds pods that kwok left Pending on its nodes and nudges them.
 type nudger struct {
 	client kubernetes.Interface
@@ -44,8 +48,8 @@ func (n *nudger) run(ctx context.Context, interval time.Duration) {
 	}, interval)
 }
 
-// pass nudges every pod bound to a kwok node that has been Pending for n.after past its ready
-// delay and its last nudge; it returns the pods nudged.
+// pass nudges the pods bound to a kwok node that have been Pending for n.after past their ready
+// delay and their last nudge, at most maxNudges; it returns the pods nudged.
 func (n *nudger) pass(ctx context.Context) ([]string, error) {
 	nodes, err := n.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -70,6 +74,9 @@ func (n *nudger) pass(ctx context.Context) ([]string, error) {
 		p := &pods.Items[i]
 		if !kwok[p.Spec.NodeName] || p.DeletionTimestamp != nil || now.Sub(n.due(p)) < n.after {
 			continue
+		}
+		if len(nudged) == maxNudges {
+			break
 		}
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{NudgedAnnotation: now.UTC().Format(time.RFC3339)}}})
 		if err != nil {

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -89,5 +90,38 @@ func TestNudgeOnlyPodsKwokLeftPendingPastTheirWait(t *testing.T) {
 	}
 	if got, want := p.Annotations[NudgedAnnotation], base.Add(95*time.Second).UTC().Format(time.RFC3339); got != want {
 		t.Errorf("%s = %q, want %q", NudgedAnnotation, got, want)
+	}
+}
+
+// A pass nudges at most maxNudges pods: kwok falling behind in a burst is not answered with a
+// write per pod.
+func TestANudgePassIsBounded(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-a", Annotations: map[string]string{KwokNodeAnnotation: "fake"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxNudges + 10 {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", i), Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: "kwok-a", Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := &nudger{client: cs, clock: clocktesting.NewFakePassiveClock(time.Now().Add(time.Hour)), after: 30 * time.Second, log: testr.New(t)}
+	got, err := n.pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != maxNudges {
+		t.Fatalf("nudged %d pods in one pass, want %d", len(got), maxNudges)
 	}
 }
