@@ -1,7 +1,9 @@
 // Command scaledown-summary reads the results of hack/scaledown runs (each file's last line is
 // the run's JSON summary) and prints, per cell (scenario and policy) and side, the median and range
 // of the settled price and of the pods evicted after the scale-down, and whether the first side's
-// medians are at most the second's in both.
+// medians are at most the second's in both; then, over the cells, the pods the first side evicts
+// where the second evicts more than 10 (medians summed), and per scenario whether Balanced evicts
+// no more than WhenEmptyOrUnderutilized on each side.
 //
 //	go run ./hack/scaledown-summary DIR...     # each DIR one side, named for it (capstan, karpenter)
 package main
@@ -77,6 +79,8 @@ func summarize(w io.Writer, dirs []string) error {
 	sort.Slice(cells, func(i, j int) bool {
 		return cells[i].scenario < cells[j].scenario || cells[i].scenario == cells[j].scenario && cells[i].policy < cells[j].policy
 	})
+	// medians[c][side] = {price, evictions}
+	medians := map[cell]map[string][2]float64{}
 	fmt.Fprintln(w, "| scenario | policy | side | runs | settled $/h: median [min–max] | evicted: median [min–max] | burst $/h median |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, c := range cells {
@@ -93,6 +97,10 @@ func summarize(w io.Writer, dirs []string) error {
 			fmt.Fprintf(w, "| %s | %s | %s | %d | %.3f [%.3f–%.3f] | %.0f [%.0f–%.0f] | %.3f |\n", c.scenario, c.policy, side, len(rs),
 				median(price), price[0], price[len(price)-1], median(ev), ev[0], ev[len(ev)-1], median(burst))
 			med = append(med, [2]float64{median(price), median(ev)})
+			if medians[c] == nil {
+				medians[c] = map[string][2]float64{}
+			}
+			medians[c][side] = [2]float64{median(price), median(ev)}
 		}
 		if len(med) == 2 && med[0][0] >= 0 && med[1][0] >= 0 {
 			verdict := "no"
@@ -101,6 +109,49 @@ func summarize(w io.Writer, dirs []string) error {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s ≤ %s in both medians | | %s | | |\n", c.scenario, c.policy, sides[0], sides[1], verdict)
 		}
+	}
+	fmt.Fprintln(w)
+	if len(sides) == 2 {
+		var mine, theirs float64
+		n := 0
+		for _, c := range cells {
+			m, ok := medians[c][sides[0]]
+			t, tok := medians[c][sides[1]]
+			if !ok || !tok || t[1] <= 10 {
+				continue
+			}
+			n++
+			mine, theirs = mine+m[1], theirs+t[1]
+		}
+		verdict := "no"
+		if 2*mine <= theirs {
+			verdict = "yes"
+		}
+		fmt.Fprintf(w, "Cells where %s evicts more than 10 pods (median): %d; evictions summed: %s %.0f, %s %.0f; at most half: %s\n",
+			sides[1], n, sides[0], mine, sides[1], theirs, verdict)
+	}
+	for _, side := range sides {
+		var worse []string
+		compared := 0
+		for _, c := range cells {
+			if c.policy != "Balanced" {
+				continue
+			}
+			b, ok := medians[c][side]
+			u, uok := medians[cell{c.scenario, "WhenEmptyOrUnderutilized"}][side]
+			if !ok || !uok {
+				continue
+			}
+			compared++
+			if b[1] > u[1] {
+				worse = append(worse, fmt.Sprintf("%s (%.0f > %.0f)", c.scenario, b[1], u[1]))
+			}
+		}
+		verdict := "yes"
+		if len(worse) > 0 {
+			verdict = "no: " + strings.Join(worse, ", ")
+		}
+		fmt.Fprintf(w, "%s: Balanced evicts no more than WhenEmptyOrUnderutilized (medians) in the %d scenarios run under both: %s\n", side, compared, verdict)
 	}
 	return nil
 }
