@@ -33,6 +33,23 @@ func assets(t *testing.T) string {
 	return dir
 }
 
+// started starts a cluster with opts (its assets and log filled in), stopped when the test ends,
+// and a client of it.
+func started(t *testing.T, opts localcluster.Options) (*localcluster.Cluster, kubernetes.Interface) {
+	t.Helper()
+	opts.AssetsDir, opts.Log = assets(t), testr.New(t)
+	c, err := localcluster.Start(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cs
+}
+
 // children lists the live processes whose parent is this test process.
 func children(t *testing.T) []string {
 	t.Helper()
@@ -126,15 +143,7 @@ profiles: [{schedulerName: default-scheduler}, {schedulerName: second-profile}]
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir, AssetsDir: assets(t), Log: testr.New(t), SchedulerConfig: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs := started(t, localcluster.Options{Dir: dir, SchedulerConfig: conf})
 	ctx := t.Context()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", Annotations: map[string]string{localcluster.KwokNodeAnnotation: "fake"}},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("10")}}}
@@ -226,15 +235,7 @@ profiles: [{schedulerName: default-scheduler}, {schedulerName: second-profile}]
 // CrashAPIServer drops every connection (a watch opened before it ends), and afterwards the same
 // kubeconfig reaches the API server again, with what was stored before the crash.
 func TestCrashAPIServer(t *testing.T) {
-	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: t.TempDir(), AssetsDir: assets(t), Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cs := started(t, localcluster.Options{Dir: t.TempDir()})
 	ctx := t.Context()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before", Namespace: "default"}}
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
@@ -268,15 +269,7 @@ func TestCrashAPIServer(t *testing.T) {
 // off (NudgeAfter -1) the pod stays Pending for good.
 func TestAPodKwokLeftPendingIsNudgedReady(t *testing.T) {
 	dir := t.TempDir()
-	c, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir, AssetsDir: assets(t), Log: testr.New(t), NudgeAfter: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs := started(t, localcluster.Options{Dir: dir, NudgeAfter: 2 * time.Second})
 	ctx := t.Context()
 	const refuse = "test.capstan.dev/refuse-status"
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{

@@ -15,10 +15,10 @@ import (
 	"capstan.dev/capstan/internal/testenv"
 )
 
-// The nudger touches only pods bound to kwok's nodes that have been Pending for its wait past
-// their ready delay and past their last nudge (no kwok runs here, so every bound pod stays
-// Pending).
-func TestNudgeOnlyPodsKwokLeftPendingPastTheirWait(t *testing.T) {
+// apiServer starts an API server (no kwok: every bound pod stays Pending), stopped when the test
+// ends, and returns a client of it.
+func apiServer(t *testing.T) kubernetes.Interface {
+	t.Helper()
 	env, err := testenv.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +28,14 @@ func TestNudgeOnlyPodsKwokLeftPendingPastTheirWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+// The nudger touches only pods bound to kwok's nodes that have been Pending for its wait past
+// their ready delay and past their last nudge (no kwok runs here, so every bound pod stays
+// Pending).
+func TestNudgeOnlyPodsKwokLeftPendingPastTheirWait(t *testing.T) {
+	cs := apiServer(t)
 	ctx := t.Context()
 	for name, kwok := range map[string]bool{"kwok-a": true, "real-b": false} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -96,15 +104,7 @@ func TestNudgeOnlyPodsKwokLeftPendingPastTheirWait(t *testing.T) {
 // A pass nudges at most maxNudges pods: kwok falling behind in a burst is not answered with a
 // write per pod.
 func TestANudgePassIsBounded(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := apiServer(t)
 	ctx := t.Context()
 	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-a", Annotations: map[string]string{KwokNodeAnnotation: "fake"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
