@@ -84,11 +84,9 @@ func summarize(w io.Writer, dirs []string) error {
 	fmt.Fprintln(w, "| scenario | policy | side | runs | settled $/h: median [min–max] | evicted: median [min–max] | burst $/h median |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, c := range cells {
-		var med [][2]float64
 		for _, side := range sides {
 			rs := runs[c][side]
 			if len(rs) == 0 {
-				med = append(med, [2]float64{-1, -1})
 				continue
 			}
 			price := values(rs, func(r result) float64 { return r.End.Price })
@@ -96,15 +94,17 @@ func summarize(w io.Writer, dirs []string) error {
 			burst := values(rs, func(r result) float64 { return r.Burst.Price })
 			fmt.Fprintf(w, "| %s | %s | %s | %d | %.3f [%.3f–%.3f] | %.0f [%.0f–%.0f] | %.3f |\n", c.scenario, c.policy, side, len(rs),
 				median(price), price[0], price[len(price)-1], median(ev), ev[0], ev[len(ev)-1], median(burst))
-			med = append(med, [2]float64{median(price), median(ev)})
 			if medians[c] == nil {
 				medians[c] = map[string][2]float64{}
 			}
 			medians[c][side] = [2]float64{median(price), median(ev)}
 		}
-		if len(med) == 2 && med[0][0] >= 0 && med[1][0] >= 0 {
+		if len(sides) != 2 {
+			continue
+		}
+		if a, b := medians[c][sides[0]], medians[c][sides[1]]; len(medians[c]) == 2 {
 			verdict := "no"
-			if med[0][0] <= med[1][0] && med[0][1] <= med[1][1] {
+			if a[0] <= b[0] && a[1] <= b[1] {
 				verdict = "yes"
 			}
 			fmt.Fprintf(w, "| %s | %s | %s ≤ %s in both medians | | %s | | |\n", c.scenario, c.policy, sides[0], sides[1], verdict)

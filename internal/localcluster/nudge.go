@@ -51,6 +51,21 @@ func (n *nudger) run(ctx context.Context, interval time.Duration) {
 // pass nudges the pods bound to a kwok node that have been Pending for n.after past their ready
 // delay and their last nudge, at most maxNudges; it returns the pods nudged.
 func (n *nudger) pass(ctx context.Context) ([]string, error) {
+	pods, err := n.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Pending,spec.nodeName!="})
+	if err != nil {
+		return nil, fmt.Errorf("listing pending pods: %w", err)
+	}
+	now := n.clock.Now()
+	var due []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && now.Sub(n.due(p)) >= n.after {
+			due = append(due, p)
+		}
+	}
+	if len(due) == 0 {
+		// The usual answer: nodes are read only when some pod is overdue.
+		return nil, nil
+	}
 	nodes, err := n.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
@@ -61,26 +76,17 @@ func (n *nudger) pass(ctx context.Context) ([]string, error) {
 			kwok[node.Name] = true
 		}
 	}
-	if len(kwok) == 0 {
-		return nil, nil
-	}
-	pods, err := n.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Pending,spec.nodeName!="})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{NudgedAnnotation: now.UTC().Format(time.RFC3339)}}})
 	if err != nil {
-		return nil, fmt.Errorf("listing pending pods: %w", err)
+		return nil, err
 	}
-	now := n.clock.Now()
 	var nudged []string
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if !kwok[p.Spec.NodeName] || p.DeletionTimestamp != nil || now.Sub(n.due(p)) < n.after {
+	for _, p := range due {
+		if !kwok[p.Spec.NodeName] {
 			continue
 		}
 		if len(nudged) == maxNudges {
 			break
-		}
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{NudgedAnnotation: now.UTC().Format(time.RFC3339)}}})
-		if err != nil {
-			return nudged, err
 		}
 		if _, err := n.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			n.log.Info("nudging a pod kwok left pending", "pod", p.Namespace+"/"+p.Name, "error", err.Error())

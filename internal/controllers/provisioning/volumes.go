@@ -145,15 +145,12 @@ func (p *Provisioner) Prepare(ctx context.Context, pods []*corev1.Pod) ([]*corev
 	var objs *volumetopology.Objects
 	out := make([]*corev1.Pod, 0, len(pods))
 	for _, pod := range pods {
-		claimsOnly := pod
-		if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Ephemeral != nil }) {
-			claimsOnly = pod.DeepCopy()
-			claimsOnly.Spec.Volumes = slices.DeleteFunc(claimsOnly.Spec.Volumes, func(v corev1.Volume) bool { return v.Ephemeral != nil })
-		}
-		if !anyClaims([]*corev1.Pod{claimsOnly}) {
+		if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil }) {
 			out = append(out, pod)
 			continue
 		}
+		claimsOnly := pod.DeepCopy()
+		claimsOnly.Spec.Volumes = slices.DeleteFunc(claimsOnly.Spec.Volumes, func(v corev1.Volume) bool { return v.Ephemeral != nil })
 		if objs == nil {
 			o, err := p.volumeObjects(ctx)
 			if err != nil {

@@ -170,24 +170,35 @@ func (c *Controller) answer(ctx context.Context, pr *autoscalingv1.ProvisioningR
 		c.set(pr, autoscalingv1.ConditionProvisioned, false, provreq.ReasonPodTemplate, err.Error())
 		return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
 	}
-	if pods, err = c.Planner.Prepare(ctx, pods); err != nil {
-		if notReady := (*volumetopology.NotReadyError)(nil); errors.As(err, &notReady) {
-			c.set(pr, autoscalingv1.ConditionProvisioned, false, provreq.ReasonVolumesNotReady, "waiting for volumes: "+err.Error())
-			return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
-		}
-		return reconcile.Result{}, err
-	}
 	if pr.Spec.ProvisioningClassName == autoscalingv1.ClassCheckCapacity {
 		return c.check(ctx, pr, pods, now)
 	}
 	return c.scaleUp(ctx, pr, pods, now)
 }
 
+// prepare makes the request's pods ready to plan (Planner.Prepare), just before a plan is made;
+// ok is false when their volumes hold the request, which Provisioned then says.
+func (c *Controller) prepare(ctx context.Context, pr *autoscalingv1.ProvisioningRequest, pods []*corev1.Pod) (_ []*corev1.Pod, ok bool, _ error) {
+	pods, err := c.Planner.Prepare(ctx, pods)
+	if notReady := (*volumetopology.NotReadyError)(nil); errors.As(err, &notReady) {
+		c.set(pr, autoscalingv1.ConditionProvisioned, false, provreq.ReasonVolumesNotReady, "waiting for volumes: "+err.Error())
+		return nil, false, nil
+	}
+	return pods, err == nil, err
+}
+
 // check answers a check-capacity request: Provisioned when every pod fits on the cluster's
 // machines (registered or on their way, less the room booked for other requests), nothing bought.
 func (c *Controller) check(ctx context.Context, pr *autoscalingv1.ProvisioningRequest, pods []*corev1.Pod, now time.Time) (reconcile.Result, error) {
+	pods, ok, err := c.prepare(ctx, pr, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !ok {
+		return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
+	}
 	var plan *solver.Result
-	err := c.Planner.Exclusive(ctx, func(st *planning.State, _ func(*karpv1.NodeClaim)) error {
+	err = c.Planner.Exclusive(ctx, func(st *planning.State, _ func(*karpv1.NodeClaim)) error {
 		nodes := c.withChecked(st.Nodes, pr.UID, now)
 		plan = solver.Solve(solver.Input{Pods: pods, Nodes: nodes, DaemonSetPods: st.DaemonSetPods, WellKnownLabels: c.WellKnownLabels}, c.SolverOptions)
 		return nil
@@ -267,6 +278,13 @@ func (c *Controller) scaleUp(ctx context.Context, pr *autoscalingv1.Provisioning
 	}
 	if wait := c.waitToRetry(pr.UID, now); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	pods, ok, err := c.prepare(ctx, pr, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !ok {
+		return reconcile.Result{RequeueAfter: RecheckCapacity}, nil
 	}
 	var plan *solver.Result
 	var made []*karpv1.NodeClaim

@@ -77,9 +77,7 @@ func newFixtureWith(t *testing.T, name string, cl, pcl client.Client, mutate fun
 			_ = env.Client.Delete(ctx, o)
 		}
 	})
-	tmpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns.Name}, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("900m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}}}
+	tmpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns.Name}, Template: corev1.PodTemplateSpec{Spec: worker()}}
 	if err := env.Client.Create(ctx, tmpl); err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +90,15 @@ func newFixtureWith(t *testing.T, name string, cl, pcl client.Client, mutate fun
 // request creates a best-effort atomic request for count workers.
 func (f *fixture) request(t *testing.T, count int32, params map[string]autoscalingv1.Parameter) *autoscalingv1.ProvisioningRequest {
 	t.Helper()
-	pr := &autoscalingv1.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: f.ns}, Spec: autoscalingv1.ProvisioningRequestSpec{
+	return f.submit(t, "gang", "workers", count, params)
+}
+
+// submit creates a best-effort atomic request named name for count pods of the PodTemplate tmpl.
+func (f *fixture) submit(t *testing.T, name, tmpl string, count int32, params map[string]autoscalingv1.Parameter) *autoscalingv1.ProvisioningRequest {
+	t.Helper()
+	pr := &autoscalingv1.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: autoscalingv1.ProvisioningRequestSpec{
 		ProvisioningClassName: autoscalingv1.ClassBestEffortAtomicScaleUp, Parameters: params,
-		PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: "workers"}, Count: count}}}}
+		PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: tmpl}, Count: count}}}}
 	if err := env.Client.Create(t.Context(), pr); err != nil {
 		t.Fatal(err)
 	}
@@ -424,16 +428,10 @@ func (f *fixture) createRequest(t *testing.T, name string, count int32, tmpl cor
 	if err := env.Client.Create(t.Context(), &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Template: tmpl}); err != nil {
 		t.Fatal(err)
 	}
-	pr := &autoscalingv1.ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: autoscalingv1.ProvisioningRequestSpec{
-		ProvisioningClassName: autoscalingv1.ClassBestEffortAtomicScaleUp,
-		PodSets:               []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: name}, Count: count}}}}
-	if err := env.Client.Create(t.Context(), pr); err != nil {
-		t.Fatal(err)
-	}
-	return pr
+	return f.submit(t, name, name, count, nil)
 }
 
-// worker is a 900m pod spec, as the fixture's template.
+// worker is the fixture's pod spec: 900m and 1 GiB, four to an m5.xlarge.
 func worker() corev1.PodSpec {
 	return corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("900m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}
