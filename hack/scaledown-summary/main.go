@@ -99,10 +99,8 @@ func summarize(w io.Writer, dirs []string) error {
 			}
 			medians[c][side] = [2]float64{median(price), median(ev)}
 		}
-		if len(sides) != 2 {
-			continue
-		}
-		if a, b := medians[c][sides[0]], medians[c][sides[1]]; len(medians[c]) == 2 {
+		if len(sides) == 2 && len(medians[c]) == 2 {
+			a, b := medians[c][sides[0]], medians[c][sides[1]]
 			verdict := "no"
 			if a[0] <= b[0] && a[1] <= b[1] {
 				verdict = "yes"

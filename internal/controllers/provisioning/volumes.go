@@ -149,8 +149,9 @@ func (p *Provisioner) Prepare(ctx context.Context, pods []*corev1.Pod) ([]*corev
 			out = append(out, pod)
 			continue
 		}
-		claimsOnly := pod.DeepCopy()
-		claimsOnly.Spec.Volumes = slices.DeleteFunc(claimsOnly.Spec.Volumes, func(v corev1.Volume) bool { return v.Ephemeral != nil })
+		// The pod with its claims' volumes only: a shallow copy with its own volume list.
+		claimsOnly := *pod
+		claimsOnly.Spec.Volumes = slices.DeleteFunc(slices.Clone(pod.Spec.Volumes), func(v corev1.Volume) bool { return v.Ephemeral != nil })
 		if objs == nil {
 			o, err := p.volumeObjects(ctx)
 			if err != nil {
@@ -158,7 +159,7 @@ func (p *Provisioner) Prepare(ctx context.Context, pods []*corev1.Pod) ([]*corev
 			}
 			objs = &o
 		}
-		needs, err := objs.For(claimsOnly)
+		needs, err := objs.For(&claimsOnly)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
 		}
