@@ -213,9 +213,11 @@ func BenchmarkSpotToSpotAfterScaleIns(b *testing.B) {
 }
 
 // With SpotToSpotConsolidation on and enough cheaper spot types, the spot machine a scale-in left
-// mostly empty is replaced by a small one: 400 pods of 1 CPU scaled to 100 leave a 96-vCPU machine
-// holding 5 pods beside a full one; replacing it evicts those 5 and saves about 45%. With the gate
-// off (Karpenter's default too) it can only be deleted, and stays.
+// mostly empty is replaced by a small one. A burst of 400 pods of 1 CPU bought in the largest
+// near-tied machines (as a pool whose CPU limit may bind buys it, or LargestAtTies), scaled to
+// 100, leaves a 96-vCPU machine holding 5 pods beside a full one; replacing it evicts those 5 and
+// saves about 45%. With the gate off (Karpenter's default too) it can only be deleted, and stays.
+// (Bursts spread over eighths, Capstan's default sizing, leave no such machine in this case.)
 func TestSpotToSpotReplacesWhatAScaleInLeftMostlyEmpty(t *testing.T) {
 	var sc scaleDownCase
 	for _, c := range scaleDownCases() {
@@ -227,7 +229,8 @@ func TestSpotToSpotReplacesWhatAScaleInLeftMostlyEmpty(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			cfg := func(gate bool) replay.Config {
-				return replay.Config{PodDeletionCost: true, InstanceTypes: familyMenu(t, fourFamilies...), Disruption: disruptionplan.Options{SpotToSpotConsolidation: gate}}
+				return replay.Config{PodDeletionCost: true, InstanceTypes: familyMenu(t, fourFamilies...),
+					Disruption: disruptionplan.Options{SpotToSpotConsolidation: gate, Solver: solver.Options{LargestAtTies: true}}}
 			}
 			_, offEnd, off := runScaleDown(t, sc, policy, cfg(false))
 			_, onEnd, on := runScaleDown(t, sc, policy, cfg(true))
@@ -312,5 +315,34 @@ func TestBalancedNeverEvictsMoreThanWhenEmptyOrUnderutilized(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The side-by-side's three-step cell, on spot machines that consolidation can only delete: its
+// burst is spread over machines of at most 32 vCPU (an eighth of its 250 CPU), so the scale-ins,
+// emptying machines in the deletion costs' order, end holding the remaining 62.5 CPU (150 pods of
+// 250m, 25 of 1 CPU) in 64 vCPU — the least any plan of the menu holds them in — under both
+// policies, no pod moved twice. A burst holding 48-vCPU machines (the per-node reservation made a
+// 32-vCPU one score 0.52% less per dollar) ended in a 48- and a 32-vCPU machine, 25% dearer.
+func TestThreeStepScaleDownEndsInTheLeastCapacity(t *testing.T) {
+	var sc scaleDownCase
+	for _, c := range scaleDownCases() {
+		if c.name == "two-in-three-steps-spot" {
+			sc = c
+		}
+	}
+	least := 64 * 0.7 * 0.04 // linearMenu's spot price of 64 vCPU
+	for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			_, end, r := runScaleDown(t, sc, policy, replay.Config{PodDeletionCost: true})
+			t.Logf("settled at %.3f $/h, %d evictions", end, r.Evictions)
+			if end > least*1.0001 {
+				t.Errorf("the cluster settles at %.3f $/h; 64 vCPU (%.3f) holds what the scale-ins left", end, least)
+			}
+			if r.Reevictions != 0 {
+				t.Errorf("%d pods moved twice", r.Reevictions)
+			}
+		})
 	}
 }

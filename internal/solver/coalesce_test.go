@@ -1,10 +1,12 @@
 package solver_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
@@ -99,5 +101,55 @@ func TestBurstSpreadOverMachinesOfAnEighth(t *testing.T) {
 	// LargestAtTies, the rule before, fills towards the largest near-tie.
 	if _, l := plan(solve(t, in, solver.Options{LargestAtTies: true})); l < 100 {
 		t.Errorf("with LargestAtTies the burst's largest machine has %.2f CPU; want the largest near-tie (over 100)", l)
+	}
+}
+
+// kwokLinear is a pool of kwok-format types c-<n>x (n vCPU, 2 GiB per vCPU, 100m and 10Mi
+// reserved per node as the kwok provider does) for n from 1 to 96, spot in one zone, priced in
+// proportion to n: the shape of the menu of the side-by-side with Karpenter.
+func kwokLinear(t *testing.T) solver.NodePool {
+	t.Helper()
+	var entries []string
+	for _, n := range []int{1, 2, 4, 8, 16, 32, 48, 64, 96} {
+		entries = append(entries, fmt.Sprintf(`{"name": "c-%dx-amd64-linux", "architecture": "amd64", "operatingSystems": ["linux"],`+
+			`"resources": {"cpu": "%d", "memory": "%dGi", "pods": "250"}, "offerings": [{"Price": %g, "Available": true, "Requirements": [`+
+			`{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},`+
+			`{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}]}`, n, n, 2*n, 0.028*float64(n)))
+	}
+	its, err := catalog.ParseKWOK([]byte("[" + strings.Join(entries, ",") + "]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return poolOf(its)
+}
+
+// The per-node reservation makes a smaller machine a fraction of a percent less efficient than a
+// larger one at a linear price; that fraction does not decide a burst's shape. 100 pods of 1 CPU
+// and 600 of 250m (250 CPU) fill a 32-vCPU machine (the eighth) to 0.52% less per dollar than a
+// 96-vCPU one: the burst is of machines of at most 32 vCPU, and costs within 1% of the plan that
+// takes the largest near-tie.
+func TestReservationFractionsDoNotDecideTheBurstShape(t *testing.T) {
+	in := solver.Input{Pods: append(pods(100, "large", "1", "1Gi", nil), pods(600, "small", "250m", "256Mi", nil)...),
+		NodePools: []solver.NodePool{kwokLinear(t)}}
+	var price, largest float64
+	r := solve(t, in, solver.Options{})
+	wantAllPlaced(t, r)
+	sizes := map[string]int{}
+	for _, nc := range r.NodeClaims {
+		price += nc.Price
+		sizes[nc.InstanceTypes[0].Name]++
+		largest = max(largest, nc.InstanceTypes[0].Capacity.Cpu().AsApproximateFloat64())
+	}
+	if largest > 32 {
+		t.Errorf("the burst is %v; want no machine over 32 vCPU for 250 CPU of pods", sizes)
+	}
+	var widest float64
+	wide := solve(t, in, solver.Options{LargestAtTies: true})
+	wantAllPlaced(t, wide)
+	for _, nc := range wide.NodeClaims {
+		widest += nc.Price
+	}
+	if price > widest*1.01 {
+		t.Errorf("the burst %v costs %.3f $/h; the largest near-ties' %.3f", sizes, price, widest)
 	}
 }
