@@ -3,16 +3,15 @@ package replay_test
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/replay"
 	"capstan.dev/capstan/internal/solver"
+	"capstan.dev/capstan/internal/solver/workload"
 )
 
 // A scale-down scenario of the side-by-side with Karpenter: Deployments created at the controller
@@ -73,50 +72,39 @@ func scaleDownCases() []scaleDownCase {
 	return cases
 }
 
-// linearMenu is a kwok-format menu of amd64 Linux types c-<n>x (n vCPU, 2 GiB per vCPU) for n
-// from 1 to 96, each offered as spot and on-demand in three zones at prices in proportion to n
-// (spot at 70% of on-demand): the shape of the menu the side-by-side runs on, written here.
+// linearMenu is workload.KWOKMenu's c family (2 GiB per vCPU, 0.04 $/vCPU-h on demand): the shape
+// of the menu the side-by-side runs on.
 func linearMenu(t testing.TB) []*cloudprovider.InstanceType {
-	return familyMenu(t, menuFamily{"c", 2, 0.04})
-}
-
-// menuFamily is a family of familyMenu: its name, GiB per vCPU and on-demand $/vCPU-h.
-type menuFamily struct {
-	name        string
-	gibPerCPU   int
-	pricePerCPU float64
+	return familyMenu(t, workload.MenuFamily{Name: "c", GiBPerCPU: 2, PricePerCPU: 0.04})
 }
 
 // fourFamilies are c (as linearMenu), m, r and s types, so that a spot machine of 96 vCPU has
 // more than MinSpotToSpotTypes cheaper spot types holding a few pods (linearMenu has 8).
-var fourFamilies = []menuFamily{{"c", 2, 0.04}, {"m", 4, 0.048}, {"r", 8, 0.06}, {"s", 1, 0.038}}
+var fourFamilies = []workload.MenuFamily{
+	{Name: "c", GiBPerCPU: 2, PricePerCPU: 0.04}, {Name: "m", GiBPerCPU: 4, PricePerCPU: 0.048},
+	{Name: "r", GiBPerCPU: 8, PricePerCPU: 0.06}, {Name: "s", GiBPerCPU: 1, PricePerCPU: 0.038},
+}
 
-// familyMenu is linearMenu's menu for each family.
-func familyMenu(t testing.TB, families ...menuFamily) []*cloudprovider.InstanceType {
+// familyMenu is workload.KWOKMenu of the families.
+func familyMenu(t testing.TB, families ...workload.MenuFamily) []*cloudprovider.InstanceType {
 	t.Helper()
-	var entries []string
-	for _, f := range families {
-		for _, n := range []int{1, 2, 4, 8, 16, 32, 48, 64, 96} {
-			var offers []string
-			for _, ct := range []struct {
-				name  string
-				price float64
-			}{{"spot", 0.7 * f.pricePerCPU * float64(n)}, {"on-demand", f.pricePerCPU * float64(n)}} {
-				for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
-					offers = append(offers, fmt.Sprintf(`{"Price": %g, "Available": true, "Requirements": [`+
-						`{"key": "karpenter.sh/capacity-type", "operator": "In", "values": [%q]},`+
-						`{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [%q]}]}`, ct.price, ct.name, z))
-				}
-			}
-			entries = append(entries, fmt.Sprintf(`{"name": "%s-%dx-amd64-linux", "architecture": "amd64", "operatingSystems": ["linux"],`+
-				`"resources": {"cpu": "%d", "memory": "%dGi", "pods": "250"}, "offerings": [%s]}`, f.name, n, n, f.gibPerCPU*n, strings.Join(offers, ",")))
-		}
-	}
-	its, err := catalog.ParseKWOK([]byte("[" + strings.Join(entries, ",") + "]"))
+	its, err := workload.KWOKMenu(families...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return its
+}
+
+// caseNamed is the scale-down case of that name.
+func caseNamed(t testing.TB, name string) scaleDownCase {
+	t.Helper()
+	for _, c := range scaleDownCases() {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no scale-down case %q", name)
+	return scaleDownCase{}
 }
 
 // runScaleDown plays the case under the policy (a spot case on cfg.InstanceTypes when set, else
@@ -219,12 +207,7 @@ func BenchmarkSpotToSpotAfterScaleIns(b *testing.B) {
 // saves about 45%. With the gate off (Karpenter's default too) it can only be deleted, and stays.
 // (Bursts spread over eighths, Capstan's default sizing, leave no such machine in this case.)
 func TestSpotToSpotReplacesWhatAScaleInLeftMostlyEmpty(t *testing.T) {
-	var sc scaleDownCase
-	for _, c := range scaleDownCases() {
-		if c.name == "1cpu-400-100-spot" {
-			sc = c
-		}
-	}
+	sc := caseNamed(t, "1cpu-400-100-spot")
 	for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
@@ -326,12 +309,7 @@ func TestBalancedNeverEvictsMoreThanWhenEmptyOrUnderutilized(t *testing.T) {
 // policies, no pod moved twice. A burst holding 48-vCPU machines (the per-node reservation made a
 // 32-vCPU one score 0.52% less per dollar) ended in a 48- and a 32-vCPU machine, 25% dearer.
 func TestThreeStepScaleDownEndsInTheLeastCapacity(t *testing.T) {
-	var sc scaleDownCase
-	for _, c := range scaleDownCases() {
-		if c.name == "two-in-three-steps-spot" {
-			sc = c
-		}
-	}
+	sc := caseNamed(t, "two-in-three-steps-spot")
 	least := 64 * 0.7 * 0.04 // linearMenu's spot price of 64 vCPU
 	for _, policy := range []karpv1.ConsolidationPolicy{karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, karpv1.ConsolidationPolicyBalanced} {
 		t.Run(string(policy), func(t *testing.T) {

@@ -1,12 +1,10 @@
 package solver_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
-	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
 	"capstan.dev/capstan/internal/requirements"
 	"capstan.dev/capstan/internal/solver"
@@ -104,23 +102,19 @@ func TestBurstSpreadOverMachinesOfAnEighth(t *testing.T) {
 	}
 }
 
-// kwokLinear is a pool of kwok-format types c-<n>x (n vCPU, 2 GiB per vCPU, 100m and 10Mi
-// reserved per node as the kwok provider does) for n from 1 to 96, spot in one zone, priced in
-// proportion to n: the shape of the menu of the side-by-side with Karpenter.
+// kwokLinear is the pool of workload.KWOKMenu's c types (n vCPU for n from 1 to 96, 2 GiB per
+// vCPU, 100m and 10Mi reserved per node as the kwok provider does, priced in proportion to n),
+// spot in zone-a: the shape of the menu of the side-by-side with Karpenter.
 func kwokLinear(t *testing.T) solver.NodePool {
 	t.Helper()
-	var entries []string
-	for _, n := range []int{1, 2, 4, 8, 16, 32, 48, 64, 96} {
-		entries = append(entries, fmt.Sprintf(`{"name": "c-%dx-amd64-linux", "architecture": "amd64", "operatingSystems": ["linux"],`+
-			`"resources": {"cpu": "%d", "memory": "%dGi", "pods": "250"}, "offerings": [{"Price": %g, "Available": true, "Requirements": [`+
-			`{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},`+
-			`{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}]}`, n, n, 2*n, 0.028*float64(n)))
-	}
-	its, err := catalog.ParseKWOK([]byte("[" + strings.Join(entries, ",") + "]"))
+	its, err := workload.KWOKMenu(workload.MenuFamily{Name: "c", GiBPerCPU: 2, PricePerCPU: 0.04})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return poolOf(its)
+	p := poolOf(its)
+	p.Requirements.Add(requirements.Single(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeSpot))
+	p.Requirements.Add(requirements.Single(zoneKey, "zone-a"))
+	return p
 }
 
 // The per-node reservation makes a smaller machine a fraction of a percent less efficient than a
