@@ -69,6 +69,11 @@ func (c *Cluster) Snapshot() *disruptionplan.Snapshot {
 			after = pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration
 		}
 		meta.RemoveStatusCondition(&nc.Status.Conditions, karpv1.ConditionTypeConsolidatable)
+		if m.node.Node != nil {
+			// As the podevents controller stamps it: the decision core keeps moved pods off a
+			// machine still inside its consolidateAfter.
+			nc.Status.LastPodEventTime = metav1.NewTime(m.lastPodEvent)
+		}
 		if m.node.Node != nil && after != nil && !c.now.Before(m.lastPodEvent.Add(*after)) {
 			nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
 				Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(c.now)})

@@ -3,6 +3,7 @@ package replay
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math"
 	"slices"
@@ -83,7 +84,8 @@ type machine struct {
 	node    *disruptionplan.Node
 	price   float64
 	readyAt time.Time
-	// lastPodEvent is when a pod last arrived or left.
+	// lastPodEvent is when a pod last arrived or left (podEvent), or when the machine initialized
+	// if later.
 	lastPodEvent time.Time
 	// nominated pods wait for the machine to be ready.
 	nominated []*corev1.Pod
@@ -358,7 +360,7 @@ func (c *Cluster) remove(p *corev1.Pod) {
 		m.node.Pods = slices.DeleteFunc(m.node.Pods, func(q *corev1.Pod) bool { return q == p })
 		m.nominated = slices.DeleteFunc(m.nominated, func(q *corev1.Pod) bool { return q == p })
 		if len(m.node.Pods)+len(m.nominated) != before {
-			m.lastPodEvent = c.now
+			c.podEvent(m, p)
 		}
 	}
 }
@@ -421,7 +423,27 @@ func (c *Cluster) bind(p *corev1.Pod, m *machine) {
 	p.Spec.NodeName = m.node.Name()
 	p.Status.Phase = corev1.PodRunning
 	m.node.Pods = append(m.node.Pods, p)
-	m.lastPodEvent = c.now
+	c.podEvent(m, p)
+}
+
+// podEvent records that the pod arrived on or left the machine. A step stands for the time since
+// the one before: the event is dated at a point of that interval drawn from the pod's UID and the
+// step (deterministic), as a cluster whose controller stamps each event when it happens would date
+// it. The dates decide when a machine is Consolidatable and whether it is still inside
+// consolidateAfter (status.lastPodEventTime), so with steps as long as consolidateAfter some
+// machines touched in a step are past their window at its round and others are not, as in a
+// cluster.
+func (c *Cluster) podEvent(m *machine, p *corev1.Pod) {
+	at := c.now
+	if step := uint64(c.cfg.Step); step > 0 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(p.UID))
+		_, _ = h.Write(strconv.AppendInt(nil, c.now.UnixNano(), 10))
+		at = at.Add(-time.Duration(h.Sum64() % step))
+	}
+	if at.After(m.lastPodEvent) {
+		m.lastPodEvent = at
+	}
 }
 
 // schedule places pending pods: on ready machines with room (as the kube-scheduler), nominated to

@@ -325,3 +325,61 @@ func TestThreeStepScaleDownEndsInTheLeastCapacity(t *testing.T) {
 		})
 	}
 }
+
+// The replay dates each pod's arrival and departure as the podevents controller stamps them
+// (status.lastPodEventTime, at a point of the step they happened in), and the decision core keeps
+// the pods a consolidation moves off machines still inside consolidateAfter (Karpenter v1.15).
+// When 1,000 pods scale to 700, every machine the scale-in touched is inside its window at the
+// next round, so the machines it emptied go first and, with the calm rules off, no pod moves
+// (before the replay stamped the claims, the first round moved 117 pods onto machines touched
+// that very step).
+func TestMovedPodsStayOffMachinesInsideConsolidateAfter(t *testing.T) {
+	sc := caseNamed(t, "1000-700")
+	np := onDemandPool(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)
+	np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
+		karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
+	const step = 10 * time.Second
+	c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(t), Step: step,
+		Disruption: disruptionplan.Options{DisableScaleDownWait: true, UnderutilizedK: -1, CalmAfterScaleDown: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Run(sc.deps, 10*time.Minute)
+	peak := c.Price()
+	podsBefore := map[string]int{}
+	for _, n := range c.Snapshot().Nodes {
+		podsBefore[n.NodeClaim.Name] = len(n.Pods)
+	}
+	before := c.Report().Evictions
+	c.Run(sc.deps, step) // the scale-in
+	snap := c.Snapshot()
+	scaleIn := snap.Now.Add(-step)
+	touched, dates := 0, map[time.Time]bool{}
+	for _, n := range snap.Nodes {
+		at := n.NodeClaim.Status.LastPodEventTime.Time
+		if len(n.Pods) == podsBefore[n.NodeClaim.Name] {
+			if !at.Before(scaleIn.Add(-step)) {
+				t.Errorf("node %s lost no pod, but its last pod event is %s, inside the scale-in's step", n.NodeClaim.Name, at.Format(time.TimeOnly))
+			}
+			continue
+		}
+		touched++
+		dates[at] = true
+		if !at.After(scaleIn.Add(-step)) || at.After(scaleIn) {
+			t.Errorf("node %s lost %d pods in the step to %s; its lastPodEventTime is %s", n.NodeClaim.Name,
+				podsBefore[n.NodeClaim.Name]-len(n.Pods), scaleIn.Format(time.TimeOnly), at.Format(time.TimeOnly))
+		}
+	}
+	if touched < 2 || len(dates) < 2 {
+		t.Errorf("the scale-in touched %d machines, dated at %d instants: want several, spread over the step", touched, len(dates))
+	}
+	c.Run(sc.deps, 25*time.Minute)
+	r := c.Report()
+	t.Logf("peak %.3f $/h, settled %.3f; %d machines touched by the scale-in; %d evictions", peak, c.Price(), touched, r.Evictions-before)
+	if r.Evictions != before {
+		t.Errorf("%d pods moved after the scale-in, want none", r.Evictions-before)
+	}
+	if c.Price() >= peak {
+		t.Errorf("the cluster did not shrink: %.3f $/h at the peak, %.3f after", peak, c.Price())
+	}
+}
