@@ -95,7 +95,8 @@ func BenchmarkReplayDay(b *testing.B) {
 
 // BenchmarkReplayDays plays five seeded days (deletion costs on) under WhenEmptyOrUnderutilized
 // as Karpenter runs it (every saving taken), with Capstan's score of moves (k = 3, with and
-// without the falling load's bar after a scale-down) and under Balanced, and reports the five
+// without the falling load's bar after a scale-down, and without the wait for scale-downs in
+// progress) and under Balanced (with and without that wait), and reports the five
 // days' cost and evictions summed: one day's figures hang on a
 // few decisions, five show the trend.
 func BenchmarkReplayDays(b *testing.B) {
@@ -104,11 +105,14 @@ func BenchmarkReplayDays(b *testing.B) {
 		policy karpv1.ConsolidationPolicy
 		k      float64
 		calm   time.Duration
+		noWait bool
 	}{
-		{"WhenEmptyOrUnderutilized/k=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, -1, 0},
-		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, 0},
-		{"WhenEmptyOrUnderutilized/k=3/calm=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, -1},
-		{"Balanced", karpv1.ConsolidationPolicyBalanced, 0, 0},
+		{"WhenEmptyOrUnderutilized/k=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, -1, 0, false},
+		{"WhenEmptyOrUnderutilized/k=3", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, 0, false},
+		{"WhenEmptyOrUnderutilized/k=3/calm=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, -1, false},
+		{"WhenEmptyOrUnderutilized/k=3/wait=off", karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, disruptionplan.DefaultUnderutilizedK, 0, true},
+		{"Balanced", karpv1.ConsolidationPolicyBalanced, 0, 0, false},
+		{"Balanced/wait=off", karpv1.ConsolidationPolicyBalanced, 0, 0, true},
 	} {
 		b.Run(rn.name, func(b *testing.B) {
 			var cost float64
@@ -117,7 +121,7 @@ func BenchmarkReplayDays(b *testing.B) {
 				cost, evictions, twice = 0, 0, 0
 				for _, seed := range []uint64{1, 2, 3, 7, 42} {
 					c, err := replay.New(replay.Config{NodePool: onDemandPool(rn.policy), InstanceTypes: simCatalog(b), Step: time.Minute,
-						Disruption: disruptionplan.Options{UnderutilizedK: rn.k, CalmAfterScaleDown: rn.calm}, PodDeletionCost: true})
+						Disruption: disruptionplan.Options{UnderutilizedK: rn.k, CalmAfterScaleDown: rn.calm, DisableScaleDownWait: rn.noWait}, PodDeletionCost: true})
 					if err != nil {
 						b.Fatal(err)
 					}
