@@ -46,6 +46,10 @@ type Candidate struct {
 	// blocked is why no voluntary method may disrupt the node (empty when none); noConsolidation
 	// is why consolidation may not (besides blocked).
 	blocked, noConsolidation Blocker
+	// movedAgain names a pod of the node that a consolidation moved within Options.EvictionMemory
+	// (the churn guard) when its pool scores its moves, "" otherwise: a move may take the node
+	// only past ChurnK's bar.
+	movedAgain string
 }
 
 // Name is the node's name.
@@ -318,6 +322,13 @@ func (d *decider) block(c *Candidate) {
 			return
 		}
 		if at, ok := moved.moved(p); ok {
+			if d.k(c.Pool) > 0 {
+				// Scored moves may take it again, when worth it many times over (ChurnK).
+				if c.movedAgain == "" {
+					c.movedAgain = fmt.Sprintf("pod %s/%s was moved by a consolidation at %s", p.Namespace, p.Name, at.UTC().Format("15:04:05 UTC"))
+				}
+				continue
+			}
 			c.noConsolidation = Blocker{KindChurnGuard, fmt.Sprintf("pod %s/%s was moved by a consolidation at %s; not again until %s",
 				p.Namespace, p.Name, at.UTC().Format("15:04:05 UTC"), at.Add(d.opts.EvictionMemory).UTC().Format("15:04:05 UTC"))}
 			return

@@ -425,6 +425,10 @@ func TestTwoQuarterUsedMachinesBecomeOne(t *testing.T) {
 	}
 }
 
+// A pod a consolidation moved 20 minutes ago pins its node unless a move is worth it many times
+// over (ChurnK): replacing the node it is alone on saves the whole pool's price for the whole
+// pool's disruption, score 1, under the bar of 10. An hour after the move the pool's own bar
+// applies again. With the pool's score off (k off) the guard blocks outright.
 func TestChurnGuard(t *testing.T) {
 	c := newCluster(t)
 	c.pool("default", nil)
@@ -436,13 +440,64 @@ func TestChurnGuard(t *testing.T) {
 	if d.Command != nil {
 		t.Fatalf("command = %v, want none: its pod was moved by a consolidation 20 minutes ago", names(d.Command))
 	}
-	if _, msg := explanation(d, "big"); !strings.Contains(msg, "was moved by a consolidation at 09:39:55 UTC; not again until 10:39:55 UTC") {
+	if _, msg := explanation(d, "big"); !strings.Contains(msg, "(score 1.00 < 10.00, the bar for moving a pod again: pod default/web-new was moved by a consolidation at 09:39:55 UTC)") {
 		t.Errorf("explanation = %q", msg)
+	}
+	if d := c.decide(disruptionplan.Options{UnderutilizedK: -1}); d.Command != nil {
+		t.Errorf("with k off: command = %v, want none", names(d.Command))
+	} else if _, msg := explanation(d, "big"); !strings.Contains(msg, "was moved by a consolidation at 09:39:55 UTC; not again until 10:39:55 UTC") {
+		t.Errorf("with k off: explanation = %q", msg)
 	}
 	// An hour later it may move again.
 	c.snap.Now = t0.Add(41 * time.Minute)
 	if d := c.decide(disruptionplan.Options{}); d.Command == nil {
 		t.Error("no command after the churn guard's hour")
+	}
+}
+
+// The churn guard gives way to a move worth it many times over. A large machine a burst bought
+// keeps one pod that a consolidation moved onto it as the burst left (the kube-scheduler places
+// moved pods on the least allocated node); deleting it saves half the pool's price for 3% of its
+// disruption (score 16.5 >= 10), so it goes, where a hard guard kept it, and the pods moved onto
+// it next, for an hour. A small machine in the same place saves 11% for 3% (score 3.67): enough
+// for the pool's bar, not for moving a pod twice.
+func TestChurnGuardGivesWayToLargeSavings(t *testing.T) {
+	for _, tc := range []struct {
+		shape string
+		want  bool
+	}{{"xl", true}, {"s", false}} {
+		t.Run(tc.shape, func(t *testing.T) {
+			c := newCluster(t)
+			c.pool("default", func(np *karpv1.NodePool) {
+				np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey,
+					Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}
+			})
+			moved := pod("web-new", "web", "250m")
+			moved.CreationTimestamp = metav1.NewTime(t0.Add(-20 * time.Minute))
+			c.node("default", "big", tc.shape, karpv1.CapacityTypeOnDemand, moved)
+			for i := range 4 {
+				c.node("default", fmt.Sprintf("m%d", i), "m", karpv1.CapacityTypeOnDemand, pods(fmt.Sprintf("api%d", i), 15, "250m")...)
+			}
+			c.snap.Evictions = []disruptionplan.Eviction{{Namespace: "default", Name: "web-old", Owner: "rs-web", At: t0.Add(-20*time.Minute - 5*time.Second)}}
+			d := c.decide(disruptionplan.Options{})
+			if !tc.want {
+				if slices.Contains(names(d.Command), "big") {
+					t.Fatalf("command = %v, want big kept", names(d.Command))
+				}
+				// 3.67 passes the pool's bar (0.33), not the churn guard's.
+				if _, msg := explanation(d, "big"); !strings.Contains(msg, "(score 3.67 < 10.00, the bar for moving a pod again: pod default/web-new") {
+					t.Errorf("explanation = %q", msg)
+				}
+				return
+			}
+			if !slices.Equal(names(d.Command), []string{"big"}) || len(d.Command.Replacements) != 0 {
+				t.Fatalf("command = %+v, want big deleted", d.Command)
+			}
+			s := d.Command.Scores["default"]
+			if s.K != disruptionplan.ChurnK || !strings.Contains(s.Calm, "web-new") || !s.Approved() || math.Abs(s.Value()-16.5) > 0.01 {
+				t.Errorf("score = %+v, want approved at the churn bar", s)
+			}
+		})
 	}
 }
 
@@ -860,7 +915,7 @@ func TestFallingLoadBar(t *testing.T) {
 				if !slices.Equal(names(d.Command), []string{"m"}) || len(d.Command.Replacements) != 0 {
 					t.Fatalf("command = %v, want m deleted", names(d.Command))
 				}
-				if s := d.Command.Scores["default"]; s.Calm || s.K != disruptionplan.DefaultUnderutilizedK {
+				if s := d.Command.Scores["default"]; s.Calm != "" || s.K != disruptionplan.DefaultUnderutilizedK {
 					t.Errorf("score %v, want the bar of 1/3", s)
 				}
 				return
@@ -893,7 +948,7 @@ func TestFallingLoadBar(t *testing.T) {
 	if !slices.Equal(names(d.Command), []string{"m"}) {
 		t.Fatalf("Balanced, another owner shrank: command = %v, want m deleted", names(d.Command))
 	}
-	if s := d.Command.Scores["default"]; s.Calm || s.K != disruptionplan.BalancedK {
+	if s := d.Command.Scores["default"]; s.Calm != "" || s.K != disruptionplan.BalancedK {
 		t.Errorf("Balanced: score %v, want the bar of 1/2", s)
 	}
 }
