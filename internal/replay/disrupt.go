@@ -73,10 +73,10 @@ func (c *Cluster) Snapshot() *disruptionplan.Snapshot {
 			// As the podevents controller stamps it: the decision core keeps moved pods off a
 			// machine still inside its consolidateAfter.
 			nc.Status.LastPodEventTime = metav1.NewTime(m.lastPodEvent)
-		}
-		if m.node.Node != nil && after != nil && !c.now.Before(m.lastPodEvent.Add(*after)) {
-			nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
-				Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(c.now)})
+			if after != nil && !c.now.Before(m.lastPodEvent.Add(*after)) {
+				nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
+					Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(c.now)})
+			}
 		}
 		n := &disruptionplan.Node{NodeClaim: nc, Node: m.node.Node, Pods: m.node.Pods}
 		if m.node.Node == nil {

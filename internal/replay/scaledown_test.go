@@ -107,22 +107,28 @@ func caseNamed(t testing.TB, name string) scaleDownCase {
 	return scaleDownCase{}
 }
 
+// largeOnDemandPool is onDemandPool limited to types of more than 15 vCPU: the on-demand cases' pool.
+func largeOnDemandPool(policy karpv1.ConsolidationPolicy) *karpv1.NodePool {
+	np := onDemandPool(policy)
+	np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
+		karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
+	return np
+}
+
 // runScaleDown plays the case under the policy (a spot case on cfg.InstanceTypes when set, else
 // linearMenu) and returns the price at the peak and at the
 // end, and the report of what came after the first scale-down.
 func runScaleDown(t testing.TB, sc scaleDownCase, policy karpv1.ConsolidationPolicy, cfg replay.Config) (peak, end float64, r replay.Report) {
 	t.Helper()
-	np := onDemandPool(policy)
 	if sc.spot {
+		np := onDemandPool(policy)
 		np.Spec.Template.Spec.Requirements[0].Values = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}
 		cfg.NodePool = np
 		if cfg.InstanceTypes == nil {
 			cfg.InstanceTypes = linearMenu(t)
 		}
 	} else {
-		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
-			karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
-		cfg.NodePool, cfg.InstanceTypes = np, simCatalog(t)
+		cfg.NodePool, cfg.InstanceTypes = largeOnDemandPool(policy), simCatalog(t)
 	}
 	c, err := replay.New(cfg)
 	if err != nil {
@@ -335,11 +341,8 @@ func TestThreeStepScaleDownEndsInTheLeastCapacity(t *testing.T) {
 // that very step).
 func TestMovedPodsStayOffMachinesInsideConsolidateAfter(t *testing.T) {
 	sc := caseNamed(t, "1000-700")
-	np := onDemandPool(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized)
-	np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
-		karpv1.NodeSelectorRequirementWithMinValues{Key: "karpenter.k8s.aws/instance-cpu", Operator: karpv1.NodeSelectorOpGt, Values: []string{"15"}})
 	const step = 10 * time.Second
-	c, err := replay.New(replay.Config{NodePool: np, InstanceTypes: simCatalog(t), Step: step,
+	c, err := replay.New(replay.Config{NodePool: largeOnDemandPool(karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized), InstanceTypes: simCatalog(t), Step: step,
 		Disruption: disruptionplan.Options{DisableScaleDownWait: true, UnderutilizedK: -1, CalmAfterScaleDown: -1}})
 	if err != nil {
 		t.Fatal(err)
