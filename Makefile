@@ -35,6 +35,7 @@ generate: tools ## Regenerate deepcopy functions and CRDs from the API types, an
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 	hack/crd-patterns.sh
+	go run ./hack/crd-schema config/crd
 	hack/crd-chart.sh
 	go run ./hack/chart-readme charts/capstan
 

@@ -18,6 +18,7 @@ rm -f config/crd/*.yaml charts/capstan-crd/templates/*.yaml
 bin/controller-gen object paths=./api/...
 bin/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 hack/crd-patterns.sh
+go run ./hack/crd-schema config/crd
 hack/crd-chart.sh
 go run ./hack/chart-readme charts/capstan
 after=$( { git ls-files -co --exclude-standard -- 'api/**/zz_generated.*' 'config/crd/*.yaml' 'charts/capstan-crd/templates/*.yaml' 'charts/capstan/README.md'; } | sort -u)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
@@ -15,7 +16,9 @@ import (
 //
 // Error contract: Create returns an *InsufficientCapacityError when no offering the NodeClaim
 // allows can be launched now (the caller deletes the claim and marks the offerings unavailable
-// for a while), and a *NodeClassNotReadyError when the claim's NodeClass is missing or not ready.
+// for a while), a *NodeClassNotReadyError when the claim's NodeClass is missing or not ready,
+// and an *InvalidNodeClaimError when the claim holds a value no machine can join the cluster
+// with (retrying cannot help; ValidateNodeClaim says which).
 // Get and Delete return a *NodeClaimNotFoundError when the machine no longer exists (Get also
 // for a provider ID that is not this cloud's: it names no machine here); Delete of a machine
 // already terminating returns nil. Any other error is transient: retry with backoff.
@@ -138,6 +141,35 @@ type NodeClassNotReadyError struct {
 
 func (e *NodeClassNotReadyError) Error() string { return fmt.Sprintf("nodeclass not ready: %v", e.Err) }
 func (e *NodeClassNotReadyError) Unwrap() error { return e.Err }
+
+// InvalidNodeClaimError means the NodeClaim holds a taint or label that no node could register
+// with (one stored before its CRD refused such values): no machine is launched for it, and none
+// of its values reaches a machine's boot script.
+type InvalidNodeClaimError struct{ Err error }
+
+func (e *InvalidNodeClaimError) Error() string { return fmt.Sprintf("invalid nodeclaim: %v", e.Err) }
+func (e *InvalidNodeClaimError) Unwrap() error { return e.Err }
+
+// IsInvalidNodeClaim reports whether err is or wraps an InvalidNodeClaimError.
+func IsInvalidNodeClaim(err error) bool {
+	var e *InvalidNodeClaimError
+	return errors.As(err, &e)
+}
+
+// ValidateNodeClaim returns an *InvalidNodeClaimError naming each of the claim's taints, startup
+// taints and labels the kubelet could not register its node with, or nil. Providers call it
+// before launching: the API server refuses such values since the CRDs check them, but a claim
+// stored before may still hold one.
+func ValidateNodeClaim(nc *karpv1.NodeClaim) error {
+	spec := field.NewPath("spec")
+	errs := karpv1.ValidateTaints(nc.Spec.Taints, spec.Child("taints"))
+	errs = append(errs, karpv1.ValidateTaints(nc.Spec.StartupTaints, spec.Child("startupTaints"))...)
+	errs = append(errs, karpv1.ValidateNodeLabels(nc.Labels, field.NewPath("metadata", "labels"))...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return &InvalidNodeClaimError{Err: fmt.Errorf("NodeClaim %s: %w", nc.Name, errs.ToAggregate())}
+}
 
 // IsNodeClaimNotFound reports whether err is or wraps a NodeClaimNotFoundError.
 func IsNodeClaimNotFound(err error) bool {

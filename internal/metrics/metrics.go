@@ -36,6 +36,9 @@ const (
 	ReasonNodeClassNotReady    = "nodeclass_not_ready"
 	ReasonRegistrationTimeout  = "registration_timeout"
 	ReasonLaunchTimeout        = "launch_timeout"
+	// ReasonInvalidNodeClaim is Capstan's own: a claim holding a taint or label no node could
+	// register with (cloudprovider.InvalidNodeClaimError).
+	ReasonInvalidNodeClaim = "invalid_nodeclaim"
 )
 
 // Metrics are Capstan's metrics, registered once per Registry.

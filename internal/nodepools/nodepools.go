@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/requirements"
@@ -197,6 +198,29 @@ func Bounded(rl corev1.ResourceList) corev1.ResourceList {
 	}
 	if out == nil {
 		return rl
+	}
+	return out
+}
+
+// ValidateTemplate checks the template's labels and taints as the kubelet would register its
+// node with them: a pool stored before its CRD checked them may hold a value no node can join
+// with, and such a value must never reach a machine's boot script. Each error names its field.
+func ValidateTemplate(np *karpv1.NodePool) field.ErrorList {
+	tmpl := field.NewPath("spec", "template")
+	errs := karpv1.ValidateNodeLabels(np.Spec.Template.ObjectMeta.Labels, tmpl.Child("metadata", "labels"))
+	errs = append(errs, karpv1.ValidateTaints(np.Spec.Template.Spec.Taints, tmpl.Child("spec", "taints"))...)
+	return append(errs, karpv1.ValidateTaints(np.Spec.Template.Spec.StartupTaints, tmpl.Child("spec", "startupTaints"))...)
+}
+
+// Validate lists what is wrong with the pool that its CRD does not refuse: its template
+// (ValidateTemplate) and its per-node cost annotation. Each problem names its field.
+func Validate(np *karpv1.NodePool) []string {
+	var out []string
+	for _, e := range ValidateTemplate(np) {
+		out = append(out, e.Error())
+	}
+	if _, err := NodeCost(np, 0); err != nil {
+		out = append(out, "metadata.annotations: "+err.Error())
 	}
 	return out
 }

@@ -93,7 +93,8 @@ func Pools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost floa
 }
 
 // PoolFor is the NodePool as one new machines may come from, or nil and why it is not one: being
-// deleted, another provider's NodeClass, static — or, with the error, no instance types, invalid
+// deleted, another provider's NodeClass, static — or, with the error, an invalid template (labels
+// or taints no node could register with, nodepools.ValidateTemplate), no instance types, invalid
 // requirements or an invalid per-node cost.
 func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, np *karpv1.NodePool, claims []karpv1.NodeClaim) (*Pool, string, error) {
 	switch {
@@ -105,6 +106,9 @@ func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost fl
 		// A static pool keeps its replica count whatever is pending; pending pods never buy
 		// machines from it (Karpenter's rule for spec.replicas).
 		return nil, "static (spec.replicas): pending pods never buy machines from it", nil
+	}
+	if errs := nodepools.ValidateTemplate(np); len(errs) > 0 {
+		return nil, "invalid template", errs.ToAggregate()
 	}
 	types, err := cloud.GetInstanceTypes(ctx, np)
 	if err != nil {

@@ -1,12 +1,14 @@
 package planning
 
 import (
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
@@ -150,5 +152,34 @@ func TestSpendingLeftCountsEveryClaim(t *testing.T) {
 	}
 	if left := SpendingLeft(0, []Pool{a, b}, claims); left != nil {
 		t.Fatalf("no limit gave %v left", *left)
+	}
+}
+
+// classesOnly serves one NodeClass kind and nothing else: a PoolFor that goes past its checks
+// of the pool itself would call GetInstanceTypes on the nil provider and panic.
+type classesOnly struct{ cloudprovider.CloudProvider }
+
+func (classesOnly) NodeClasses() []schema.GroupKind {
+	return []schema.GroupKind{{Group: "capstan.dev", Kind: "SimNodeClass"}}
+}
+
+// A pool whose template holds a taint or label value no kubelet registers with (stored before
+// its CRD refused it) is no pool to plan on: no claim could carry its values to a machine.
+func TestPoolWithAnInvalidTemplateIsSkipped(t *testing.T) {
+	for name, edit := range map[string]func(*karpv1.NodePool){
+		"taint value":         func(np *karpv1.NodePool) { np.Spec.Template.Spec.Taints[0].Value = "x';touch /tmp/p;'" },
+		"startup taint value": func(np *karpv1.NodePool) { np.Spec.Template.Spec.StartupTaints[0].Value = "$(id)" },
+		"label value":         func(np *karpv1.NodePool) { np.Spec.Template.ObjectMeta.Labels["team"] = "a\nb" },
+	} {
+		np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "stale"}}
+		np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "default"}
+		np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "web"}
+		np.Spec.Template.Spec.Taints = karpv1.Taints{{Key: "workload", Value: "web", Effect: corev1.TaintEffectNoSchedule}}
+		np.Spec.Template.Spec.StartupTaints = karpv1.Taints{{Key: "agent", Value: "starting", Effect: corev1.TaintEffectNoExecute}}
+		edit(np)
+		pool, why, err := PoolFor(t.Context(), classesOnly{}, 0, np, nil)
+		if pool != nil || why != "invalid template" || err == nil || !strings.Contains(err.Error(), "spec.template.") {
+			t.Fatalf("%s: pool %v, %q, %v; want none, as an invalid template naming the field", name, pool, why, err)
+		}
 	}
 }

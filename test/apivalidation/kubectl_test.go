@@ -182,3 +182,26 @@ func TestKarpenterLatestManifestsApply(t *testing.T) {
 		}
 	}
 }
+
+// TestKubectlDryRunRefusesShellInTaintsAndLabels: `kubectl apply --dry-run=server` of a NodePool
+// whose taint value or template label value, or of a NodeClaim whose taint value, would break
+// out of a boot script's quotes is refused, and kubectl's message names the field.
+func TestKubectlDryRunRefusesShellInTaintsAndLabels(t *testing.T) {
+	for _, c := range []struct{ name, manifest, field string }{
+		{"nodepool taint", baseNodePool + "      taints: [{key: workload, value: \"x';touch /tmp/p;'\", effect: NoSchedule}]\n", "spec.template.spec.taints[0].value"},
+		{"nodepool label", strings.Replace(baseNodePool, "  template:\n", "  template:\n    metadata: {labels: {team: \"$(id)\"}}\n", 1), "spec.template.metadata.labels.team"},
+		{"nodeclaim taint", baseNodeClaim + "  taints: [{key: workload, value: \"`id`\", effect: NoExecute}]\n", "spec.taints[0].value"},
+	} {
+		path := filepath.Join(t.TempDir(), "manifest.yaml")
+		if err := os.WriteFile(path, []byte(c.manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := kubectl(t, "apply", "--dry-run=server", "-f", path)
+		if err == nil {
+			t.Fatalf("%s: accepted: %s", c.name, out)
+		}
+		if msg := err.Error(); !strings.Contains(msg, c.field) || !strings.Contains(msg, "should match") {
+			t.Fatalf("%s: kubectl's error %q does not name %s", c.name, msg, c.field)
+		}
+	}
+}

@@ -204,18 +204,10 @@ func (b *Boot) flags(flags []string) error {
 	return nil
 }
 
-// quoted is the single-quoted value after name in a shell or PowerShell command line.
-func quoted(line, name string) (string, bool) {
-	_, rest, ok := strings.Cut(line, name+" '")
-	if !ok {
-		return "", false
-	}
-	v, _, ok := strings.Cut(rest, "'")
-	return v, ok
-}
-
 // bootAL2 reads AL2's user data: a MIME document whose shell script calls
-// /etc/eks/bootstrap.sh CLUSTER --apiserver-endpoint … --kubelet-extra-args '…'.
+// /etc/eks/bootstrap.sh CLUSTER --apiserver-endpoint … --kubelet-extra-args '…', read with a bash
+// parser (ShellCommands); bootstrap.sh passes the extra arguments to the kubelet unquoted, so
+// they split on white space.
 func bootAL2(ud string) (*Boot, error) {
 	parts, err := mimeParts(ud)
 	if err != nil {
@@ -235,28 +227,40 @@ func bootAL2(ud string) (*Boot, error) {
 			}
 			continue
 		}
-		call := strings.ReplaceAll(p[1], "\\\n", " ")
-		i := strings.Index(call, "/etc/eks/bootstrap.sh '")
-		if i < 0 {
+		if !strings.Contains(p[1], "/etc/eks/bootstrap.sh") {
 			continue
 		}
-		call = call[i:]
-		if j := strings.IndexByte(call, '\n'); j >= 0 {
-			call = call[:j]
+		cmds, err := ShellCommands(p[1])
+		if err != nil {
+			return nil, fmt.Errorf("AL2 bootstrap script: %w", err)
 		}
-		cluster, _ := quoted(call, "/etc/eks/bootstrap.sh")
-		b := &Boot{Cluster: cluster, Config: merged}
-		b.Endpoint, _ = quoted(call, "--apiserver-endpoint")
-		args, _ := quoted(call, "--kubelet-extra-args")
-		if err := b.flags(strings.Fields(args)); err != nil {
-			return nil, err
+		for _, c := range cmds {
+			if len(c) < 2 || c[0] != "/etc/eks/bootstrap.sh" {
+				continue
+			}
+			b := &Boot{Cluster: c[1], Config: merged}
+			b.Endpoint = argAfter(c, "--apiserver-endpoint")
+			if err := b.flags(strings.Fields(argAfter(c, "--kubelet-extra-args"))); err != nil {
+				return nil, err
+			}
+			return b, nil
 		}
-		return b, nil
 	}
 	return nil, errors.New("AL2 user data without a call of /etc/eks/bootstrap.sh")
 }
 
-// bootWindows reads Windows user data: one <powershell> block calling Start-EKSBootstrap.ps1.
+// argAfter is the word after name in a command's words, or "".
+func argAfter(words []string, name string) string {
+	for i := 1; i+1 < len(words); i++ {
+		if words[i] == name {
+			return words[i+1]
+		}
+	}
+	return ""
+}
+
+// bootWindows reads Windows user data: one <powershell> block calling Start-EKSBootstrap.ps1 with
+// single-quoted arguments (PowerShellArg).
 func bootWindows(ud string) (*Boot, error) {
 	t := strings.TrimSpace(ud)
 	if !strings.HasPrefix(t, "<powershell>") || !strings.HasSuffix(t, "</powershell>") || strings.Count(t, "<powershell>") != 1 {
@@ -266,10 +270,10 @@ func bootWindows(ud string) (*Boot, error) {
 		if !strings.HasPrefix(line, "& $EKSBootstrapScriptFile ") {
 			continue
 		}
-		cluster, _ := quoted(line, "-EKSClusterName")
+		cluster, _ := PowerShellArg(line, "-EKSClusterName")
 		b := &Boot{Cluster: cluster}
-		b.Endpoint, _ = quoted(line, "-APIServerEndpoint")
-		args, _ := quoted(line, "-KubeletExtraArgs")
+		b.Endpoint, _ = PowerShellArg(line, "-APIServerEndpoint")
+		args, _ := PowerShellArg(line, "-KubeletExtraArgs")
 		if err := b.flags(strings.Fields(args)); err != nil {
 			return nil, err
 		}

@@ -49,7 +49,6 @@ type TemplateMetadata struct {
 	// Labels are put on each node. Labels in restricted domains are refused.
 	// +kubebuilder:validation:MaxProperties=100
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 316 && k.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\\\\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*)/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$'))",message="label keys must be qualified names"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 63)",message="label values must be at most 63 characters"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k != 'karpenter.sh/nodepool')",message="label \"karpenter.sh/nodepool\" is restricted"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k != 'kubernetes.io/hostname')",message="label \"kubernetes.io/hostname\" is restricted"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['beta.kubernetes.io/instance-type', 'failure-domain.beta.kubernetes.io/region', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch', 'failure-domain.beta.kubernetes.io/zone', 'topology.kubernetes.io/zone', 'topology.kubernetes.io/region', 'node.kubernetes.io/instance-type', 'kubernetes.io/arch', 'kubernetes.io/os', 'node.kubernetes.io/windows-build'] || k.find('^([^/]+)').endsWith('node.kubernetes.io') || k.find('^([^/]+)').endsWith('node-restriction.kubernetes.io') || !k.find('^([^/]+)').endsWith('kubernetes.io'))",message="label domain \"kubernetes.io\" is restricted"

@@ -42,7 +42,8 @@ func kubeletLabel(key string) bool {
 // UserData is the machine's user data in its image family's format (amifamily.UserData): the
 // cluster to join, the claim's labels (those the kubelet may set) and taints behind
 // karpenter.sh/unregistered, the class's kubelet settings, and the class's own user data merged
-// as the family takes it.
+// as the family takes it. A claim whose taints or labels no node could register with gets an
+// *cloudprovider.InvalidNodeClaimError and no user data.
 func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (string, error) {
 	return p.userData(nc, claim, nil)
 }
@@ -51,6 +52,9 @@ func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (st
 // own, the type's pod count (it) is written as maxPods, since the image's bootstrap would count
 // every ENI.
 func (p *Provider) userData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, it *cloudprovider.InstanceType) (string, error) {
+	if err := cloudprovider.ValidateNodeClaim(claim); err != nil {
+		return "", err
+	}
 	labels := map[string]string{}
 	for k, v := range claim.Labels {
 		if kubeletLabel(k) {

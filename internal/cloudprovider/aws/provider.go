@@ -244,6 +244,9 @@ func (p *Provider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1
 	} else if inst != nil {
 		return p.instanceClaim(ctx, *inst, nc)
 	}
+	if err := cloudprovider.ValidateNodeClaim(claim); err != nil {
+		return nil, err
+	}
 	its, err := p.InstanceTypes(ctx, nc)
 	if err != nil {
 		return nil, err
@@ -475,6 +478,9 @@ func (p *Provider) templateGroups(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClai
 			reservation = c.offerings[0].ReservationID
 		}
 		lt, err := p.templateFor(nc, claim, image, c.it, reservation)
+		if cloudprovider.IsInvalidNodeClaim(err) {
+			return nil, err
+		}
 		if err != nil {
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
 		}

@@ -591,6 +591,31 @@ func TestUserDataPutsCapstansNodeConfigFirst(t *testing.T) {
 	}
 }
 
+// A claim whose taint value would break out of the AL2 script's quotes (one stored before the
+// CRDs refused it) gets an InvalidNodeClaimError naming the field: no launch template, no
+// instance, and UserData builds nothing from it.
+func TestInvalidClaimLaunchesNothing(t *testing.T) {
+	ctx := context.Background()
+	f := awstest.New(t, env.Client)
+	f.KubeVersion = "1.32" // the last with AL2 images
+	nc, np := f.Orders(t)
+	nc.Spec.AMISelectorTerms = []awsv1.AMISelectorTerm{{Alias: "al2@latest"}}
+	nc.Spec.AMIFamily = nil
+	nc = resolved(t, f, nc)
+	claim := claimFor(nc, np, "invalid", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+	claim.Spec.Taints = karpv1.Taints{{Key: "workload", Value: "x';touch /tmp/p;'", Effect: corev1.TaintEffectNoSchedule}}
+	_, err := f.Provider.Create(ctx, claim)
+	if !cloudprovider.IsInvalidNodeClaim(err) || !strings.Contains(err.Error(), "spec.taints[0].value") {
+		t.Fatalf("Create: %v; want an InvalidNodeClaimError naming spec.taints[0].value", err)
+	}
+	if n, m := len(f.AWS.LaunchTemplates()), len(f.AWS.Instances()); n != 0 || m != 0 {
+		t.Fatalf("%d launch template(s) and %d instance(s) for an invalid claim", n, m)
+	}
+	if ud, err := f.Provider.UserData(nc, claim); !cloudprovider.IsInvalidNodeClaim(err) {
+		t.Fatalf("UserData: %v (%q); want an InvalidNodeClaimError", err, ud)
+	}
+}
+
 func TestUnusedLaunchTemplatesAreCollected(t *testing.T) {
 	ctx := context.Background()
 	f := awstest.New(t, env.Client)

@@ -429,6 +429,9 @@ func (p *Provider) Create(ctx context.Context, nc *karpv1.NodeClaim) (*karpv1.No
 		}
 		return p.toNodeClaim(inst), nil
 	}
+	if err := cloudprovider.ValidateNodeClaim(nc); err != nil {
+		return nil, err
+	}
 	snc, err := p.readyNodeClass(ctx, nc.Spec.NodeClassRef)
 	if err != nil {
 		return nil, err

@@ -279,3 +279,30 @@ func TestKubeletFieldsAreTheKubeletsOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestUserDataRefusesValuesNoKubeletTakes: a label or taint value the kubelet would refuse (here,
+// one that would run code in a naively quoted script) gets every family an *InvalidValueError
+// naming the field, and no user data.
+func TestUserDataRefusesValuesNoKubeletTakes(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		edit  func(*amifamily.Bootstrap)
+		field string
+	}{
+		{"taint value", func(b *amifamily.Bootstrap) { b.Taints[1].Value = "x';touch /tmp/p;'" }, "taints[1].value"},
+		{"taint key", func(b *amifamily.Bootstrap) { b.Taints[1].Key = "gpu$(id)" }, "taints[1].key"},
+		{"taint effect", func(b *amifamily.Bootstrap) { b.Taints[1].Effect = "NoSchedule --v=9" }, "taints[1].effect"},
+		{"label value", func(b *amifamily.Bootstrap) { b.Labels["team"] = "a\ntouch /tmp/p" }, "labels[team]"},
+		{"label key", func(b *amifamily.Bootstrap) { b.Labels["team `id`"] = "a" }, "labels"},
+	} {
+		for _, family := range []amifamily.Family{amifamily.AL2, amifamily.AL2023, amifamily.Bottlerocket, amifamily.Windows2022, amifamily.Custom} {
+			b := bootstrap("")
+			c.edit(&b)
+			ud, err := amifamily.UserData(family, b)
+			var invalid *amifamily.InvalidValueError
+			if !errors.As(err, &invalid) || !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("%s, %s: got %v (user data %q); want an InvalidValueError naming %s", c.name, family, err, ud, c.field)
+			}
+		}
+	}
+}

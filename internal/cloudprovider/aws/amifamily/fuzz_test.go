@@ -86,7 +86,7 @@ func checkParts(t *testing.T, family amifamily.Family, custom, ud string) {
 		}
 		class = got[1:]
 	case amifamily.AL2:
-		if len(got) == 0 || !strings.Contains(got[len(got)-1], "/etc/eks/bootstrap.sh 'prod'") {
+		if len(got) == 0 || !strings.Contains(got[len(got)-1], "/etc/eks/bootstrap.sh prod ") {
 			t.Fatalf("AL2: the last part is not Capstan's bootstrap.sh call: %q", ud)
 		}
 		class = got[:len(got)-1]

@@ -13,9 +13,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"mvdan.cc/sh/v3/syntax"
 	"sigs.k8s.io/yaml"
 
 	awsv1 "capstan.dev/capstan/api/aws/v1"
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
 // Bootstrap is what a node's user data tells it: which cluster to join, how, and the kubelet's
@@ -42,7 +45,14 @@ type Bootstrap struct {
 //   - Windows: one PowerShell block, the class's script before the EKS bootstrap call;
 //   - Custom: the class's data unchanged; the image must join the cluster itself (with the
 //     karpenter.sh/unregistered taint).
+//
+// Labels and taints the kubelet could not register with are refused (an *InvalidValueError),
+// whatever the API let through; every value is also quoted for the interpreter that reads it
+// (bash, PowerShell, TOML, YAML), so none can run as code.
 func UserData(f Family, b Bootstrap) (string, error) {
+	if err := validateNodeValues(b); err != nil {
+		return "", err
+	}
 	switch {
 	case f == AL2:
 		return al2(b)
@@ -52,11 +62,29 @@ func UserData(f Family, b Bootstrap) (string, error) {
 		s, _, err := bottlerocket(b)
 		return s, err
 	case f.Windows():
-		return windows(b), nil
+		return windows(b)
 	case f == Custom:
 		return b.Custom, nil
 	}
 	return "", fmt.Errorf("spec.amiFamily: unknown family %q", f)
+}
+
+// InvalidValueError means a label or taint given to UserData is one no kubelet registers a node
+// with; no user data is built from it.
+type InvalidValueError struct{ Errs field.ErrorList }
+
+func (e *InvalidValueError) Error() string {
+	return "node labels and taints: " + e.Errs.ToAggregate().Error()
+}
+
+// validateNodeValues checks b's labels and taints as the API server checks a Node's.
+func validateNodeValues(b Bootstrap) error {
+	errs := karpv1.ValidateNodeLabels(b.Labels, field.NewPath("labels"))
+	errs = append(errs, karpv1.ValidateTaints(b.Taints, field.NewPath("taints"))...)
+	if len(errs) > 0 {
+		return &InvalidValueError{Errs: errs}
+	}
+	return nil
 }
 
 // Validate checks that the class's user data can be merged for its family; the error names
@@ -214,20 +242,10 @@ func nodeadm(b Bootstrap) (string, error) {
 
 // al2 is AL2's user data: the class's parts, then the script calling /etc/eks/bootstrap.sh.
 func al2(b Bootstrap) (string, error) {
-	var s strings.Builder
-	s.WriteString("#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n")
-	fmt.Fprintf(&s, "/etc/eks/bootstrap.sh '%s' --apiserver-endpoint '%s'", b.ClusterName, b.Endpoint)
-	if b.CABundle != "" {
-		fmt.Fprintf(&s, " --b64-cluster-ca '%s'", b.CABundle)
+	script, err := al2Bootstrap(b)
+	if err != nil {
+		return "", err
 	}
-	if k := b.Kubelet; k != nil && len(k.ClusterDNS) > 0 {
-		fmt.Fprintf(&s, " \\\n--dns-cluster-ip '%s'", k.ClusterDNS[0])
-	}
-	if k := b.Kubelet; k != nil && k.MaxPods != nil {
-		// bootstrap.sh would otherwise set --max-pods from the ENI limits after ours.
-		s.WriteString(" \\\n--use-max-pods false")
-	}
-	fmt.Fprintf(&s, " \\\n--kubelet-extra-args '%s'\n", strings.Join(kubeletArgs(b), " "))
 	merge, err := al2KubeletMerge(b.Kubelet)
 	if err != nil {
 		return "", err
@@ -243,12 +261,63 @@ func al2(b Bootstrap) (string, error) {
 	if merge != "" {
 		parts = append(parts, part{shellScript, merge})
 	}
-	return mimeDocument(append(parts, part{shellScript, s.String()}))
+	return mimeDocument(append(parts, part{shellScript, script}))
+}
+
+// al2Bootstrap is the script calling /etc/eks/bootstrap.sh. Every value is one bash word, quoted
+// by mvdan.cc/sh's Quote, whatever it holds.
+func al2Bootstrap(b Bootstrap) (string, error) {
+	args := [][]string{{"/etc/eks/bootstrap.sh", b.ClusterName, "--apiserver-endpoint", b.Endpoint}}
+	if b.CABundle != "" {
+		args[0] = append(args[0], "--b64-cluster-ca", b.CABundle)
+	}
+	if k := b.Kubelet; k != nil && len(k.ClusterDNS) > 0 {
+		args = append(args, []string{"--dns-cluster-ip", k.ClusterDNS[0]})
+	}
+	if k := b.Kubelet; k != nil && k.MaxPods != nil {
+		// bootstrap.sh would otherwise set --max-pods from the ENI limits after ours.
+		args = append(args, []string{"--use-max-pods", "false"})
+	}
+	args = append(args, []string{"--kubelet-extra-args", strings.Join(kubeletArgs(b), " ")})
+	call, err := bashCommand(args)
+	if err != nil {
+		return "", err
+	}
+	return "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n" + call + "\n", nil
+}
+
+// bashCommand is one bash command of the words in lines, each quoted for bash, the lines
+// continued with a backslash. A word bash cannot hold (one with a NUL byte) is an error.
+func bashCommand(lines [][]string) (string, error) {
+	var out []string
+	for _, words := range lines {
+		quoted := make([]string, len(words))
+		for i, w := range words {
+			q, err := syntax.Quote(w, syntax.LangBash)
+			if err != nil {
+				return "", fmt.Errorf("quoting %q for bash: %w", w, err)
+			}
+			quoted[i] = q
+		}
+		out = append(out, strings.Join(quoted, " "))
+	}
+	return strings.Join(out, " \\\n"), nil
 }
 
 // windows is the Windows families' user data: one PowerShell block, the class's script (without
-// its own <powershell> tags) before the call of the EKS bootstrap script.
-func windows(b Bootstrap) string {
+// its own <powershell> tags) before the call of the EKS bootstrap script. Every value is a
+// PowerShell single-quoted string (psQuote); one holding a <powershell> tag, which EC2Launch would
+// take for the block's end, is refused.
+func windows(b Bootstrap) (string, error) {
+	values := []string{b.ClusterName, b.Endpoint, b.CABundle, strings.Join(kubeletArgs(b), " ")}
+	if k := b.Kubelet; k != nil {
+		values = append(values, k.ClusterDNS...)
+	}
+	for _, v := range values {
+		if l := strings.ToLower(v); strings.Contains(l, "<powershell>") || strings.Contains(l, "</powershell>") {
+			return "", fmt.Errorf("%q: a value in Windows user data may not hold a <powershell> tag", v)
+		}
+	}
 	var s strings.Builder
 	s.WriteString("<powershell>\n")
 	if c := strings.TrimSpace(b.Custom); c != "" {
@@ -256,16 +325,26 @@ func windows(b Bootstrap) string {
 		s.WriteString(c + "\n")
 	}
 	s.WriteString("[string]$EKSBootstrapScriptFile = \"$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1\"\n")
-	fmt.Fprintf(&s, "& $EKSBootstrapScriptFile -EKSClusterName '%s' -APIServerEndpoint '%s'", b.ClusterName, b.Endpoint)
+	fmt.Fprintf(&s, "& $EKSBootstrapScriptFile -EKSClusterName %s -APIServerEndpoint %s", psQuote(b.ClusterName), psQuote(b.Endpoint))
 	if b.CABundle != "" {
-		fmt.Fprintf(&s, " -Base64ClusterCA '%s'", b.CABundle)
+		fmt.Fprintf(&s, " -Base64ClusterCA %s", psQuote(b.CABundle))
 	}
-	fmt.Fprintf(&s, " -KubeletExtraArgs '%s'", strings.Join(kubeletArgs(b), " "))
+	fmt.Fprintf(&s, " -KubeletExtraArgs %s", psQuote(strings.Join(kubeletArgs(b), " ")))
 	if k := b.Kubelet; k != nil && len(k.ClusterDNS) > 0 {
-		fmt.Fprintf(&s, " -DNSClusterIP '%s'", k.ClusterDNS[0])
+		fmt.Fprintf(&s, " -DNSClusterIP %s", psQuote(k.ClusterDNS[0]))
 	}
 	s.WriteString("\n</powershell>")
-	return s.String()
+	return s.String(), nil
+}
+
+// psQuoteDoubler doubles each character PowerShell takes for a single quote: the apostrophe and
+// the four typographic single quotes (its language specification, "single-quote-character").
+var psQuoteDoubler = strings.NewReplacer("'", "''", "\u2018", "\u2018\u2018", "\u2019", "\u2019\u2019", "\u201a", "\u201a\u201a", "\u201b", "\u201b\u201b")
+
+// psQuote is s as a PowerShell single-quoted string, in which nothing is expanded: each
+// single-quote character inside is doubled, which PowerShell reads as that one character.
+func psQuote(s string) string {
+	return "'" + psQuoteDoubler.Replace(s) + "'"
 }
 
 // kubeletArgs are the kubelet flags of the script-bootstrapped families (AL2, Windows): labels,

@@ -234,6 +234,14 @@ func (c *Controller) launch(ctx context.Context, nc *karpv1.NodeClaim) (bool, re
 		log.FromContext(ctx).Info("deleting nodeclaim: insufficient capacity", "error", err.Error())
 		c.Metrics.Disrupted(nc, metrics.ReasonInsufficientCapacity)
 		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
+	case cloudprovider.IsInvalidNodeClaim(err):
+		// No retry can launch it, and none of its values may reach a machine: deleted, as a
+		// claim whose class is missing is; its pool (if it holds the same values) is not Ready
+		// and plans no other.
+		c.Recorder.Eventf(nc, nil, corev1.EventTypeWarning, "NodeClaimInvalid", "Launch", "%s", truncate(err.Error()))
+		log.FromContext(ctx).Info("deleting nodeclaim: invalid", "error", err.Error())
+		c.Metrics.Disrupted(nc, metrics.ReasonInvalidNodeClaim)
+		return false, reconcile.Result{}, c.deleteClaim(ctx, nc)
 	case cloudprovider.IsNodeClassNotReady(err):
 		// Missing or not ready, the claim is deleted, as Karpenter deletes it: the provisioner
 		// plans no claim onto a pool whose class is not ready, so its pods wait, told why, and

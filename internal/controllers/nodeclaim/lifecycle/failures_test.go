@@ -22,6 +22,7 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/sim/simtest"
 	"capstan.dev/capstan/internal/controllers/nodeclaim/termination"
 	"capstan.dev/capstan/internal/nodeclaims"
+	"capstan.dev/capstan/internal/testenv"
 )
 
 func drainEvents(rec *events.FakeRecorder) []string {
@@ -350,5 +351,38 @@ func TestHungLaunchIsCutAtItsDeadline(t *testing.T) {
 	}
 	if f.ctrl.Launches.InFlight("hung-1") {
 		t.Error("the timed-out launch is still in flight")
+	}
+}
+
+// A claim holding a taint no kubelet registers with (stored before the CRDs refused it) is never
+// launched: the provider refuses it as invalid, and the claim is deleted with a NodeClaimInvalid
+// event naming the field, at once rather than after retrying for the launch timeout.
+func TestInvalidClaimIsDeletedUnlaunched(t *testing.T) {
+	f := setup(t, "invalid", simv1alpha1.Failures{})
+	// The claim reads as one stored before the CRD refused shell in taint values (the API server
+	// refuses to store such a claim now).
+	f.ctrl.Client = &testenv.StoredBefore{Client: env.Client, Edit: func(obj client.Object) {
+		if nc, ok := obj.(*karpv1.NodeClaim); ok && nc.Name == "invalid-1" {
+			nc.Spec.Taints[0].Value = "x';touch /tmp/p;'"
+		}
+	}}
+	newClaim(t, "invalid-1", "invalid")
+	if _, err := f.ctrl.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "invalid-1"}}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	nc := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "invalid-1"}, nc); err == nil && nc.DeletionTimestamp.IsZero() {
+		t.Fatalf("the invalid claim was kept (conditions %v)", conditions(nc))
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if n := len(f.cloud.Instances()); n != 0 {
+		t.Fatalf("%d machine(s) launched for an invalid claim", n)
+	}
+	evs := drainEvents(f.ctrl.Recorder.(*events.FakeRecorder))
+	if !slices.ContainsFunc(evs, func(e string) bool {
+		return strings.Contains(e, "NodeClaimInvalid") && strings.Contains(e, "spec.taints[0].value")
+	}) {
+		t.Fatalf("events %q lack NodeClaimInvalid naming spec.taints[0].value", evs)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -178,7 +175,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else {
 		set(karpv1.ConditionTypeNodeClassReady, false, "NodeClassNotReady", err.Error())
 	}
-	problems := validate(np)
+	problems := nodepools.Validate(np)
 	if len(problems) == 0 {
 		set(karpv1.ConditionTypeValidationSucceeded, true, "ValidationSucceeded", "")
 	} else {
@@ -344,21 +341,6 @@ func (c *Controller) record(np *karpv1.NodePool, claims []karpv1.NodeClaim, its 
 		cost += p
 	}
 	c.Metrics.PoolStatus(np.Name, usage, limits, cost)
-}
-
-// validate checks what the CRD cannot: the template's label values.
-func validate(np *karpv1.NodePool) []string {
-	var out []string
-	labels := np.Spec.Template.ObjectMeta.Labels
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
-			out = append(out, fmt.Sprintf("spec.template.metadata.labels[%s]: %q: %s", k, labels[k], strings.Join(errs, ", ")))
-		}
-	}
-	if _, err := nodepools.NodeCost(np, 0); err != nil {
-		out = append(out, "metadata.annotations: "+err.Error())
-	}
-	return out
 }
 
 // restamp moves the pool's NodeClaims stamped by an older hash scheme to the current one, so an

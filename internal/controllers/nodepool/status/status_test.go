@@ -34,10 +34,18 @@ func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Controller{Client: env.Client, Cloud: p, Clock: clk, Metrics: m}
+	// The pool reads as one stored before its CRD checked label and taint values.
+	stale := true
+	c := &Controller{Client: &testenv.StoredBefore{Client: env.Client, Edit: func(obj client.Object) {
+		if np, ok := obj.(*karpv1.NodePool); ok && np.Name == "status" && stale {
+			np.Spec.Template.ObjectMeta.Labels["team"] = "bad value!"
+			np.Spec.Template.Spec.Taints[0].Value = "x';touch /tmp/p;'"
+		}
+	}}, Cloud: p, Clock: clk, Metrics: m}
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "status"}}
 	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "status"}
-	np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "bad value!"}
+	np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "web"}
+	np.Spec.Template.Spec.Taints = karpv1.Taints{{Key: "workload", Value: "web", Effect: corev1.TaintEffectNoSchedule}}
 	if err := env.Client.Create(t.Context(), np); err != nil {
 		t.Fatal(err)
 	}
@@ -69,35 +77,35 @@ func TestStatusCountsClaimsAndReportsReadiness(t *testing.T) {
 	if v := testutil.ToFloat64(m.NodePoolUsage.WithLabelValues("status", "cpu")); v != 8 {
 		t.Fatalf("karpenter_nodepools_usage{resource_type=cpu} = %v, want 8", v)
 	}
-	if got.Annotations[karpv1.NodePoolHashAnnotationKey] != nodepools.Hash(got) {
-		t.Fatal("hash annotation missing or stale")
-	}
-	// No SimNodeClass yet, and a bad label value: not ready, saying why.
+	// No SimNodeClass yet, and a bad label value and taint value: not ready, saying why.
 	if meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeNodeClassReady) ||
-		meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeValidationSucceeded) ||
 		meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeReady) {
 		t.Fatalf("conditions %+v", got.Status.Conditions)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeValidationSucceeded)
+	if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "spec.template.metadata.labels[team]") ||
+		!strings.Contains(cond.Message, "spec.template.spec.taints[0].value") {
+		t.Fatalf("ValidationSucceeded with a bad label value and taint value: %+v", cond)
 	}
 	snc := &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "status"}}
 	if err := env.Client.Create(t.Context(), snc); err != nil {
 		t.Fatal(err)
 	}
-	orig := got.DeepCopy()
-	got.Spec.Template.ObjectMeta.Labels["team"] = "web"
-	if err := env.Client.Patch(t.Context(), got, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	stale = false // the user corrects the pool
 	if got = get(); !meta.IsStatusConditionTrue(got.Status.Conditions, karpv1.ConditionTypeReady) {
 		t.Fatalf("not Ready with a NodeClass and valid labels: %+v", got.Status.Conditions)
 	}
+	if got.Annotations[karpv1.NodePoolHashAnnotationKey] != nodepools.Hash(got) {
+		t.Fatal("hash annotation missing or stale")
+	}
 	// A per-node cost that is not a price: validation fails, naming the annotation and value.
-	orig = got.DeepCopy()
+	orig := got.DeepCopy()
 	got.Annotations[nodepools.NodeCostAnnotationKey] = "cheap"
 	if err := env.Client.Patch(t.Context(), got, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	got = get()
-	cond := meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeValidationSucceeded)
+	cond = meta.FindStatusCondition(got.Status.Conditions, karpv1.ConditionTypeValidationSucceeded)
 	if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, nodepools.NodeCostAnnotationKey) || !strings.Contains(cond.Message, `"cheap"`) {
 		t.Fatalf("ValidationSucceeded with node cost \"cheap\": %+v", cond)
 	}
