@@ -595,12 +595,13 @@ func (d *decider) outOfTime(limit time.Duration) bool {
 }
 
 // singleNode deletes or replaces the first candidate, in consolidation order, that a cheaper
-// arrangement can do without.
+// arrangement can do without — or, when taking it would keep a dearer candidate for good, that
+// one (endState).
 func (d *decider) singleNode() *Command {
 	cands := d.consolidationCandidates()
 	d.out.Eligible[karpv1.DisruptionReasonUnderutilized] = len(cands)
 	tried := 0
-	for _, c := range cands {
+	for i, c := range cands {
 		if !d.budget(c, karpv1.DisruptionReasonUnderutilized, nil) {
 			continue
 		}
@@ -614,11 +615,82 @@ func (d *decider) singleNode() *Command {
 		tried++
 		cmd, why := d.consolidate(MethodSingleNode, []*Candidate{c})
 		if cmd != nil {
-			return cmd
+			return d.endState(cmd, cands[i+1:])
 		}
 		d.explain(c, EventUnconsolidatable, why)
 	}
 	return nil
+}
+
+// endStateAlternatives bounds the later candidates endState weighs against the first workable
+// step; endStateSteps bounds the simulations of what each leaves behind.
+const (
+	endStateAlternatives = 3
+	endStateSteps        = 6
+)
+
+// endState weighs what the first workable step leaves behind. Consolidation order takes the
+// easiest step (the least used node, whose pods fit elsewhere most surely); but when a later
+// candidate saves more, the two steps may exclude each other — then whichever machine is kept
+// stays for good, and the easy step strands the dearer one. So the first step and up to
+// endStateAlternatives later ones that save more (each passed the same calm rules on its own:
+// budgets, PDBs, do-not-disrupt, the churn guard, the score) are each followed by what later
+// rounds could still remove without a launch (leftAfter), and the step whose end costs least is
+// taken; on a tie, the first.
+func (d *decider) endState(cmd *Command, rest []*Candidate) *Command {
+	best, bestEnd := cmd, -1.0
+	tried := 0
+	for _, c := range rest {
+		if tried == endStateAlternatives || d.outOfTime(d.opts.MultiNodeTimeout) {
+			break
+		}
+		if c.Price <= cmd.Savings() || !d.budget(c, karpv1.DisruptionReasonUnderutilized, nil) {
+			continue // it cannot save more than the step in hand, or may not go now
+		}
+		if _, bounded := d.pricedBound(c); bounded {
+			continue
+		}
+		tried++
+		alt, _ := d.consolidate(MethodSingleNode, []*Candidate{c})
+		if alt == nil || alt.Savings() <= cmd.Savings() {
+			continue
+		}
+		if bestEnd < 0 {
+			bestEnd = d.leftAfter(cmd)
+		}
+		if end := d.leftAfter(alt); end < bestEnd-1e-9 {
+			best, bestEnd = alt, end
+		}
+	}
+	return best
+}
+
+// leftAfter is the price of the candidates' machines that remain once the command is done and
+// later rounds have removed, in consolidation order, every other candidate whose pods then fit
+// on the rest with no launch (at most endStateSteps simulations). Replacements count at their
+// price.
+func (d *decider) leftAfter(cmd *Command) float64 {
+	gone := slices.Clone(cmd.Candidates)
+	steps := 0
+	for _, c := range d.consolidationCandidates() {
+		if slices.Contains(gone, c) {
+			continue
+		}
+		if steps == endStateSteps {
+			break
+		}
+		steps++
+		if res := d.sim.run(append(gone[:len(gone):len(gone)], c)); res.failed == "" && len(res.replacements) == len(cmd.Replacements) {
+			gone = append(gone, c)
+		}
+	}
+	left := cmd.PriceAfter
+	for _, c := range d.all {
+		if !slices.Contains(gone, c) {
+			left += c.Price
+		}
+	}
+	return left
 }
 
 // consolidate evaluates disrupting the set: it returns the command, or why there is none.

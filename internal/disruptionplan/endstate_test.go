@@ -1,0 +1,68 @@
+package disruptionplan_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/disruptionplan"
+)
+
+// kwokFamily is the "c" family of the menu of the side-by-side with Karpenter's kwok provider:
+// n vCPU and 2n GiB for n in 8…96, spot at 0.019 $/vCPU-h and on-demand at 0.0272, in zones z1
+// and z2.
+func kwokFamily() []*cloudprovider.InstanceType {
+	var out []*cloudprovider.InstanceType
+	for _, n := range []int64{8, 16, 32, 48, 64, 96} {
+		var offs []cloudprovider.Offering
+		for _, z := range []string{"z1", "z2"} {
+			offs = append(offs,
+				cloudprovider.Offering{Zone: z, CapacityType: karpv1.CapacityTypeOnDemand, Price: 0.0272 * float64(n), Available: true},
+				cloudprovider.Offering{Zone: z, CapacityType: karpv1.CapacityTypeSpot, Price: 0.019 * float64(n), Available: true})
+		}
+		out = append(out, cloudprovider.NewInstanceType(fmt.Sprintf("c-%dx", n),
+			map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureAmd64, karpv1.OSLabelKey: karpv1.OSLinux},
+			corev1.ResourceList{
+				corev1.ResourceCPU:    *resource.NewQuantity(n, resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(2*n<<30, resource.BinarySI),
+				corev1.ResourcePods:   *resource.NewQuantity(250, resource.DecimalSI),
+			}, nil, offs))
+	}
+	return out
+}
+
+// webPods are n pods of one Deployment ("web"), 500m and 512Mi each, named after their node.
+func webPods(node string, n int) []*corev1.Pod {
+	out := make([]*corev1.Pod, n)
+	for i := range out {
+		p := pod(fmt.Sprintf("web-%s-%d", node, i), "web", "500m")
+		p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("512Mi")
+		out[i] = p
+	}
+	return out
+}
+
+// The stranded tail: a scale-in to a quarter left three 48-vCPU spot machines holding 95, 95 and 8
+// pods and a 32-vCPU spot machine holding 2 (spot-to-spot replacement off, as by default). Both
+// small machines can be emptied into the other, and neither move leaves another: whichever is
+// kept stays. Emptying the 32-vCPU machine (2 evictions, the easiest move) leaves the cluster at
+// 3 × 48 vCPU for good; emptying the 48-vCPU one (8 evictions) ends at 2 × 48 + 32, 11% cheaper.
+// Consolidation must choose by the end state it leaves, not by the easiest step.
+func TestStrandedTailMachineIsTheOneEmptied(t *testing.T) {
+	c := newCluster(t)
+	c.its = kwokFamily()
+	c.pool("default", nil)
+	c.node("default", "full-1", "c-48x", karpv1.CapacityTypeSpot, webPods("full-1", 95)...)
+	c.node("default", "full-2", "c-48x", karpv1.CapacityTypeSpot, webPods("full-2", 95)...)
+	c.node("default", "tail-48", "c-48x", karpv1.CapacityTypeSpot, webPods("tail-48", 8)...)
+	c.node("default", "tail-32", "c-32x", karpv1.CapacityTypeSpot, webPods("tail-32", 2)...)
+	cmd := c.decide(disruptionplan.Options{}).Command
+	if got := names(cmd); !slices.Equal(got, []string{"tail-48"}) || len(cmd.Replacements) != 0 {
+		t.Fatalf("consolidation disrupts %v (replacements %d); want tail-48 deleted, its 8 pods moved onto tail-32", got, len(cmd.Replacements))
+	}
+}
