@@ -41,12 +41,16 @@ type Message struct {
 	Instances []string
 	// Time is when the event happened (EventBridge's time).
 	Time time.Time
+	// Account and Region are the event's ("" when it names none).
+	Account, Region string
 }
 
 // envelope is an EventBridge event.
 type envelope struct {
 	Source     string          `json:"source"`
 	DetailType string          `json:"detail-type"`
+	Account    string          `json:"account"`
+	Region     string          `json:"region"`
 	Time       time.Time       `json:"time"`
 	Resources  []string        `json:"resources"`
 	Detail     json.RawMessage `json:"detail"`
@@ -61,7 +65,7 @@ func Parse(body string) (Message, error) {
 	if err := json.Unmarshal([]byte(body), &e); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrUnreadable, err)
 	}
-	m := Message{Time: e.Time}
+	m := Message{Time: e.Time, Account: e.Account, Region: e.Region}
 	var d struct {
 		InstanceID       string `json:"instance-id"`
 		State            string `json:"state"`

@@ -52,7 +52,7 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 	}
 	if o.InterruptionQueue != "" {
 		if err := mgr.Add(&interruption.Controller{Client: mgr.GetClient(), SQS: clients.SQS, Queue: o.InterruptionQueue, Clock: clk,
-			Recorder: recorder(mgr), Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance}); err != nil {
+			Recorder: recorder(mgr), Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance, Region: clients.Region}); err != nil {
 			return nil, err
 		}
 	}

@@ -25,7 +25,8 @@ const stubAWS = `aws() {
 `
 
 // docs/aws.md's commands for a new EKS cluster run as written (bash, the AWS CLI stubbed): the
-// queue's policy is JSON that lets EventBridge send to the queue, and every EventBridge rule
+// queue's policy is JSON that lets EventBridge send to the queue and denies requests without TLS,
+// and every EventBridge rule
 // sends an event kind the interruption controller reads (a rule for a kind it cannot read would
 // fill the queue with messages it drops).
 func TestNewClusterCommandsRun(t *testing.T) {
@@ -64,17 +65,33 @@ func TestNewClusterCommandsRun(t *testing.T) {
 	}
 	var policy struct {
 		Statement []struct {
-			Principal struct{ Service []string }
+			Sid       string
+			Effect    string
+			Principal json.RawMessage
 			Action    string
 			Resource  string
+			Condition map[string]map[string]any
 		}
 	}
 	if err := json.Unmarshal([]byte(attrs.Policy), &policy); err != nil {
 		t.Fatalf("the queue policy: %v\n%s", err, attrs.Policy)
 	}
-	if len(policy.Statement) != 1 || policy.Statement[0].Resource != "arn:aws:sqs:us-east-1:111122223333:prod-east" ||
-		policy.Statement[0].Action != "sqs:SendMessage" || !strings.Contains(strings.Join(policy.Statement[0].Principal.Service, ","), "events.amazonaws.com") {
-		t.Errorf("the queue policy does not let EventBridge send to the queue: %+v", policy)
+	const queue = "arn:aws:sqs:us-east-1:111122223333:prod-east"
+	sends, deniesHTTP := false, false
+	for _, st := range policy.Statement {
+		switch {
+		case st.Effect == "Allow" && st.Action == "sqs:SendMessage" && st.Resource == queue && strings.Contains(string(st.Principal), `"events.amazonaws.com"`):
+			sends = true
+		case st.Effect == "Deny" && st.Action == "sqs:*" && st.Resource == queue && string(st.Principal) == `"*"` &&
+			st.Condition["Bool"]["aws:SecureTransport"] == false:
+			deniesHTTP = true
+		}
+	}
+	if !sends {
+		t.Errorf("the queue policy does not let EventBridge send to the queue: %s", attrs.Policy)
+	}
+	if !deniesHTTP {
+		t.Errorf("the queue policy does not deny requests made without TLS (Karpenter's DenyHTTP): %s", attrs.Policy)
 	}
 	calls, err := os.ReadFile(filepath.Join(dir, "calls.txt"))
 	if err != nil {

@@ -221,8 +221,8 @@ func newFoundImage(im ec2types.Image, serves [][]awsv1.AMIRequirement) foundImag
 // imagesInput is the DescribeImages call of one term, and how errors name the term. An alias's
 // or SSM parameter's call is filled with the images its parameters name. Deprecated images are
 // listed too (EC2 leaves them out unless asked): one is booted when nothing current serves a
-// type. A name alone is looked up among Amazon's images and the account's own, as Karpenter
-// does, not among every public image.
+// type. A name without an owner (alone or with tags) is looked up among Amazon's images and the
+// account's own, as Karpenter does, not among every public image.
 func imagesInput(t awsv1.AMISelectorTerm) (in ec2.DescribeImagesInput, what string) {
 	in.IncludeDeprecated = aws.Bool(true)
 	switch {
@@ -245,7 +245,7 @@ func imagesInput(t awsv1.AMISelectorTerm) (in ec2.DescribeImagesInput, what stri
 	if t.Owner != "" {
 		in.Owners = []string{t.Owner}
 		what += " owner " + t.Owner
-	} else if t.Tags == nil {
+	} else if t.Name != "" || t.Tags == nil {
 		in.Owners = []string{"self", "amazon"}
 	}
 	return in, what

@@ -195,6 +195,8 @@ func TestImagesInputByTerm(t *testing.T) {
 			[]string{"name=al2023-*"}},
 		{"a name and an owner", awsv1.AMISelectorTerm{Name: "mine", Owner: "123456789012"}, "name mine owner 123456789012", []string{"123456789012"},
 			[]string{"name=mine"}},
+		{"a name and tags: still Amazon's and the account's", awsv1.AMISelectorTerm{Name: "golden-*", Tags: map[string]string{"team": "a"}},
+			"name golden-* tags team=a", []string{"self", "amazon"}, []string{"name=golden-*", "tag:team=a"}},
 		{"tags: any owner", awsv1.AMISelectorTerm{Tags: map[string]string{"team": "a"}}, "tags team=a", nil, []string{"tag:team=a"}},
 		{"an alias: filled from its parameters", awsv1.AMISelectorTerm{Alias: "al2023@latest"}, "alias al2023@latest", nil, nil},
 	} {

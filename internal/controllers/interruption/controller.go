@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,8 +57,13 @@ type Controller struct {
 	// row up to MaxBackoff (default 5 minutes). A message that fails does not pause the queue: it
 	// stays there, comes back after its visibility timeout, and the others go on being read.
 	Backoff, MaxBackoff time.Duration
+	// Region is the controller's region. A message whose event is of another region, or of
+	// another account than the queue's, is about no machine of this cluster (a queue or an
+	// EventBridge rule shared by mistake): it is logged and dropped, and nothing is deleted for
+	// it. Empty: regions are not compared.
+	Region string
 
-	queueURL string
+	queueURL, account string
 }
 
 // ReceiveError is a failure to reach the queue (finding it or receiving from it), as opposed to
@@ -110,6 +116,7 @@ func (c *Controller) Poll(ctx context.Context) error {
 			return &ReceiveError{fmt.Errorf("finding queue %s: %w", c.Queue, err)}
 		}
 		c.queueURL = aws.ToString(out.QueueUrl)
+		c.account = accountOf(c.queueURL)
 	}
 	wait := c.WaitTime
 	if wait == 0 {
@@ -143,11 +150,30 @@ func (c *Controller) handleMessage(ctx context.Context, msg sqstypes.Message) er
 		return c.delete(ctx, msg)
 	}
 	c.Metrics.InterruptionMessage(m.Type)
+	if foreign := m.Account != "" && c.account != "" && m.Account != c.account || m.Region != "" && c.Region != "" && m.Region != c.Region; foreign {
+		logger.Info("dropping a message of another account or region", "type", m.Type, "account", m.Account, "region", m.Region,
+			"own-account", c.account, "own-region", c.Region)
+		return c.delete(ctx, msg)
+	}
 	if err := c.Handle(log.IntoContext(ctx, logger), m); err != nil {
 		// Left on the queue: redelivered after the visibility timeout, then dead-lettered.
 		return fmt.Errorf("handling %s message %s: %w", m.Type, aws.ToString(msg.MessageId), err)
 	}
 	return c.delete(ctx, msg)
+}
+
+// accountOf is the account a queue URL names (https://sqs.<region>.amazonaws.com/<account>/<name>),
+// or "" when its first path segment is not an account ID.
+func accountOf(queueURL string) string {
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if len(first) != 12 || strings.Trim(first, "0123456789") != "" {
+		return ""
+	}
+	return first
 }
 
 func (c *Controller) delete(ctx context.Context, msg sqstypes.Message) error {

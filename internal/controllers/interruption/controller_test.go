@@ -2,7 +2,9 @@ package interruption
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -355,5 +357,50 @@ func TestRebalanceAndReservationMessages(t *testing.T) {
 	}
 	if get(t, rebalanced).DeletionTimestamp.IsZero() {
 		t.Error("with ReplaceOnRebalance the recommended machine is not being replaced")
+	}
+}
+
+// A message whose event is of another account than the queue's, or of another region than the
+// controller's (a queue or an EventBridge rule shared by mistake), names no machine of this
+// cluster: it is dropped — deleted from the queue — and no claim is touched, even one whose
+// instance ID it names. A message of the controller's own account and region still acts.
+func TestMessagesOfAnotherAccountOrRegionAreDropped(t *testing.T) {
+	ctx := context.Background()
+	f, c, _ := fixture(t, env.Client)
+	nc := spotClaim(t, "spot-foreign", "i-0ccccccccccccccc1")
+	own := f.AWS.SpotInterruptionWarning("i-0ccccccccccccccc1")
+	var event map[string]any
+	if err := json.Unmarshal([]byte(own), &event); err != nil {
+		t.Fatal(err)
+	}
+	c.Region = event["region"].(string)
+	for _, edit := range []map[string]any{{"account": "999999999999"}, {"region": "eu-west-1"}} {
+		foreign := maps.Clone(event)
+		maps.Copy(foreign, edit)
+		body, err := json.Marshal(foreign)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.AWS.SendMessage(queue, string(body)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !get(t, nc).DeletionTimestamp.IsZero() {
+			t.Fatalf("a message with %v deleted the claim of an instance with the same ID", edit)
+		}
+		if msgs := f.AWS.Messages(queue); len(msgs) != 0 {
+			t.Fatalf("a message with %v was left on the queue: %v", edit, msgs)
+		}
+	}
+	if err := f.AWS.SendMessage(queue, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, nc).DeletionTimestamp.IsZero() {
+		t.Fatal("the message of the controller's own account and region did not act")
 	}
 }
