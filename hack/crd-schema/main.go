@@ -33,30 +33,32 @@ const (
 // constraint is what one schema gains.
 type constraint map[string]any
 
+// A taint's key is a qualified name; its value, like a label's, is a label value.
 var (
-	taintKey   = constraint{"minLength": 1, "maxLength": 316, "pattern": qualifiedName}
-	taintValue = constraint{"maxLength": 63, "pattern": labelValue}
-	labelVal   = constraint{"maxLength": 63, "pattern": labelValue}
+	taintKey = constraint{"minLength": 1, "maxLength": 316, "pattern": qualifiedName}
+	labelVal = constraint{"maxLength": 63, "pattern": labelValue}
 )
 
-// edits are, per CRD file, the schemas (as paths of keys from the version's openAPIV3Schema) and
-// what each gains.
-var edits = map[string][]struct {
+// schemaEdit is one schema (a path of keys from a version's openAPIV3Schema) and what it gains.
+type schemaEdit struct {
 	path []string
 	add  constraint
-}{
+}
+
+// edits are the schema edits of each CRD file.
+var edits = map[string][]schemaEdit{
 	"karpenter.sh_nodepools.yaml": {
 		{taint("spec", "template", "spec", "taints", "key"), taintKey},
-		{taint("spec", "template", "spec", "taints", "value"), taintValue},
+		{taint("spec", "template", "spec", "taints", "value"), labelVal},
 		{taint("spec", "template", "spec", "startupTaints", "key"), taintKey},
-		{taint("spec", "template", "spec", "startupTaints", "value"), taintValue},
+		{taint("spec", "template", "spec", "startupTaints", "value"), labelVal},
 		{append(props("spec", "template", "metadata", "labels"), "additionalProperties"), labelVal},
 	},
 	"karpenter.sh_nodeclaims.yaml": {
 		{taint("spec", "taints", "key"), taintKey},
-		{taint("spec", "taints", "value"), taintValue},
+		{taint("spec", "taints", "value"), labelVal},
 		{taint("spec", "startupTaints", "key"), taintKey},
-		{taint("spec", "startupTaints", "value"), taintValue},
+		{taint("spec", "startupTaints", "value"), labelVal},
 	},
 }
 
@@ -89,10 +91,7 @@ func main() {
 	}
 }
 
-func edit(path string, es []struct {
-	path []string
-	add  constraint
-}) error {
+func edit(path string, es []schemaEdit) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err

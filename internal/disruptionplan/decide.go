@@ -615,7 +615,7 @@ func (d *decider) singleNode() *Command {
 		tried++
 		cmd, why := d.consolidate(MethodSingleNode, []*Candidate{c})
 		if cmd != nil {
-			return d.endState(cmd, cands[i+1:])
+			return d.endState(cmd, cands, i)
 		}
 		d.explain(c, EventUnconsolidatable, why)
 	}
@@ -636,11 +636,11 @@ const (
 // endStateAlternatives later ones that save more (each passed the same calm rules on its own:
 // budgets, PDBs, do-not-disrupt, the churn guard, the score) are each followed by what later
 // rounds could still remove without a launch (leftAfter), and the step whose end costs least is
-// taken; on a tie, the first.
-func (d *decider) endState(cmd *Command, rest []*Candidate) *Command {
+// taken; on a tie, the first. cands are the candidates in consolidation order, cmd's at first.
+func (d *decider) endState(cmd *Command, cands []*Candidate, first int) *Command {
 	best, bestEnd := cmd, -1.0
 	tried := 0
-	for _, c := range rest {
+	for _, c := range cands[first+1:] {
 		if tried == endStateAlternatives || d.outOfTime(d.opts.MultiNodeTimeout) {
 			break
 		}
@@ -656,9 +656,9 @@ func (d *decider) endState(cmd *Command, rest []*Candidate) *Command {
 			continue
 		}
 		if bestEnd < 0 {
-			bestEnd = d.leftAfter(cmd)
+			bestEnd = d.leftAfter(cmd, cands)
 		}
-		if end := d.leftAfter(alt); end < bestEnd-1e-9 {
+		if end := d.leftAfter(alt, cands); end < bestEnd-1e-9 {
 			best, bestEnd = alt, end
 		}
 	}
@@ -668,11 +668,11 @@ func (d *decider) endState(cmd *Command, rest []*Candidate) *Command {
 // leftAfter is the price of the candidates' machines that remain once the command is done and
 // later rounds have removed, in consolidation order, every other candidate whose pods then fit
 // on the rest with no launch (at most endStateSteps simulations). Replacements count at their
-// price.
-func (d *decider) leftAfter(cmd *Command) float64 {
+// price. cands are the candidates in consolidation order.
+func (d *decider) leftAfter(cmd *Command, cands []*Candidate) float64 {
 	gone := slices.Clone(cmd.Candidates)
 	steps := 0
-	for _, c := range d.consolidationCandidates() {
+	for _, c := range cands {
 		if slices.Contains(gone, c) {
 			continue
 		}

@@ -45,16 +45,16 @@ func kubeletLabel(key string) bool {
 // as the family takes it. A claim whose taints or labels no node could register with gets an
 // *cloudprovider.InvalidNodeClaimError and no user data.
 func (p *Provider) UserData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim) (string, error) {
+	if err := cloudprovider.ValidateNodeClaim(claim); err != nil {
+		return "", err
+	}
 	return p.userData(nc, claim, nil)
 }
 
 // userData is UserData for one instance type: with reserved ENIs and no maxPods of the class's
 // own, the type's pod count (it) is written as maxPods, since the image's bootstrap would count
-// every ENI.
+// every ENI. The claim was checked (cloudprovider.ValidateNodeClaim) by the caller.
 func (p *Provider) userData(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim, it *cloudprovider.InstanceType) (string, error) {
-	if err := cloudprovider.ValidateNodeClaim(claim); err != nil {
-		return "", err
-	}
 	labels := map[string]string{}
 	for k, v := range claim.Labels {
 		if kubeletLabel(k) {

@@ -478,9 +478,6 @@ func (p *Provider) templateGroups(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClai
 			reservation = c.offerings[0].ReservationID
 		}
 		lt, err := p.templateFor(nc, claim, image, c.it, reservation)
-		if cloudprovider.IsInvalidNodeClaim(err) {
-			return nil, err
-		}
 		if err != nil {
 			return nil, &cloudprovider.NodeClassNotReadyError{Err: fmt.Errorf("EC2NodeClass %s: %w", nc.Name, err)}
 		}

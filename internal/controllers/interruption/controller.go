@@ -150,7 +150,7 @@ func (c *Controller) handleMessage(ctx context.Context, msg sqstypes.Message) er
 		return c.delete(ctx, msg)
 	}
 	c.Metrics.InterruptionMessage(m.Type)
-	if foreign := m.Account != "" && c.account != "" && m.Account != c.account || m.Region != "" && c.Region != "" && m.Region != c.Region; foreign {
+	if c.foreign(m) {
 		logger.Info("dropping a message of another account or region", "type", m.Type, "account", m.Account, "region", m.Region,
 			"own-account", c.account, "own-region", c.Region)
 		return c.delete(ctx, msg)
@@ -160,6 +160,13 @@ func (c *Controller) handleMessage(ctx context.Context, msg sqstypes.Message) er
 		return fmt.Errorf("handling %s message %s: %w", m.Type, aws.ToString(msg.MessageId), err)
 	}
 	return c.delete(ctx, msg)
+}
+
+// foreign reports whether the message's event names another account than the queue's or another
+// region than the controller's (a side that is not known is not compared).
+func (c *Controller) foreign(m awsevents.Message) bool {
+	differ := func(theirs, ours string) bool { return theirs != "" && ours != "" && theirs != ours }
+	return differ(m.Account, c.account) || differ(m.Region, c.Region)
 }
 
 // accountOf is the account a queue URL names (https://sqs.<region>.amazonaws.com/<account>/<name>),

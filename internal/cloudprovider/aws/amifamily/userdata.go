@@ -309,7 +309,8 @@ func bashCommand(lines [][]string) (string, error) {
 // PowerShell single-quoted string (psQuote); one holding a <powershell> tag, which EC2Launch would
 // take for the block's end, is refused.
 func windows(b Bootstrap) (string, error) {
-	values := []string{b.ClusterName, b.Endpoint, b.CABundle, strings.Join(kubeletArgs(b), " ")}
+	extraArgs := strings.Join(kubeletArgs(b), " ")
+	values := []string{b.ClusterName, b.Endpoint, b.CABundle, extraArgs}
 	if k := b.Kubelet; k != nil {
 		values = append(values, k.ClusterDNS...)
 	}
@@ -329,7 +330,7 @@ func windows(b Bootstrap) (string, error) {
 	if b.CABundle != "" {
 		fmt.Fprintf(&s, " -Base64ClusterCA %s", psQuote(b.CABundle))
 	}
-	fmt.Fprintf(&s, " -KubeletExtraArgs %s", psQuote(strings.Join(kubeletArgs(b), " ")))
+	fmt.Fprintf(&s, " -KubeletExtraArgs %s", psQuote(extraArgs))
 	if k := b.Kubelet; k != nil && len(k.ClusterDNS) > 0 {
 		fmt.Fprintf(&s, " -DNSClusterIP %s", psQuote(k.ClusterDNS[0]))
 	}
