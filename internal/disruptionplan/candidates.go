@@ -188,6 +188,8 @@ const (
 	KindScheduling          = "Scheduling"
 	KindCapacityBuffer      = "CapacityBuffer"
 	KindProvisioningRequest = "ProvisioningRequest"
+	// KindDestination: an empty node kept as the destination of dearer nodes' pods.
+	KindDestination = "Destination"
 )
 
 // Event reasons of explanations.

@@ -180,6 +180,8 @@ type decider struct {
 	// awaited names, for each replacement whose command's candidates are still there (draining,
 	// or waiting for it), one of those candidates: the replacement's pods are still to come.
 	awaited map[string]string
+	// held are the empty nodes emptiness keeps as destinations this round (keepDestinations).
+	held map[*Candidate]bool
 }
 
 // Decide runs one round: it tries the methods in order and returns the first command found (or
@@ -413,7 +415,7 @@ func (d *decider) shrinking() string {
 	}
 	emptied := 0
 	for _, c := range d.all {
-		if c.emptinessWillTake() && !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
+		if d.willEmpty(c) && !meta.IsStatusConditionTrue(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable) {
 			emptied++
 		}
 	}
@@ -490,7 +492,7 @@ func (d *decider) consolidatable(c *Candidate) bool {
 }
 
 // emptiness deletes, in one command, every consolidatable node without reschedulable pods that
-// its pool's Empty budget allows.
+// its pool's Empty budget allows, but those it keeps as destinations (keepDestinations).
 func (d *decider) emptiness() *Command {
 	chosen := map[string]int{}
 	cmd := &Command{Method: MethodEmptiness, Reason: karpv1.DisruptionReasonEmpty}
@@ -511,12 +513,106 @@ func (d *decider) emptiness() *Command {
 		}
 		chosen[c.Pool.NodePool.Name]++
 		cmd.Candidates = append(cmd.Candidates, c)
-		cmd.PriceBefore += c.Price
 	}
+	cmd.Candidates = d.keepDestinations(cmd.Candidates)
 	if len(cmd.Candidates) == 0 {
 		return nil
 	}
+	for _, c := range cmd.Candidates {
+		cmd.PriceBefore += c.Price
+	}
 	return cmd
+}
+
+// HoldEmptyFor bounds how long emptiness keeps an empty node as a destination
+// (keepDestinations): counted from when the node became consolidatable (or its last pod left,
+// plus consolidateAfter). Past it the node goes even if the moves it waits for never come (a
+// PDB, a budget, a score that keeps refusing them): an empty machine is never kept for good.
+const HoldEmptyFor = 10 * time.Minute
+
+// destinationTries bounds the empty nodes keepDestinations weighs in one round.
+const destinationTries = 3
+
+// keepDestinations returns the empty nodes emptiness is about to delete less those worth keeping
+// as destinations. Deleting an empty node is the easy step; but when the pods of dearer, nearly
+// empty nodes fit there and nowhere else, deleting it keeps those dearer nodes for good (no move
+// is left that needs no launch, and spot-to-spot replacement is off by default). So for each of
+// the cheapest empty nodes (at most destinationTries, each within HoldEmptyFor, each cheaper than
+// some node consolidation may take) the cluster's end is weighed both ways, as endState weighs
+// consolidation's steps: with the node gone, and with it kept, later rounds then removing, in
+// consolidation order, every node whose pods fit on the rest with no launch. When keeping it
+// ends cheaper, it stays (with an explanation) and consolidation, once the cluster has settled,
+// moves pods onto it under all its calm rules.
+func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
+	var takers []*Candidate
+	dearest := 0.0
+	for _, c := range d.all {
+		if !c.Empty() && c.blocked.Message == "" && c.noConsolidation.Message == "" {
+			takers = append(takers, c)
+			dearest = max(dearest, c.Price)
+		}
+	}
+	if len(takers) == 0 {
+		return empty
+	}
+	slices.SortStableFunc(takers, consolidationOrder)
+	order := slices.Clone(empty)
+	slices.SortStableFunc(order, func(a, b *Candidate) int {
+		return cmp.Or(cmp.Compare(a.Price, b.Price), cmp.Compare(a.Name(), b.Name()))
+	})
+	// Every empty node emptiness will take (now, or once its consolidateAfter or budget lets it)
+	// is gone in both ends: only the weighed node's room differs.
+	var gone []*Candidate
+	for _, c := range d.all {
+		if c.emptinessWillTake() {
+			gone = append(gone, c)
+		}
+	}
+	tried := 0
+	for _, e := range order {
+		if tried == destinationTries || d.outOfTime(d.opts.MultiNodeTimeout) {
+			break
+		}
+		if e.Price >= dearest || d.snap.Now.Sub(consolidatableSince(e)) >= HoldEmptyFor {
+			continue
+		}
+		tried++
+		without := d.endAfter(gone, takers, 0)
+		rest := slices.DeleteFunc(slices.Clone(gone), func(c *Candidate) bool { return c == e })
+		if with := d.endAfter(rest, takers, 0); with < without-1e-9 {
+			gone = rest
+			if d.held == nil {
+				d.held = map[*Candidate]bool{}
+			}
+			d.held[e] = true
+			d.explain(e, EventUnconsolidatable, Blocker{KindDestination, fmt.Sprintf(
+				"empty, but kept as the destination of dearer nodes' pods: the cluster can end at %s with it, %s without; kept until %s at most",
+				fmtPrice(with), fmtPrice(without), consolidatableSince(e).Add(HoldEmptyFor).UTC().Format("15:04:05 UTC"))})
+		}
+	}
+	return slices.DeleteFunc(empty, func(c *Candidate) bool { return d.held[c] })
+}
+
+// consolidatableSince is when the node last became consolidatable: its condition's transition,
+// or its last pod event plus consolidateAfter when that is later (with consolidateAfter 0s the
+// condition may have stayed true while its last pod left).
+func consolidatableSince(c *Candidate) time.Time {
+	since := time.Time{}
+	if cond := meta.FindStatusCondition(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable); cond != nil {
+		since = cond.LastTransitionTime.Time
+	}
+	if t := c.NodeClaim.Status.LastPodEventTime.Time; !t.IsZero() {
+		if after := c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration; after != nil && t.Add(*after).After(since) {
+			since = t.Add(*after)
+		}
+	}
+	return since
+}
+
+// willEmpty reports whether emptiness removes the node once its consolidateAfter has passed: it
+// would take it (emptinessWillTake) and does not keep it as a destination.
+func (d *decider) willEmpty(c *Candidate) bool {
+	return c.emptinessWillTake() && !d.held[c]
 }
 
 // drift replaces drifted nodes: all empty ones the Drifted budgets allow at once, else the
@@ -667,10 +763,18 @@ func (d *decider) endState(cmd *Command, cands []*Candidate, first int) *Command
 
 // leftAfter is the price of the candidates' machines that remain once the command is done and
 // later rounds have removed, in consolidation order, every other candidate whose pods then fit
-// on the rest with no launch (at most endStateSteps simulations). Replacements count at their
-// price. cands are the candidates in consolidation order.
+// on the rest with no launch (endAfter). Replacements count at their price. cands are the
+// candidates in consolidation order.
 func (d *decider) leftAfter(cmd *Command, cands []*Candidate) float64 {
-	gone := slices.Clone(cmd.Candidates)
+	return cmd.PriceAfter + d.endAfter(cmd.Candidates, cands, len(cmd.Replacements))
+}
+
+// endAfter is the price of the candidates' machines that remain once the gone ones are removed
+// and later rounds have removed, in consolidation order, every other of cands whose pods then fit
+// on the rest with no launch beyond the launches the gone ones need (at most endStateSteps
+// simulations).
+func (d *decider) endAfter(gone, cands []*Candidate, launches int) float64 {
+	gone = slices.Clone(gone)
 	steps := 0
 	for _, c := range cands {
 		if slices.Contains(gone, c) {
@@ -680,11 +784,11 @@ func (d *decider) leftAfter(cmd *Command, cands []*Candidate) float64 {
 			break
 		}
 		steps++
-		if res := d.sim.run(append(gone[:len(gone):len(gone)], c)); res.failed == "" && len(res.replacements) == len(cmd.Replacements) {
+		if res := d.sim.run(append(gone[:len(gone):len(gone)], c)); res.failed == "" && len(res.replacements) == launches {
 			gone = append(gone, c)
 		}
 	}
-	left := cmd.PriceAfter
+	left := 0.0
 	for _, c := range d.all {
 		if !slices.Contains(gone, c) {
 			left += c.Price

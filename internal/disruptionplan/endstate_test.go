@@ -3,10 +3,14 @@ package disruptionplan_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
@@ -64,5 +68,84 @@ func TestStrandedTailMachineIsTheOneEmptied(t *testing.T) {
 	cmd := c.decide(disruptionplan.Options{}).Command
 	if got := names(cmd); !slices.Equal(got, []string{"tail-48"}) || len(cmd.Replacements) != 0 {
 		t.Fatalf("consolidation disrupts %v (replacements %d); want tail-48 deleted, its 8 pods moved onto tail-32", got, len(cmd.Replacements))
+	}
+}
+
+// emptied makes the node one whose last pod left ago (past the pool's consolidateAfter of 0s):
+// it became consolidatable then.
+func emptied(n *disruptionplan.Node, ago time.Duration) {
+	at := metav1.NewTime(t0.Add(-ago))
+	n.NodeClaim.Status.LastPodEventTime = at
+	meta.FindStatusCondition(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable).LastTransitionTime = at
+}
+
+// The stranded tail with the machine a scale-in emptied still there: a 16-vCPU spot machine,
+// empty a minute. Emptiness deleting it (the easy step) leaves 3 × 48 vCPU for good, as above;
+// kept, it takes the 10 pods of both tails and the cluster ends at 2 × 48 + 16 vCPU, 22% cheaper.
+// Emptiness keeps it, saying why, and consolidation then empties both tails into it.
+func TestEmptyMachineIsKeptAsTheDestinationOfDearerTails(t *testing.T) {
+	c := newCluster(t)
+	c.its = kwokFamily()
+	c.pool("default", nil)
+	c.node("default", "full-1", "c-48x", karpv1.CapacityTypeSpot, webPods("full-1", 95)...)
+	c.node("default", "full-2", "c-48x", karpv1.CapacityTypeSpot, webPods("full-2", 95)...)
+	c.node("default", "tail-48", "c-48x", karpv1.CapacityTypeSpot, webPods("tail-48", 8)...)
+	c.node("default", "tail-32", "c-32x", karpv1.CapacityTypeSpot, webPods("tail-32", 2)...)
+	emptied(c.node("default", "empty-16", "c-16x", karpv1.CapacityTypeSpot), time.Minute)
+	d := c.decide(disruptionplan.Options{})
+	if slices.Contains(names(d.Command), "empty-16") {
+		t.Fatalf("the round deletes %v; want empty-16 kept as the tails' destination", names(d.Command))
+	}
+	if _, msg := explanation(d, "empty-16"); !strings.Contains(msg, "kept as the destination of dearer nodes' pods: the cluster can end at $2.1280/h with it, $2.7360/h without") {
+		t.Errorf("empty-16's explanation is %q; want it kept as a destination", msg)
+	}
+	if got := names(d.Command); !slices.Equal(got, []string{"tail-32", "tail-48"}) || len(d.Command.Replacements) != 0 {
+		t.Fatalf("the round disrupts %v; want both tails emptied into empty-16, no launch", got)
+	}
+	onto := 0
+	for _, b := range d.Command.Bindings {
+		if b.Node == "empty-16" {
+			onto++
+		}
+	}
+	if onto < 8 {
+		t.Errorf("%d of the tails' 10 pods go to empty-16; want at least tail-48's 8 (the full machines have room for one each)", onto)
+	}
+}
+
+// An empty machine is kept as a destination for HoldEmptyFor at most: when the moves it waits for
+// have not come by then (a PDB, a budget or a score kept refusing them), emptiness takes it.
+func TestEmptyMachineKeptAsDestinationGoesAfterHoldEmptyFor(t *testing.T) {
+	for _, tc := range []struct {
+		ago  time.Duration
+		kept bool
+	}{{time.Minute, true}, {disruptionplan.HoldEmptyFor, false}} {
+		c := newCluster(t)
+		c.its = kwokFamily()
+		c.pool("default", nil)
+		c.node("default", "full-1", "c-48x", karpv1.CapacityTypeSpot, webPods("full-1", 95)...)
+		c.node("default", "full-2", "c-48x", karpv1.CapacityTypeSpot, webPods("full-2", 95)...)
+		c.node("default", "tail-48", "c-48x", karpv1.CapacityTypeSpot, webPods("tail-48", 8)...)
+		c.node("default", "tail-32", "c-32x", karpv1.CapacityTypeSpot, webPods("tail-32", 2)...)
+		emptied(c.node("default", "empty-16", "c-16x", karpv1.CapacityTypeSpot), tc.ago)
+		d := c.decide(disruptionplan.Options{})
+		if deleted := d.Command != nil && d.Command.Method == disruptionplan.MethodEmptiness && slices.Contains(names(d.Command), "empty-16"); deleted == tc.kept {
+			t.Errorf("empty for %s: the round's command is %v (%v); want empty-16 kept=%v", tc.ago, names(d.Command), d.Command != nil && d.Command.Method == disruptionplan.MethodEmptiness, tc.kept)
+		}
+	}
+}
+
+// An empty machine no dearer node needs goes at once: here the tails fit on each other's machine
+// and on the full ones either way, so keeping the 16-vCPU machine would only cost its price.
+func TestEmptyMachineNobodyNeedsIsDeleted(t *testing.T) {
+	c := newCluster(t)
+	c.its = kwokFamily()
+	c.pool("default", nil)
+	c.node("default", "half-1", "c-48x", karpv1.CapacityTypeSpot, webPods("half-1", 40)...)
+	c.node("default", "half-2", "c-48x", karpv1.CapacityTypeSpot, webPods("half-2", 40)...)
+	emptied(c.node("default", "empty-16", "c-16x", karpv1.CapacityTypeSpot), time.Minute)
+	d := c.decide(disruptionplan.Options{})
+	if got := names(d.Command); d.Command == nil || d.Command.Method != disruptionplan.MethodEmptiness || !slices.Equal(got, []string{"empty-16"}) {
+		t.Fatalf("the round disrupts %v; want empty-16 deleted by emptiness", got)
 	}
 }

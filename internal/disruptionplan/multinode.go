@@ -127,7 +127,7 @@ func (d *decider) planAhead(cmd *Command) {
 	}
 	var planned []*Candidate
 	for _, c := range d.all {
-		if !in[c] && c.emptinessWillTake() {
+		if !in[c] && d.willEmpty(c) {
 			planned = append(planned, c)
 		}
 	}
