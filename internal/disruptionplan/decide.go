@@ -593,20 +593,18 @@ func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 	return slices.DeleteFunc(empty, func(c *Candidate) bool { return d.held[c] })
 }
 
-// consolidatableSince is when the node last became consolidatable: its condition's transition,
-// or its last pod event plus consolidateAfter when that is later (with consolidateAfter 0s the
-// condition may have stayed true while its last pod left).
+// consolidatableSince is when the node last became consolidatable: its last pod event plus
+// consolidateAfter, or, when no pod event is recorded, its Consolidatable condition's transition.
 func consolidatableSince(c *Candidate) time.Time {
-	since := time.Time{}
-	if cond := meta.FindStatusCondition(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable); cond != nil {
-		since = cond.LastTransitionTime.Time
-	}
 	if t := c.NodeClaim.Status.LastPodEventTime.Time; !t.IsZero() {
-		if after := c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration; after != nil && t.Add(*after).After(since) {
-			since = t.Add(*after)
+		if after := c.Pool.NodePool.Spec.Disruption.ConsolidateAfter.Duration; after != nil {
+			return t.Add(*after)
 		}
 	}
-	return since
+	if cond := meta.FindStatusCondition(c.NodeClaim.Status.Conditions, karpv1.ConditionTypeConsolidatable); cond != nil {
+		return cond.LastTransitionTime.Time
+	}
+	return c.NodeClaim.CreationTimestamp.Time
 }
 
 // willEmpty reports whether emptiness removes the node once its consolidateAfter has passed: it

@@ -74,8 +74,9 @@ func (c *Cluster) Snapshot() *disruptionplan.Snapshot {
 			// machine still inside its consolidateAfter.
 			nc.Status.LastPodEventTime = metav1.NewTime(m.lastPodEvent)
 			if after != nil && !c.now.Before(m.lastPodEvent.Add(*after)) {
+				// True since consolidateAfter passed, as the condition's transition says.
 				nc.Status.Conditions = append(nc.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable,
-					Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(c.now)})
+					Status: metav1.ConditionTrue, Reason: "Consolidatable", LastTransitionTime: metav1.NewTime(m.lastPodEvent.Add(*after))})
 			}
 		}
 		n := &disruptionplan.Node{NodeClaim: nc, Node: m.node.Node, Pods: m.node.Pods}

@@ -51,8 +51,9 @@ type Config struct {
 	Disruption        disruptionplan.Options
 	DisableDisruption bool
 	// PodDeletionCost writes the decision core's deletion costs (disruptionplan.DeletionCosts) on the
-	// pods, as the PodDeletionCostManagement gate does, at most every DeletionCostPeriod (default
-	// 30s); the ReplicaSets' scale-ins read them.
+	// pods, as the PodDeletionCostManagement gate does: every DeletionCostPeriod (default 30s), and
+	// at the step after a pod was bound (the controller wakes on bindings, seconds after them);
+	// the ReplicaSets' scale-ins read them.
 	PodDeletionCost    bool
 	DeletionCostPeriod time.Duration
 	// Start is the simulated time of the first step.
@@ -116,8 +117,10 @@ type Cluster struct {
 	evictions []disruptionplan.Eviction
 	// moved are the pods created to replace evicted pods.
 	moved map[*corev1.Pod]bool
-	// ranked is when deletion costs were last written.
-	ranked time.Time
+	// ranked is when deletion costs were last written; rankDue says a pod was bound since, which
+	// wakes the controller (after its debounce of seconds): the next step ranks it.
+	ranked  time.Time
+	rankDue bool
 	// scaleDowns are the deployments' last scale-downs.
 	scaleDowns []disruptionplan.ScaleDown
 	// unschedulable are the solver's answers for the pods it could place nowhere in the last solve.
@@ -272,10 +275,10 @@ func (c *Cluster) nominatedCount() int {
 // rankDeletionCosts writes the decision core's deletion costs on the pods, when the
 // configuration asks for it and its period has passed.
 func (c *Cluster) rankDeletionCosts() {
-	if !c.cfg.PodDeletionCost || c.now.Sub(c.ranked) < c.cfg.DeletionCostPeriod {
+	if !c.cfg.PodDeletionCost || !c.rankDue && c.now.Sub(c.ranked) < c.cfg.DeletionCostPeriod {
 		return
 	}
-	c.ranked = c.now
+	c.ranked, c.rankDue = c.now, false
 	costs := disruptionplan.DeletionCosts(c.Snapshot(), c.cfg.Disruption)
 	for _, m := range c.machines {
 		v, ok := costs[m.node.Name()]
@@ -424,6 +427,7 @@ func (c *Cluster) bind(p *corev1.Pod, m *machine) {
 	p.Status.Phase = corev1.PodRunning
 	m.node.Pods = append(m.node.Pods, p)
 	c.podEvent(m, p)
+	c.rankDue = true
 }
 
 // podEvent records that the pod arrived on or left the machine. A step stands for the time since

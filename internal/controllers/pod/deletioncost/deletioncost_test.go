@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	gosync "sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -308,6 +310,95 @@ func TestBoundPodsWakeThePass(t *testing.T) {
 	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})["node-a"])) {
 		t.Errorf("the late pod on node-a got %s, want node-a's value %d", cost, disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})["node-a"])
 	}
+	if clk.Since(start) >= DefaultPeriod {
+		t.Errorf("the clock moved %s, a whole period", clk.Since(start))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Start: %v", err)
+	}
+}
+
+// A pod bound to a node whose claim has not initialized is left out of the pass its binding woke
+// (the ranking covers initialized nodes); the claim initializing wakes the pass that ranks it,
+// after the debounce, not a period later. (In a burst the kube-scheduler binds pods to a node as
+// soon as it is Ready, often before its claim is seen initialized.)
+func TestAClaimInitializingWakesThePass(t *testing.T) {
+	c := newCluster(t)
+	name := "late-" + c.ns
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{karpv1.NodePoolLabelKey: "default"}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: "capstan.dev", Kind: "SimNodeClass", Name: "default"},
+			Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}}}}
+	if err := env.Client.Create(t.Context(), claim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), claim) })
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	bound := c.createPod(t, "bound-early", name, true)
+	inSnap := &disruptionplan.Node{NodeClaim: claim.DeepCopy(), Node: node, Pods: []*corev1.Pod{bound}}
+	var mu gosync.Mutex
+	c.snap.Nodes = append(c.snap.Nodes, inSnap)
+
+	informers, err := crcache.New(env.Config, crcache.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = informers.Start(ctx) }()
+	clk := clocktesting.NewFakeClock(start)
+	ctl := c.controller(true)
+	ctl.Clock, ctl.Informers = clk, informers
+	ctl.Snapshot = func(context.Context) (*disruptionplan.Snapshot, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		snap := *c.snap
+		snap.Nodes = nil
+		for _, n := range c.snap.Nodes {
+			cp := *n
+			cp.NodeClaim = n.NodeClaim.DeepCopy()
+			snap.Nodes = append(snap.Nodes, &cp)
+		}
+		return &snap, nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- ctl.Start(ctx) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30 s: %s", what)
+			}
+		}
+	}
+	ranked := func(p *corev1.Pod) func() bool {
+		return func() bool { _, _, has, _ := annotations(t, p); return has }
+	}
+	waitFor("the first pass ranked node-a's pod", ranked(c.pods["node-a"][0]))
+	waitFor("the initial pods started the debounce", func() bool { return clk.Waiters() == 2 })
+	clk.Step(DefaultDebounce)
+	waitFor("the second pass waits", func() bool { return clk.Waiters() == 2 })
+	if ranked(bound)() {
+		t.Fatal("a pod on a node whose claim has not initialized was ranked")
+	}
+
+	mu.Lock()
+	meta.SetStatusCondition(&inSnap.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized"})
+	meta.SetStatusCondition(&inSnap.NodeClaim.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeConsolidatable, Status: metav1.ConditionTrue, Reason: "Consolidatable"})
+	mu.Unlock()
+	stored := &karpv1.NodeClaim{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(claim), stored); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&stored.Status.Conditions, metav1.Condition{Type: karpv1.ConditionTypeInitialized, Status: metav1.ConditionTrue, Reason: "Initialized"})
+	if err := env.Client.Status().Update(t.Context(), stored); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the claim initializing started the debounce", func() bool { return clk.Waiters() == 3 })
+	clk.Step(DefaultDebounce)
+	waitFor("the pod on the initialized node got a deletion cost", ranked(bound))
 	if clk.Since(start) >= DefaultPeriod {
 		t.Errorf("the clock moved %s, a whole period", clk.Since(start))
 	}
