@@ -123,8 +123,9 @@ func run(seed uint64, n int, kwokMenu string, workers int, csvPath, svgPath stri
 		}
 	}
 	s := sweep.Summarize(results)
-	fmt.Printf("\nseed %d, %d shapes: settled/bound median %.3f, p95 %.3f; worst settled/no-move set %.3f; evictions/pods left median %.1f%%, p95 %.1f%%; pods moved twice %d\n",
-		seed, s.Shapes, s.OverBoundMedian, s.OverBoundP95, s.OverKeepMax, 100*s.EvictedMedian, 100*s.EvictedP95, s.Twice)
+	fmt.Printf("\nseed %d, %d shapes: settled/LP bound median %.3f, p95 %.3f; settled/configuration bound median %.3f, p95 %.3f; settled/fresh plan median %.3f, p95 %.3f; worst settled/no-move set %.3f (%d shapes above 1.05); evictions/pods left median %.1f%%, p95 %.1f%%; pods moved twice %d\n",
+		seed, s.Shapes, s.OverBoundMedian, s.OverBoundP95, s.OverConfigMedian, s.OverConfigP95, s.OverFreshMedian, s.OverFreshP95,
+		s.OverKeepMax, len(s.OverKeepShapes), 100*s.EvictedMedian, 100*s.EvictedP95, s.Twice)
 	fails := s.Failures()
 	for _, f := range fails {
 		fmt.Println("MISSED:", f)
@@ -138,8 +139,9 @@ func run(seed uint64, n int, kwokMenu string, workers int, csvPath, svgPath stri
 
 // line is one shape's result in one line.
 func line(r sweep.Result) string {
-	return fmt.Sprintf("%s | ran %s | peak %.3f settled %.3f bound %.3f keep %s fresh %.3f | %.3f× bound %s× keep %.3f× fresh | left %d evicted %d twice %d",
-		r.Shape, r.RanAfter, r.Peak, r.Settled, r.Bound, num(r.Keep), r.Fresh, r.Settled/r.Bound, num(r.Settled/r.Keep), r.Settled/r.Fresh, r.Left, r.Evictions, r.Twice)
+	return fmt.Sprintf("%s | ran %s | peak %.3f settled %.3f bound %.3f config %.3f keep %s fresh %.3f | %.3f× bound %.3f× config %s× keep %.3f× fresh | left %d evicted %d twice %d",
+		r.Shape, r.RanAfter, r.Peak, r.Settled, r.Bound, r.ConfigBound, num(r.Keep), r.Fresh, r.Settled/r.Bound, r.Settled/r.ConfigBound,
+		num(r.Settled/r.Keep), r.Settled/r.Fresh, r.Left, r.Evictions, r.Twice)
 }
 
 // num formats a figure that may be infinite (a no-move set too large to compute, or none).
@@ -156,12 +158,12 @@ func writeCSV(path string, rs []sweep.Result) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"shape", "menu", "capacity", "policy", "deployments", "steps", "first_after_s", "peak", "settled", "bound", "keep", "fresh", "left", "evictions", "twice"})
+	_ = w.Write([]string{"shape", "menu", "capacity", "policy", "deployments", "steps", "first_after_s", "peak", "settled", "bound", "config_bound", "keep", "fresh", "left", "evictions", "twice"})
 	for _, r := range rs {
 		s := r.Shape
 		_ = w.Write([]string{strconv.Itoa(s.Index), s.Menu, s.Capacity, string(s.Policy), strconv.Itoa(len(s.Deployments)), strconv.Itoa(s.Steps),
 			strconv.Itoa(int(s.FirstAfter.Seconds())), fmt.Sprintf("%.4f", r.Peak), fmt.Sprintf("%.4f", r.Settled), fmt.Sprintf("%.4f", r.Bound),
-			num(r.Keep), fmt.Sprintf("%.4f", r.Fresh), strconv.Itoa(r.Left), strconv.Itoa(r.Evictions), strconv.Itoa(r.Twice)})
+			fmt.Sprintf("%.4f", r.ConfigBound), num(r.Keep), fmt.Sprintf("%.4f", r.Fresh), strconv.Itoa(r.Left), strconv.Itoa(r.Evictions), strconv.Itoa(r.Twice)})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -112,6 +112,9 @@ type Result struct {
 	// Keep is the cheapest set of the machines held at the first scale-in that runs the pods left
 	// without a move (CheapestKeep), +Inf when it was too large to compute.
 	Bound, Keep float64
+	// ConfigBound is the configuration LP bound of the pods left (workload.ConfigLPBound: machines
+	// counted fractionally, pods whole), which every whole-machine plan costs at least.
+	ConfigBound float64
 	// Fresh is the price of the pods left bought from nothing: the same pool provisioning them on
 	// an empty cluster (no scale-down, nothing to move), settled — what the pods left cost when
 	// no history shapes the machines.
@@ -129,6 +132,9 @@ type Options struct {
 	// Log, when set, receives a line per command the replay carries out.
 	Log func(string)
 }
+
+// configIterations bounds ConfigLPBound's column generation.
+const configIterations = 60
 
 // Settle is how long a shape plays after its last scale-in step: past the falling load's bar
 // (10 minutes), HoldEmptyFor and a few rounds of a 10% budget.
@@ -195,7 +201,9 @@ func Play(s Shape, menus map[string][]*cloudprovider.InstanceType, opts Options)
 	} else {
 		res.Keep = math.Inf(1)
 	}
-	res.Bound = workload.LPBound(allowed(its, np), c.Pods())
+	menu := allowed(its, np)
+	res.Bound = workload.LPBound(menu, c.Pods())
+	res.ConfigBound = workload.ConfigLPBound(menu, c.Pods(), configIterations)
 	if res.Fresh, err = fresh(s, its); err != nil {
 		return Result{}, err
 	}
@@ -276,8 +284,12 @@ func allowed(its []*cloudprovider.InstanceType, np *karpv1.NodePool) []*cloudpro
 // Summary is the sweep's figures over its shapes, and the marks they are held to.
 type Summary struct {
 	Shapes int
-	// OverBoundMedian and OverBoundP95 are the settled price over the LP bound.
-	OverBoundMedian, OverBoundP95 float64
+	// OverBoundMedian and OverBoundP95 are the settled price over the LP bound; OverConfigMedian
+	// and OverConfigP95 over the configuration LP bound; OverFreshMedian and OverFreshP95 over a
+	// fresh plan of the pods left.
+	OverBoundMedian, OverBoundP95   float64
+	OverConfigMedian, OverConfigP95 float64
+	OverFreshMedian, OverFreshP95   float64
 	// OverKeepMax is the largest settled price over the cheapest no-move set (shapes whose set
 	// was computed), and OverKeepShapes the shapes more than 5% above theirs.
 	OverKeepMax    float64
@@ -291,9 +303,11 @@ type Summary struct {
 // Summarize computes the summary of the results.
 func Summarize(rs []Result) Summary {
 	s := Summary{Shapes: len(rs)}
-	var overBound, evicted []float64
+	var overBound, overConfig, overFresh, evicted []float64
 	for _, r := range rs {
 		overBound = append(overBound, r.Settled/r.Bound)
+		overConfig = append(overConfig, r.Settled/r.ConfigBound)
+		overFresh = append(overFresh, r.Settled/r.Fresh)
 		evicted = append(evicted, float64(r.Evictions)/float64(max(r.Left, 1)))
 		if !math.IsInf(r.Keep, 1) {
 			over := r.Settled / r.Keep
@@ -305,6 +319,8 @@ func Summarize(rs []Result) Summary {
 		s.Twice += r.Twice
 	}
 	s.OverBoundMedian, s.OverBoundP95 = quantile(overBound, 0.5), quantile(overBound, 0.95)
+	s.OverConfigMedian, s.OverConfigP95 = quantile(overConfig, 0.5), quantile(overConfig, 0.95)
+	s.OverFreshMedian, s.OverFreshP95 = quantile(overFresh, 0.5), quantile(overFresh, 0.95)
 	s.EvictedMedian, s.EvictedP95 = quantile(evicted, 0.5), quantile(evicted, 0.95)
 	return s
 }

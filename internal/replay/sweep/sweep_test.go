@@ -4,9 +4,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	gosync "sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/clock"
+
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
+	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
+	"capstan.dev/capstan/internal/solver/workload"
 )
 
 // CheapestKeep is exact: on small random clusters it equals the cheapest of every subset.
@@ -93,5 +100,55 @@ func TestDrawIsSeededAndWithinRange(t *testing.T) {
 		if !seen[k] {
 			t.Errorf("200 shapes never drew %s", k)
 		}
+	}
+}
+
+// A small sweep, as make test runs it: over the first 12 shapes of seed 1 on the default catalog
+// and a kwok-format menu of Karpenter's shape (workload.KWOKMenu), no shape settles above its
+// peak, no pod is moved twice, and the median settled price is within 15% of a fresh plan of the
+// pods left. (The sweep's own marks against the LP bound and the no-move set are reported by
+// hack/scaledown-sweep; docs/benchmarks.md, "A sweep of scale-down shapes".)
+func TestSweptScaleDownsSettleNearAFreshPlan(t *testing.T) {
+	kwok, err := workload.KWOKMenu(workload.MenuFamily{Name: "c", GiBPerCPU: 2, PricePerCPU: 0.04},
+		workload.MenuFamily{Name: "m", GiBPerCPU: 4, PricePerCPU: 0.048}, workload.MenuFamily{Name: "r", GiBPerCPU: 8, PricePerCPU: 0.06})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.RealClock{}
+	p, err := sim.NewProvider(nil, sim.NewCloudWithStore(clk, nil), clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capstan, err := p.InstanceTypes(t.Context(), &simv1alpha1.SimNodeClass{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	menus := map[string][]*cloudprovider.InstanceType{"kwok": kwok, "capstan": capstan}
+	shapes := Draw(1, 12, []string{"kwok", "capstan"})
+	results := make([]Result, len(shapes))
+	var wg gosync.WaitGroup
+	for i, s := range shapes {
+		wg.Go(func() {
+			r, err := Play(s, menus, Options{})
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	var overFresh []float64
+	for _, r := range results {
+		t.Logf("%s: peak %.3f, settled %.3f, fresh %.3f, %d evicted of %d left, %d twice", r.Shape, r.Peak, r.Settled, r.Fresh, r.Evictions, r.Left, r.Twice)
+		if r.Settled > r.Peak+1e-9 {
+			t.Errorf("shape %d settles at %.3f $/h, above its peak %.3f", r.Shape.Index, r.Settled, r.Peak)
+		}
+		if r.Twice > 0 {
+			t.Errorf("shape %d moved %d pods twice", r.Shape.Index, r.Twice)
+		}
+		overFresh = append(overFresh, r.Settled/r.Fresh)
+	}
+	if m := quantile(overFresh, 0.5); m > 1.15 {
+		t.Errorf("the median shape settles at %.3f times a fresh plan of its pods, want at most 1.15", m)
 	}
 }
