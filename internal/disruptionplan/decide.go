@@ -534,7 +534,7 @@ const HoldEmptyFor = 10 * time.Minute
 const destinationTries = 3
 
 // keepDestinations returns the empty nodes emptiness is about to delete less those worth keeping
-// as destinations. Deleting an empty node is the easy step; but when the pods of dearer, nearly
+// as destinations (weighing every empty node emptiness may take now, cheapest first). Deleting an empty node is the easy step; but when the pods of dearer, nearly
 // empty nodes fit there and nowhere else, deleting it keeps those dearer nodes for good (no move
 // is left that needs no launch, and spot-to-spot replacement is off by default). So for each of
 // the cheapest empty nodes (at most destinationTries, each within HoldEmptyFor, each cheaper than
@@ -556,7 +556,14 @@ func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 		return empty
 	}
 	slices.SortStableFunc(takers, consolidationOrder)
-	order := slices.Clone(empty)
+	// Every empty node emptiness may take now is weighed, not only those this round's budget
+	// lets go: the cheapest that serves is the one to keep, wherever the budget stopped.
+	var order []*Candidate
+	for _, c := range d.all {
+		if c.emptinessWillTake() && c.noConsolidation.Message == "" {
+			order = append(order, c)
+		}
+	}
 	slices.SortStableFunc(order, func(a, b *Candidate) int {
 		return cmp.Or(cmp.Compare(a.Price, b.Price), cmp.Compare(a.Name(), b.Name()))
 	})
@@ -770,8 +777,12 @@ func (d *decider) leftAfter(cmd *Command, cands []*Candidate) float64 {
 // endAfter is the price of the candidates' machines that remain once the gone ones are removed
 // and later rounds have removed, in consolidation order, every other of cands whose pods then fit
 // on the rest with no launch beyond the launches the gone ones need (at most endStateSteps
-// simulations).
+// simulations), nodes inside their consolidateAfter taking pods as they will once it passes.
 func (d *decider) endAfter(gone, cands []*Candidate, launches int) float64 {
+	// The end, not the next step: a node the scale-in touched a moment ago takes pods once its
+	// consolidateAfter has passed.
+	d.sim.eventually = true
+	defer func() { d.sim.eventually = false }()
 	gone = slices.Clone(gone)
 	steps := 0
 	for _, c := range cands {
@@ -813,10 +824,32 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, Blocker) {
 	default:
 		return nil, Blocker{KindScheduling, fmt.Sprintf("its pods would need %d new machines, and consolidation launches at most one", len(res.replacements))}
 	}
+	if kept := d.keptEmpty(cmd); len(kept) > 0 {
+		// Pods put on an empty node keep a machine emptiness would remove: its price counts
+		// against the saving.
+		for _, c := range kept {
+			cmd.PriceAfter += c.Price
+		}
+		if cmd.Savings() <= 0 {
+			return nil, Blocker{KindSaving, fmt.Sprintf("its pods would keep empty node %s, which costs %s: no saving", kept[0].Name(), fmtPrice(kept[0].Price))}
+		}
+	}
 	if why := d.priced(cmd); why.Message != "" {
 		return nil, why
 	}
 	return cmd, Blocker{}
+}
+
+// keptEmpty are the empty nodes emptiness would take that the command's pods go to.
+func (d *decider) keptEmpty(cmd *Command) []*Candidate {
+	var out []*Candidate
+	for _, b := range cmd.Bindings {
+		i := slices.IndexFunc(d.all, func(c *Candidate) bool { return c.Name() == b.Node })
+		if i >= 0 && d.all[i].emptinessWillTake() && !slices.Contains(out, d.all[i]) && !slices.Contains(cmd.Candidates, d.all[i]) {
+			out = append(out, d.all[i])
+		}
+	}
+	return out
 }
 
 // newCommand disrupts the set, launching the simulation's replacements first.

@@ -57,10 +57,16 @@ func TestPlannedNodesAreWhereLaterRoundsGo(t *testing.T) {
 		t.Errorf("moving pods land on %v, want only the node that stays", got)
 	}
 
-	// Without planning the same pods fill the first node with room: the one just emptied.
+	// Without planning the same pods fill the first node with room but the empty one (every
+	// simulation tries empty nodes after the others: a pod put there keeps a machine emptiness
+	// would remove): the other light node, which a later round removes.
 	off := build().decide(disruptionplan.Options{DisablePlanning: true, DisableScaleDownWait: true})
-	if len(off.Planned) != 0 || !slices.Contains(landsOn(off.Command), "emptied") {
-		t.Errorf("without planning: planned %d, pods land on %v; want none planned and the emptied node used", len(off.Planned), landsOn(off.Command))
+	offOther := "b"
+	if names(off.Command)[0] == "b" {
+		offOther = "a"
+	}
+	if got := landsOn(off.Command); len(off.Planned) != 0 || slices.Contains(got, "emptied") || !slices.Contains(got, offOther) {
+		t.Errorf("without planning: planned %d, pods land on %v; want none planned, the emptied node unused and %s used", len(off.Planned), got, offOther)
 	}
 }
 

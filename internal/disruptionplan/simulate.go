@@ -25,8 +25,13 @@ type simulation struct {
 	// its position. Nodes being disrupted are not among them: their pods move.
 	nodes []solver.ExistingNode
 	index map[*Node]int
-	// last are nodes (by position) the pods try after all others: nodes planned to go.
-	last map[int]bool
+	// last are nodes (by position) the pods try after all others: nodes planned to go. empty are
+	// the empty nodes emptiness would take, which pods try after every node that is not last:
+	// a pod put there keeps a machine that would otherwise go (consolidate counts its price).
+	last, empty map[int]bool
+	// eventually makes the simulations judge where the cluster can end rather than what may move
+	// now: nodes inside their consolidateAfter take moved pods (their window passes).
+	eventually bool
 	// moving are the pods of nodes being disrupted; pending the pods waiting for a node.
 	moving, pending []*corev1.Pod
 	// buffer are the CapacityBuffers' chunks that have room on the nodes that stay (every
@@ -85,6 +90,14 @@ func newSimulation(d *decider) *simulation {
 		en.RefusesMoved = d.underConsolidateAfter(n)
 		s.index[n] = len(s.nodes)
 		s.nodes = append(s.nodes, en)
+	}
+	for _, c := range d.all {
+		if i, ok := s.index[c.Node]; ok && c.emptinessWillTake() {
+			if s.empty == nil {
+				s.empty = map[int]bool{}
+			}
+			s.empty[i] = true
+		}
 	}
 	if len(d.snap.Buffer) > 0 {
 		// Where the buffers' chunks have room now; chunks without room are the provisioner's
@@ -203,7 +216,12 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 	nodes := s.scratch[:0]
 	defer func() { s.scratch = nodes[:0] }()
 	for i := range s.nodes {
-		if !out[i] && !s.last[i] {
+		if !out[i] && !s.last[i] && !s.empty[i] {
+			nodes = append(nodes, s.nodes[i])
+		}
+	}
+	for i := range s.nodes {
+		if !out[i] && !s.last[i] && s.empty[i] {
 			nodes = append(nodes, s.nodes[i])
 		}
 	}
@@ -212,7 +230,11 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 			nodes = append(nodes, s.nodes[i])
 		}
 	}
-	plan := s.solveMoving(pods, nodes, pools, moved)
+	refused := moved
+	if s.eventually {
+		refused = nil
+	}
+	plan := s.solveMoving(pods, nodes, pools, refused)
 	for _, u := range plan.Unschedulable {
 		if required[u.Pod] && capacitybuffer.IsVirtual(u.Pod) {
 			return simResult{failed: fmt.Sprintf("the room CapacityBuffer %s keeps would not fit elsewhere: %s", capacitybuffer.Key(u.Pod), u.Reason)}
