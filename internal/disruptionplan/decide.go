@@ -534,15 +534,17 @@ const HoldEmptyFor = 10 * time.Minute
 const destinationTries = 3
 
 // keepDestinations returns the empty nodes emptiness is about to delete less those worth keeping
-// as destinations (weighing every empty node emptiness may take now, cheapest first). Deleting an empty node is the easy step; but when the pods of dearer, nearly
+// as destinations. Deleting an empty node is the easy step; but when the pods of dearer, nearly
 // empty nodes fit there and nowhere else, deleting it keeps those dearer nodes for good (no move
 // is left that needs no launch, and spot-to-spot replacement is off by default). So for each of
-// the cheapest empty nodes (at most destinationTries, each within HoldEmptyFor, each cheaper than
-// some node consolidation may take) the cluster's end is weighed both ways, as endState weighs
-// consolidation's steps: with the node gone, and with it kept, later rounds then removing, in
-// consolidation order, every node whose pods fit on the rest with no launch. When keeping it
-// ends cheaper, it stays (with an explanation) and consolidation, once the cluster has settled,
-// moves pods onto it under all its calm rules.
+// the cheapest empty nodes emptiness may take now, whether or not this round's budget reaches
+// it (at most destinationTries, each within HoldEmptyFor, each cheaper than some node
+// consolidation may take), the cluster's end is weighed both ways, as endState weighs
+// consolidation's steps: with the node gone, and with it kept (and those kept before it), later
+// rounds then removing, in consolidation order, every node whose pods fit on the rest with no
+// launch. When keeping it ends cheaper, it stays (with an explanation) and consolidation, once
+// the cluster has settled, moves pods onto it under all its calm rules, counting its price
+// against the saving (consolidate).
 func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 	var takers []*Candidate
 	dearest := 0.0
