@@ -51,13 +51,9 @@ func webPods(node string, n int) []*corev1.Pod {
 	return out
 }
 
-// The stranded tail: a scale-in to a quarter left three 48-vCPU spot machines holding 95, 95 and 8
-// pods and a 32-vCPU spot machine holding 2 (spot-to-spot replacement off, as by default). Both
-// small machines can be emptied into the other, and neither move leaves another: whichever is
-// kept stays. Emptying the 32-vCPU machine (2 evictions, the easiest move) leaves the cluster at
-// 3 × 48 vCPU for good; emptying the 48-vCPU one (8 evictions) ends at 2 × 48 + 32, 11% cheaper.
-// Consolidation must choose by the end state it leaves, not by the easiest step.
-func TestStrandedTailMachineIsTheOneEmptied(t *testing.T) {
+// strandedTail is the cluster a scale-in to a quarter left on the kwok family's spot machines:
+// two 48-vCPU machines holding 95 pods each, a third holding 8, and a 32-vCPU one holding 2.
+func strandedTail(t *testing.T) *cluster {
 	c := newCluster(t)
 	c.its = kwokFamily()
 	c.pool("default", nil)
@@ -65,6 +61,17 @@ func TestStrandedTailMachineIsTheOneEmptied(t *testing.T) {
 	c.node("default", "full-2", "c-48x", karpv1.CapacityTypeSpot, webPods("full-2", 95)...)
 	c.node("default", "tail-48", "c-48x", karpv1.CapacityTypeSpot, webPods("tail-48", 8)...)
 	c.node("default", "tail-32", "c-32x", karpv1.CapacityTypeSpot, webPods("tail-32", 2)...)
+	return c
+}
+
+// The stranded tail: a scale-in to a quarter left three 48-vCPU spot machines holding 95, 95 and 8
+// pods and a 32-vCPU spot machine holding 2 (spot-to-spot replacement off, as by default). Both
+// small machines can be emptied into the other, and neither move leaves another: whichever is
+// kept stays. Emptying the 32-vCPU machine (2 evictions, the easiest move) leaves the cluster at
+// 3 × 48 vCPU for good; emptying the 48-vCPU one (8 evictions) ends at 2 × 48 + 32, 11% cheaper.
+// Consolidation must choose by the end state it leaves, not by the easiest step.
+func TestStrandedTailMachineIsTheOneEmptied(t *testing.T) {
+	c := strandedTail(t)
 	cmd := c.decide(disruptionplan.Options{}).Command
 	if got := names(cmd); !slices.Equal(got, []string{"tail-48"}) || len(cmd.Replacements) != 0 {
 		t.Fatalf("consolidation disrupts %v (replacements %d); want tail-48 deleted, its 8 pods moved onto tail-32", got, len(cmd.Replacements))
@@ -84,13 +91,7 @@ func emptied(n *disruptionplan.Node, ago time.Duration) {
 // kept, it takes the 10 pods of both tails and the cluster ends at 2 × 48 + 16 vCPU, 22% cheaper.
 // Emptiness keeps it, saying why, and consolidation then empties both tails into it.
 func TestEmptyMachineIsKeptAsTheDestinationOfDearerTails(t *testing.T) {
-	c := newCluster(t)
-	c.its = kwokFamily()
-	c.pool("default", nil)
-	c.node("default", "full-1", "c-48x", karpv1.CapacityTypeSpot, webPods("full-1", 95)...)
-	c.node("default", "full-2", "c-48x", karpv1.CapacityTypeSpot, webPods("full-2", 95)...)
-	c.node("default", "tail-48", "c-48x", karpv1.CapacityTypeSpot, webPods("tail-48", 8)...)
-	c.node("default", "tail-32", "c-32x", karpv1.CapacityTypeSpot, webPods("tail-32", 2)...)
+	c := strandedTail(t)
 	emptied(c.node("default", "empty-16", "c-16x", karpv1.CapacityTypeSpot), time.Minute)
 	d := c.decide(disruptionplan.Options{})
 	if slices.Contains(names(d.Command), "empty-16") {
@@ -120,13 +121,7 @@ func TestEmptyMachineKeptAsDestinationGoesAfterHoldEmptyFor(t *testing.T) {
 		ago  time.Duration
 		kept bool
 	}{{time.Minute, true}, {disruptionplan.HoldEmptyFor, false}} {
-		c := newCluster(t)
-		c.its = kwokFamily()
-		c.pool("default", nil)
-		c.node("default", "full-1", "c-48x", karpv1.CapacityTypeSpot, webPods("full-1", 95)...)
-		c.node("default", "full-2", "c-48x", karpv1.CapacityTypeSpot, webPods("full-2", 95)...)
-		c.node("default", "tail-48", "c-48x", karpv1.CapacityTypeSpot, webPods("tail-48", 8)...)
-		c.node("default", "tail-32", "c-32x", karpv1.CapacityTypeSpot, webPods("tail-32", 2)...)
+		c := strandedTail(t)
 		emptied(c.node("default", "empty-16", "c-16x", karpv1.CapacityTypeSpot), tc.ago)
 		d := c.decide(disruptionplan.Options{})
 		if deleted := d.Command != nil && d.Command.Method == disruptionplan.MethodEmptiness && slices.Contains(names(d.Command), "empty-16"); deleted == tc.kept {

@@ -271,52 +271,26 @@ func mustJSON(t *testing.T, v any) []byte {
 // debounce only, so without the wake-up the pod would never get its value.
 func TestBoundPodsWakeThePass(t *testing.T) {
 	c := newCluster(t)
-	informers, err := crcache.New(env.Config, crcache.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = informers.Start(ctx) }()
-	clk := clocktesting.NewFakeClock(start)
-	ctl := c.controller(true)
-	ctl.Clock, ctl.Informers = clk, informers
-	done := make(chan error, 1)
-	go func() { done <- ctl.Start(ctx) }()
-
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 30 s: %s", what)
-			}
-		}
-	}
-	ranked := func(p *corev1.Pod) func() bool {
-		return func() bool { _, _, has, _ := annotations(t, p); return has }
-	}
+	clk, stop := startWoken(t, c.controller(true))
 	// The informer's first list shows the cluster's unranked pods: they woke the controller, which
 	// waits for its period (one waiter) and the debounce (a second).
-	waitFor("the first pass ranked node-a's pod", ranked(c.pods["node-a"][0]))
-	waitFor("the initial pods started the debounce", func() bool { return clk.Waiters() == 2 })
+	waitFor(t, "the first pass ranked node-a's pod", ranked(t, c.pods["node-a"][0]))
+	waitFor(t, "the initial pods started the debounce", func() bool { return clk.Waiters() == 2 })
 	clk.Step(DefaultDebounce)
 	// The second pass finds nothing to write and waits for a new period beside the first.
-	waitFor("the second pass waits", func() bool { return clk.Waiters() == 2 })
+	waitFor(t, "the second pass waits", func() bool { return clk.Waiters() == 2 })
 
 	late := c.createPod(t, "late", "node-a", true)
-	waitFor("the bound pod started the debounce", func() bool { return clk.Waiters() == 3 })
+	waitFor(t, "the bound pod started the debounce", func() bool { return clk.Waiters() == 3 })
 	clk.Step(DefaultDebounce)
-	waitFor("the pod bound after the pass got a deletion cost", ranked(late))
+	waitFor(t, "the pod bound after the pass got a deletion cost", ranked(t, late))
 	if cost, _, _, _ := annotations(t, late); cost != strconv.Itoa(int(disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})["node-a"])) {
 		t.Errorf("the late pod on node-a got %s, want node-a's value %d", cost, disruptionplan.DeletionCosts(c.snap, disruptionplan.Options{})["node-a"])
 	}
 	if clk.Since(start) >= DefaultPeriod {
 		t.Errorf("the clock moved %s, a whole period", clk.Since(start))
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Start: %v", err)
-	}
+	stop()
 }
 
 // A pod bound to a node whose claim has not initialized is left out of the pass its binding woke
@@ -341,16 +315,7 @@ func TestAClaimInitializingWakesThePass(t *testing.T) {
 	var mu gosync.Mutex
 	c.snap.Nodes = append(c.snap.Nodes, inSnap)
 
-	informers, err := crcache.New(env.Config, crcache.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = informers.Start(ctx) }()
-	clk := clocktesting.NewFakeClock(start)
 	ctl := c.controller(true)
-	ctl.Clock, ctl.Informers = clk, informers
 	ctl.Snapshot = func(context.Context) (*disruptionplan.Snapshot, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -363,24 +328,12 @@ func TestAClaimInitializingWakesThePass(t *testing.T) {
 		}
 		return &snap, nil
 	}
-	done := make(chan error, 1)
-	go func() { done <- ctl.Start(ctx) }()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 30 s: %s", what)
-			}
-		}
-	}
-	ranked := func(p *corev1.Pod) func() bool {
-		return func() bool { _, _, has, _ := annotations(t, p); return has }
-	}
-	waitFor("the first pass ranked node-a's pod", ranked(c.pods["node-a"][0]))
-	waitFor("the initial pods started the debounce", func() bool { return clk.Waiters() == 2 })
+	clk, stop := startWoken(t, ctl)
+	waitFor(t, "the first pass ranked node-a's pod", ranked(t, c.pods["node-a"][0]))
+	waitFor(t, "the initial pods started the debounce", func() bool { return clk.Waiters() == 2 })
 	clk.Step(DefaultDebounce)
-	waitFor("the second pass waits", func() bool { return clk.Waiters() == 2 })
-	if ranked(bound)() {
+	waitFor(t, "the second pass waits", func() bool { return clk.Waiters() == 2 })
+	if ranked(t, bound)() {
 		t.Fatal("a pod on a node whose claim has not initialized was ranked")
 	}
 
@@ -396,14 +349,51 @@ func TestAClaimInitializingWakesThePass(t *testing.T) {
 	if err := env.Client.Status().Update(t.Context(), stored); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the claim initializing started the debounce", func() bool { return clk.Waiters() == 3 })
+	waitFor(t, "the claim initializing started the debounce", func() bool { return clk.Waiters() == 3 })
 	clk.Step(DefaultDebounce)
-	waitFor("the pod on the initialized node got a deletion cost", ranked(bound))
+	waitFor(t, "the pod on the initialized node got a deletion cost", ranked(t, bound))
 	if clk.Since(start) >= DefaultPeriod {
 		t.Errorf("the clock moved %s, a whole period", clk.Since(start))
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Start: %v", err)
+	stop()
+}
+
+// startWoken starts the controller with informers on the test's API server and a fake clock at
+// start, and returns the clock and a function that stops the controller and checks Start's
+// error.
+func startWoken(t *testing.T, ctl *Controller) (*clocktesting.FakeClock, func()) {
+	t.Helper()
+	informers, err := crcache.New(env.Config, crcache.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	go func() { _ = informers.Start(ctx) }()
+	clk := clocktesting.NewFakeClock(start)
+	ctl.Clock, ctl.Informers = clk, informers
+	done := make(chan error, 1)
+	go func() { done <- ctl.Start(ctx) }()
+	return clk, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}
+}
+
+// waitFor polls cond for up to 30 s of real time (what the API server and the informers take),
+// failing the test with what when it never holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: %s", what)
+		}
+	}
+}
+
+// ranked reports whether the pod has a deletion cost on the API server.
+func ranked(t *testing.T, p *corev1.Pod) func() bool {
+	return func() bool { _, _, has, _ := annotations(t, p); return has }
 }
