@@ -23,12 +23,8 @@ import (
 	"strconv"
 	"sync"
 
-	"k8s.io/utils/clock"
-
-	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/catalog"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/replay/sweep"
 )
 
@@ -54,12 +50,8 @@ func main() {
 
 func run(seed uint64, n int, kwokMenu string, workers int, csvPath, svgPath string, only int, opts sweep.Options) error {
 	menus := map[string][]*cloudprovider.InstanceType{}
-	clk := clock.RealClock{}
-	p, err := sim.NewProvider(nil, sim.NewCloudWithStore(clk, nil), clk, nil)
-	if err != nil {
-		return err
-	}
-	if menus["capstan"], err = p.InstanceTypes(context.Background(), &simv1alpha1.SimNodeClass{}); err != nil {
+	var err error
+	if menus["capstan"], err = sweep.DefaultCatalog(context.Background()); err != nil {
 		return fmt.Errorf("the default catalog: %w", err)
 	}
 	names := []string{"capstan"}

@@ -558,26 +558,24 @@ func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 		return empty
 	}
 	slices.SortStableFunc(takers, consolidationOrder)
-	// Every empty node emptiness may take now is weighed, not only those this round's budget
-	// lets go: the cheapest that serves is the one to keep, wherever the budget stopped.
-	var order []*Candidate
+	// Every empty node emptiness will take (now, or once its consolidateAfter or budget lets it)
+	// is gone in both ends: only the weighed node's room differs. Those it may take now are
+	// weighed, not only those this round's budget lets go: the cheapest that serves is the one
+	// to keep, wherever the budget stopped.
+	var gone, order []*Candidate
 	for _, c := range d.all {
-		if c.emptinessWillTake() && c.noConsolidation.Message == "" {
-			order = append(order, c)
+		if c.emptinessWillTake() {
+			gone = append(gone, c)
+			if c.noConsolidation.Message == "" {
+				order = append(order, c)
+			}
 		}
 	}
 	slices.SortStableFunc(order, func(a, b *Candidate) int {
 		return cmp.Or(cmp.Compare(a.Price, b.Price), cmp.Compare(a.Name(), b.Name()))
 	})
-	// Every empty node emptiness will take (now, or once its consolidateAfter or budget lets it)
-	// is gone in both ends: only the weighed node's room differs.
-	var gone []*Candidate
-	for _, c := range d.all {
-		if c.emptinessWillTake() {
-			gone = append(gone, c)
-		}
-	}
 	tried := 0
+	without := -1.0
 	for _, e := range order {
 		if tried == destinationTries || d.outOfTime(d.opts.MultiNodeTimeout) {
 			break
@@ -586,10 +584,11 @@ func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 			continue
 		}
 		tried++
-		without := d.endAfter(gone, takers, 0)
+		if without < 0 {
+			without = d.endAfter(gone, takers, 0)
+		}
 		rest := slices.DeleteFunc(slices.Clone(gone), func(c *Candidate) bool { return c == e })
 		if with := d.endAfter(rest, takers, 0); with < without-1e-9 {
-			gone = rest
 			if d.held == nil {
 				d.held = map[*Candidate]bool{}
 			}
@@ -597,6 +596,7 @@ func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 			d.explain(e, EventUnconsolidatable, Blocker{KindDestination, fmt.Sprintf(
 				"empty, but kept as the destination of dearer nodes' pods: the cluster can end at %s with it, %s without; kept until %s at most",
 				fmtPrice(with), fmtPrice(without), consolidatableSince(e).Add(HoldEmptyFor).UTC().Format("15:04:05 UTC"))})
+			gone, without = rest, with
 		}
 	}
 	return slices.DeleteFunc(empty, func(c *Candidate) bool { return d.held[c] })
@@ -846,9 +846,8 @@ func (d *decider) consolidate(m Method, set []*Candidate) (*Command, Blocker) {
 func (d *decider) keptEmpty(cmd *Command) []*Candidate {
 	var out []*Candidate
 	for _, b := range cmd.Bindings {
-		i := slices.IndexFunc(d.all, func(c *Candidate) bool { return c.Name() == b.Node })
-		if i >= 0 && d.all[i].emptinessWillTake() && !slices.Contains(out, d.all[i]) && !slices.Contains(cmd.Candidates, d.all[i]) {
-			out = append(out, d.all[i])
+		if c := d.sim.empty[b.Node]; c != nil && !slices.Contains(out, c) {
+			out = append(out, c)
 		}
 	}
 	return out

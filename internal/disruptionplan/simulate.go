@@ -25,10 +25,12 @@ type simulation struct {
 	// its position. Nodes being disrupted are not among them: their pods move.
 	nodes []solver.ExistingNode
 	index map[*Node]int
-	// last are nodes (by position) the pods try after all others: nodes planned to go. empty are
-	// the empty nodes emptiness would take, which pods try after every node that is not last:
-	// a pod put there keeps a machine that would otherwise go (consolidate counts its price).
-	last, empty map[int]bool
+	// last are nodes (by position) the pods try after all others: nodes planned to go.
+	last map[int]bool
+	// empty are the empty nodes emptiness would take, by name, which pods try after every node
+	// that is not last: a pod put there keeps a machine that would otherwise go (consolidate
+	// counts its price).
+	empty map[string]*Candidate
 	// eventually makes the simulations judge where the cluster can end rather than what may move
 	// now: nodes inside their consolidateAfter take moved pods (their window passes).
 	eventually bool
@@ -92,11 +94,11 @@ func newSimulation(d *decider) *simulation {
 		s.nodes = append(s.nodes, en)
 	}
 	for _, c := range d.all {
-		if i, ok := s.index[c.Node]; ok && c.emptinessWillTake() {
+		if c.emptinessWillTake() {
 			if s.empty == nil {
-				s.empty = map[int]bool{}
+				s.empty = map[string]*Candidate{}
 			}
-			s.empty[i] = true
+			s.empty[c.Name()] = c
 		}
 	}
 	if len(d.snap.Buffer) > 0 {
@@ -215,14 +217,11 @@ func (s *simulation) runWith(set []*Candidate, pools []solver.NodePool) simResul
 	// The solver keeps nothing of its input's nodes, so one slice serves every simulation.
 	nodes := s.scratch[:0]
 	defer func() { s.scratch = nodes[:0] }()
-	for i := range s.nodes {
-		if !out[i] && !s.last[i] && !s.empty[i] {
-			nodes = append(nodes, s.nodes[i])
-		}
-	}
-	for i := range s.nodes {
-		if !out[i] && !s.last[i] && s.empty[i] {
-			nodes = append(nodes, s.nodes[i])
+	for _, empty := range []bool{false, true} {
+		for i := range s.nodes {
+			if !out[i] && !s.last[i] && (s.empty[s.nodes[i].Name] != nil) == empty {
+				nodes = append(nodes, s.nodes[i])
+			}
 		}
 	}
 	for i := range s.nodes {

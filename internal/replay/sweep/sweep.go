@@ -7,6 +7,7 @@ package sweep
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,9 +15,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/disruptionplan"
 	"capstan.dev/capstan/internal/nodepools"
 	"capstan.dev/capstan/internal/replay"
@@ -202,8 +206,9 @@ func Play(s Shape, menus map[string][]*cloudprovider.InstanceType, opts Options)
 		res.Keep = math.Inf(1)
 	}
 	menu := allowed(its, np)
-	res.Bound = workload.LPBound(menu, c.Pods())
-	res.ConfigBound = workload.ConfigLPBound(menu, c.Pods(), configIterations)
+	left := c.Pods()
+	res.Bound = workload.LPBound(menu, left)
+	res.ConfigBound = workload.ConfigLPBound(menu, left, configIterations)
 	if res.Fresh, err = fresh(s, its); err != nil {
 		return Result{}, err
 	}
@@ -223,6 +228,17 @@ func fresh(s Shape, its []*cloudprovider.InstanceType) (float64, error) {
 	}
 	c.Run(deps, 10*time.Minute)
 	return c.Price(), nil
+}
+
+// DefaultCatalog is the simulated cloud's default catalog (a SimNodeClass with no settings), the
+// sweep's "capstan" menu.
+func DefaultCatalog(ctx context.Context) ([]*cloudprovider.InstanceType, error) {
+	clk := clock.RealClock{}
+	p, err := sim.NewProvider(nil, sim.NewCloudWithStore(clk, nil), clk, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.InstanceTypes(ctx, &simv1alpha1.SimNodeClass{})
 }
 
 // holdings are the cluster's machines with their pods per Deployment ("d<i>").

@@ -8,11 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/clock"
 
-	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/cloudprovider"
-	"capstan.dev/capstan/internal/cloudprovider/sim"
 	"capstan.dev/capstan/internal/solver/workload"
 )
 
@@ -114,12 +111,7 @@ func TestSweptScaleDownsSettleNearAFreshPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.RealClock{}
-	p, err := sim.NewProvider(nil, sim.NewCloudWithStore(clk, nil), clk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	capstan, err := p.InstanceTypes(t.Context(), &simv1alpha1.SimNodeClass{})
+	capstan, err := DefaultCatalog(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

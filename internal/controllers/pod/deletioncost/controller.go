@@ -61,8 +61,9 @@ type Controller struct {
 	WritesPerSecond float64
 	// Informers, when set, wakes the controller before its period: a ReplicaSet pod bound to a
 	// node without a deletion cost, or a NodeClaim initializing, starts a pass after Debounce
-	// (default DefaultDebounce). Without it, the pods a burst lands have no value for up to a period, and a scale-in then deletes
-	// the older pods around them: a machine that should have been emptied keeps those few.
+	// (default DefaultDebounce). Without it, the pods a burst lands have no value for up to a
+	// period, and a scale-in then deletes the older pods around them: a machine that should have
+	// been emptied keeps those few.
 	Informers Informers
 	Debounce  time.Duration
 
@@ -119,15 +120,18 @@ func (c *Controller) watch(ctx context.Context) (<-chan struct{}, error) {
 		return nil, fmt.Errorf("watching pods: %w", err)
 	}
 	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 	signal := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok || p.Spec.NodeName == "" || !pods.OwnedByReplicaSet(p) || pods.DeletionCostOf(p) != pods.DeletionCostUnset {
 			return
 		}
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		poke()
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: signal,
@@ -155,10 +159,7 @@ func (c *Controller) watch(ctx context.Context) (<-chan struct{}, error) {
 			n, ok2 := obj.(*karpv1.NodeClaim)
 			if ok1 && ok2 && !meta.IsStatusConditionTrue(o.Status.Conditions, karpv1.ConditionTypeInitialized) &&
 				meta.IsStatusConditionTrue(n.Status.Conditions, karpv1.ConditionTypeInitialized) {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
+				poke()
 			}
 		},
 	}); err != nil {
