@@ -514,7 +514,7 @@ func (d *decider) emptiness() *Command {
 		chosen[c.Pool.NodePool.Name]++
 		cmd.Candidates = append(cmd.Candidates, c)
 	}
-	cmd.Candidates = d.keepDestinations(cmd.Candidates)
+	cmd.Candidates = d.keepDestinations(d.keepArrivals(cmd.Candidates))
 	if len(cmd.Candidates) == 0 {
 		return nil
 	}
@@ -600,6 +600,45 @@ func (d *decider) keepDestinations(empty []*Candidate) []*Candidate {
 		}
 	}
 	return slices.DeleteFunc(empty, func(c *Candidate) bool { return d.held[c] })
+}
+
+// keepArrivals returns the empty nodes emptiness is about to delete less those the pods of nodes
+// going away are headed for: where those pods fit now, on the nodes that stay, the empty ones
+// tried last. Provisioning buys machines for such pods while their node drains (a
+// terminationGracePeriod, a PDB that lets one pod go at a time, an interruption's notice); the
+// machine is empty until they arrive, and deleting it then would leave them to wait for another
+// launch. Kept, it gets an explanation and goes once they have arrived elsewhere or the drain is
+// over, as any empty node.
+func (d *decider) keepArrivals(empty []*Candidate) []*Candidate {
+	s := d.sim
+	if len(s.moving) == 0 || len(empty) == 0 {
+		return empty
+	}
+	nodes := make([]solver.ExistingNode, 0, len(s.nodes))
+	for _, last := range []bool{false, true} {
+		for _, n := range s.nodes {
+			if (s.empty[n.Name] != nil) == last {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	headed := map[string]int{}
+	for _, b := range s.solve(s.moving, nodes, nil).Bindings {
+		headed[b.Node]++
+	}
+	return slices.DeleteFunc(empty, func(c *Candidate) bool {
+		n := headed[c.Name()]
+		if n == 0 {
+			return false
+		}
+		if d.held == nil {
+			d.held = map[*Candidate]bool{}
+		}
+		d.held[c] = true
+		d.explain(c, EventUnconsolidatable, Blocker{KindDestination, fmt.Sprintf(
+			"empty, but kept for %d pod(s) of nodes going away, which will move here", n)})
+		return true
+	})
 }
 
 // consolidatableSince is when the node last became consolidatable: its last pod event plus

@@ -144,3 +144,42 @@ func TestEmptyMachineNobodyNeedsIsDeleted(t *testing.T) {
 		t.Fatalf("the round disrupts %v; want empty-16 deleted by emptiness", got)
 	}
 }
+
+// draining marks the node's claim deleted: the node is going away, its pods leaving.
+func draining(n *disruptionplan.Node) {
+	at := metav1.NewTime(t0.Add(-30 * time.Second))
+	n.NodeClaim.DeletionTimestamp = &at
+}
+
+// A machine provisioning bought for the pods of a node that drains (a terminationGracePeriod, a
+// PDB letting one pod go at a time) is empty until they arrive. Emptiness keeps it, saying why,
+// while they are still to come and fit nowhere else; when they fit on the room other nodes have,
+// or there are none, it goes as any empty node.
+func TestAnEmptyMachineThePodsOfADrainingNodeAreHeadedForIsKept(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		leaving int
+		kept    bool
+	}{
+		{"ten pods that fit nowhere else", 10, true},
+		{"two pods that fit beside others", 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.its = kwokFamily()
+			c.pool("default", nil)
+			c.node("default", "full-48", "c-48x", karpv1.CapacityTypeSpot, webPods("full-48", 92)...)
+			draining(c.node("default", "old-16", "c-16x", karpv1.CapacityTypeSpot, webPods("old-16", tc.leaving)...))
+			emptied(c.node("default", "new-16", "c-16x", karpv1.CapacityTypeSpot), time.Minute)
+			d := c.decide(disruptionplan.Options{})
+			deleted := slices.Contains(names(d.Command), "new-16")
+			if deleted == tc.kept {
+				t.Fatalf("the round disrupts %v; want new-16 kept: %v", names(d.Command), tc.kept)
+			}
+			// Of ten, those the 48-vCPU machine has no room for go to the new machine.
+			if _, msg := explanation(d, "new-16"); tc.kept && !strings.Contains(msg, "pod(s) of nodes going away, which will move here") {
+				t.Errorf("new-16 explained as %q, want it kept for the pods of the node going away", msg)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/cloudprovider"
+	"capstan.dev/capstan/internal/nodeclaims"
 	"capstan.dev/capstan/internal/planning"
 	"capstan.dev/capstan/internal/pods"
 	"capstan.dev/capstan/internal/provreq"
@@ -47,6 +48,9 @@ type PodAnswer struct {
 	Closest *solver.PoolMiss  `json:"closest,omitempty"`
 	// Reason is the solver's whole answer for a pod that fits nowhere.
 	Reason string `json:"reason,omitempty"`
+	// Leaving says the pod runs on a node going away (its Node or NodeClaim is being deleted);
+	// FitsOn or Launch then say where provisioning plans it once it leaves, or Reason why nowhere.
+	Leaving bool `json:"leaving,omitempty"`
 	// Held are the NodeClaims bought for the pod whose nodes came up without it, when provisioning
 	// buys no more for it (planning.MissedAnnotationKey); HeldReason says why and until when.
 	Held       []string `json:"heldAfter,omitempty"`
@@ -68,7 +72,12 @@ type Launch struct {
 func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, pod *corev1.Pod, now time.Time) (*PodAnswer, error) {
 	a := &PodAnswer{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName}
 	if pod.Spec.NodeName != "" {
-		return a, a.claimOf(ctx, c, pod.Spec.NodeName)
+		going, err := a.claimOf(ctx, c, pod)
+		if err != nil || !going.Nodes[pod.Spec.NodeName] || !planning.Leaves(pod, going.Reserved) || pods.HasDRARequirements(pod) {
+			return a, err
+		}
+		a.Leaving = true
+		return a, a.place(ctx, c, cloud, set, pod, now, going)
 	}
 	a.Provisionable = planning.Provisionable(pod)
 	switch {
@@ -82,23 +91,31 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 		a.Waiting = "the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it (IGNORE_DRA_REQUESTS=true, as Karpenter), the kube-scheduler places it where DRA drivers offer its devices"
 		return a, nil
 	}
+	return a, a.place(ctx, c, cloud, set, pod, now, planning.Going{})
+}
+
+// place answers where provisioning plans the pod (pending, or leaving a node going away: the
+// pods of those nodes are taken off them, as provisioning takes them).
+func (a *PodAnswer) place(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider, set planning.Settings, pod *corev1.Pod,
+	now time.Time, going planning.Going) error {
 	list := &corev1.PodList{}
 	if err := c.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return fmt.Errorf("listing pods: %w", err)
 	}
 	_, bound := planning.SplitPods(list.Items)
+	going.TakeLeaving(bound)
 	var claims []karpv1.NodeClaim
 	st, err := planning.ReadState(ctx, c, cloud, set, bound, func(listed []karpv1.NodeClaim) []karpv1.NodeClaim {
 		claims = listed
 		return listed
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	booked := planning.Booked(st, claims, now)
-	if req, ok := provreq.Consumes(pod); ok && booked[req] > 0 {
+	if req, ok := provreq.Consumes(pod); ok && booked[req] > 0 && !a.Leaving {
 		a.Waiting = fmt.Sprintf("the pod consumes ProvisioningRequest %s, whose %d machine(s) are kept for its pods: provisioning buys it no other, the kube-scheduler binds it there once they register", req, booked[req])
-		return a, nil
+		return nil
 	}
 	if missed := planning.Missed(pod, st.Inputs); len(missed) >= planning.MaxMissedMachines {
 		a.Held, a.HeldReason = missed, planning.HeldMessage(missed)
@@ -122,21 +139,26 @@ func Pod(ctx context.Context, c client.Reader, cloud cloudprovider.CloudProvider
 			a.Closest = &c
 		}
 	}
-	return a, nil
+	return nil
 }
 
-// claimOf finds the NodeClaim and NodePool of a node.
-func (a *PodAnswer) claimOf(ctx context.Context, c client.Reader, node string) error {
+// claimOf finds the NodeClaim and NodePool of the pod's node, and returns which nodes are going
+// away.
+func (a *PodAnswer) claimOf(ctx context.Context, c client.Reader, pod *corev1.Pod) (planning.Going, error) {
 	ncs := &karpv1.NodeClaimList{}
 	if err := c.List(ctx, ncs); err != nil {
-		return fmt.Errorf("listing nodeclaims: %w", err)
+		return planning.Going{}, fmt.Errorf("listing nodeclaims: %w", err)
 	}
 	for i := range ncs.Items {
-		if nc := &ncs.Items[i]; nc.Status.NodeName == node {
+		if nc := &ncs.Items[i]; nc.Status.NodeName == pod.Spec.NodeName {
 			a.NodeClaim, a.NodePool = nc.Name, nc.Labels[karpv1.NodePoolLabelKey]
 		}
 	}
-	return nil
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return planning.Going{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	return planning.GoingAway(nodes.Items, ncs.Items), nil
 }
 
 // Hint is what would let a NodePool take a pod that failed the stage's check.
@@ -160,6 +182,8 @@ func Hint(s solver.MissStage) string {
 func (a *PodAnswer) WriteText(w io.Writer) error {
 	var b strings.Builder
 	switch {
+	case a.Leaving:
+		a.writeLeaving(&b)
 	case a.Node != "" && a.NodeClaim != "":
 		fmt.Fprintf(&b, "Pod %s runs on node %s, of NodeClaim %s (NodePool %s).\n", a.Pod, a.Node, a.NodeClaim, a.NodePool)
 	case a.Node != "":
@@ -191,6 +215,29 @@ func (a *PodAnswer) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeLeaving says where a pod of a node going away goes once it leaves.
+func (a *PodAnswer) writeLeaving(b *strings.Builder) {
+	on := "node " + a.Node
+	if a.NodeClaim != "" {
+		on += fmt.Sprintf(", of NodeClaim %s (NodePool %s),", a.NodeClaim, a.NodePool)
+	}
+	fmt.Fprintf(b, "Pod %s runs on %s which is going away.\n", a.Pod, on)
+	switch {
+	case strings.HasPrefix(a.FitsOn, nodeclaims.InFlightPrefix):
+		fmt.Fprintf(b, "Once it leaves it goes to %s, launched for it (or with room for it) while its node drains.\n", a.FitsOn)
+	case a.FitsOn != "":
+		fmt.Fprintf(b, "Once it leaves, node %s has room for it (Capstan launches nothing).\n", a.FitsOn)
+	case a.Launch != nil:
+		fmt.Fprintf(b, "Provisioning launches a machine for it now, before it leaves, from NodePool %s: %s (%.4f $/h).\n",
+			a.Launch.NodePool, typeList(a.Launch.InstanceTypes), a.Launch.Price)
+	case a.Closest != nil:
+		fmt.Fprintf(b, "No NodePool can launch a machine for it once it leaves. Closest: NodePool %s (%s): %s.\nTo fit there: %s.\n",
+			a.Closest.NodePool, a.Closest.Stage, a.Closest.Reason, Hint(a.Closest.Stage))
+	default:
+		fmt.Fprintf(b, "Once it leaves it fits nowhere: %s.\n", a.Reason)
+	}
 }
 
 func typeList(its []string) string {

@@ -238,3 +238,66 @@ func TestExplainNodePool(t *testing.T) {
 		t.Errorf("explain nodepool during a rollout printed:\n%s", text)
 	}
 }
+
+// A pod on a node going away is still running, but provisioning plans it already: explain says
+// its node is going away and what is launched for it; a pod nobody owns (gone once evicted) is
+// just running there.
+func TestExplainAPodLeavingANodeGoingAway(t *testing.T) {
+	create(t, &simv1alpha1.SimNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "explain-leave"},
+		Spec: simv1alpha1.SimNodeClassSpec{Zones: []string{"zone-a"}, InstanceTypes: []string{"m5.large"}}})
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "explain-leave"}}
+	np.Spec.Template.ObjectMeta.Labels = map[string]string{"team": "leave"}
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: simv1alpha1.Group, Kind: "SimNodeClass", Name: "explain-leave"}
+	create(t, np)
+	sim := simtest.New(t, env.Client)
+	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "explain-leave-a", Labels: map[string]string{karpv1.NodePoolLabelKey: np.Name},
+		Finalizers: []string{karpv1.TerminationFinalizer}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: np.Spec.Template.Spec.NodeClassRef, Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
+			{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpIn, Values: []string{"m5.large"}}}}}
+	create(t, nc)
+	t.Cleanup(func() {
+		_ = env.Client.Patch(context.Background(), nc, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	nc.Status.ProviderID, nc.Status.NodeName = "sim:///explain-leave-a", "explain-leave-a"
+	if err := env.Client.Status().Update(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "explain-leave-a", Labels: map[string]string{"team": "leave"}},
+		Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	create(t, node)
+	pod := func(name string, owned bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
+			NodeName: node.Name, NodeSelector: map[string]string{"team": "leave"},
+			Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}}
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "rs-web", Controller: new(true)}}
+		}
+		create(t, p)
+		return p
+	}
+	web, bare := pod("leave-web", true), pod("leave-bare", false)
+	if err := env.Client.Delete(t.Context(), nc); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		want string
+	}{
+		{web, "Pod default/leave-web runs on node explain-leave-a, of NodeClaim explain-leave-a (NodePool explain-leave), which is going away.\n" +
+			"Provisioning launches a machine for it now, before it leaves, from NodePool explain-leave: m5.large"},
+		{bare, "Pod default/leave-bare runs on node explain-leave-a, of NodeClaim explain-leave-a (NodePool explain-leave).\n"},
+	} {
+		a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, tc.pod, sim.Clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if err := a.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(out.String(), tc.want) {
+			t.Errorf("explain pod %s:\n%s\nwant it to start:\n%s", tc.pod.Name, out.String(), tc.want)
+		}
+	}
+}

@@ -375,7 +375,7 @@ func (b *builder) claimControllers() error {
 	b.health = &registration.Tracker{}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
 		&lifecycle.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Health: b.health, Nominated: b.op.Provisioner},
-		&termination.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches},
+		&termination.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Capacity: b.op.Provisioner},
 		&expiration.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
 		&status.Controller{Client: c, Cloud: cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates.StaticCapacity, Health: b.health},
 		&disruptionconditions.Controller{Client: c, Cloud: cloud, Clock: clk},

@@ -101,10 +101,12 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 			byProvider[n.Spec.ProviderID] = n
 		}
 		nodeIndex[n.Name] = len(st.Nodes)
+		nc := claimByProvider[n.Spec.ProviderID]
 		st.Nodes = append(st.Nodes, solver.ExistingNode{
-			Name: n.Name, Labels: n.Labels, Taints: nodeclaims.SchedulingTaints(n, claimByProvider[n.Spec.ProviderID]), Allocatable: n.Status.Allocatable,
-			Pods:          bound[n.Name],
-			Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero(),
+			Name: n.Name, Labels: n.Labels, Taints: nodeclaims.SchedulingTaints(n, nc), Allocatable: n.Status.Allocatable,
+			Pods: bound[n.Name],
+			// A node going away (GoingAway) takes no pod, though its drain may not have tainted it yet.
+			Unschedulable: n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero() || nc != nil && !nc.DeletionTimestamp.IsZero(),
 		})
 	}
 	// In-flight NodeClaims: launched or not, their node has not registered yet. Pods planned

@@ -154,12 +154,15 @@ const seenPendingFor = time.Hour
 
 // notePending records the pods of this pass as seen pending, and forgets those not seen for
 // seenPendingFor.
-func (p *Provisioner) notePending(pending []*corev1.Pod) {
+func (p *Provisioner) notePending(pending []*corev1.Pod, leaving map[types.UID]bool) {
 	now := p.Clock.Now()
 	if p.seenPending == nil {
 		p.seenPending = map[types.UID]time.Time{}
 	}
 	for _, pod := range pending {
+		if leaving[pod.UID] {
+			continue
+		}
 		p.seenPending[pod.UID] = now
 	}
 	for uid, at := range p.seenPending {

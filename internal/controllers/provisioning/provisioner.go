@@ -97,6 +97,12 @@ type Provisioner struct {
 	// guards it against PodsNominatedTo's readers.
 	nominatedMu sync.Mutex
 	nominated   nominations
+	// leavingOnto remembers, per pod of a node going away, the claim a pass planned it onto (new
+	// or in flight) while the pod is still leaving; goingSeen are the nodes going away the last
+	// pass saw. nominatedMu guards both against LaunchedFor's readers (the termination's drain,
+	// which waits for these claims).
+	leavingOnto map[types.UID]string
+	goingSeen   map[string]bool
 	// nominatedEvents bounds the Nominated events on pods (see nominatedEventsPerSecond).
 	nominatedEvents flowcontrol.PassiveRateLimiter
 	// unschedulable is what the last pass said of each pod it could not place, so that a pod's
@@ -384,6 +390,8 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Once the pass has planned them (or failed to): a drain asking before that waits.
+	defer p.noteLeaving(in.going, in.leaving)
 	if len(in.pending) == 0 {
 		return &Result{Buffered: len(in.virtual)}, nil
 	}
@@ -401,7 +409,14 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	pending, waiting, cameUp := p.nominated.split(in.pending, st.InFlight, st.Registered)
 	p.nominatedMu.Unlock()
-	p.notePending(in.pending)
+	for uid := range cameUp {
+		if in.leaving[uid] {
+			// Still running on its old node: the kube-scheduler has not had it to bind, nothing
+			// was missed.
+			delete(cameUp, uid)
+		}
+	}
+	p.notePending(in.pending, in.leaving)
 	pending, missed := p.guard(ctx, pending, st, cameUp, said)
 	outcomes := bufferOutcomes(in.virtual, waiting)
 	defer func() {
@@ -435,7 +450,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 			"duration", time.Since(start).String())
 	}
 	made, unresolved, errs := p.createClaims(ctx, st, plan)
-	res.Created = p.recordCreated(ctx, st, plan, made, unresolved, missed)
+	res.Created = p.recordCreated(ctx, st, plan, made, unresolved, missed, in.leaving)
 	if len(plan.NodeClaims) > 0 {
 		// One line per pass with the counts: in a burst the per-claim lines are sampled away.
 		failed, pods := 0, 0
@@ -451,7 +466,7 @@ func (p *Provisioner) Provision(ctx context.Context) (*Result, error) {
 	}
 	// Pods that fit nowhere are told so whether or not every create succeeded: a failed create
 	// is retried, their answer does not depend on it.
-	p.tellUnschedulable(ctx, plan.Unschedulable, said)
+	p.tellUnschedulable(ctx, plan.Unschedulable, said, in.leaving)
 	return res, errors.Join(errs...)
 }
 
@@ -515,6 +530,11 @@ type passInput struct {
 	pending, virtual []*corev1.Pod
 	bound            map[string][]*corev1.Pod
 	vols             *volumes
+	// leaving are the pods of nodes going away, planned with the pending ones
+	// (planning.Going.TakeLeaving); they are among pending too, after the real pending pods.
+	// going are those nodes, by name.
+	leaving map[types.UID]bool
+	going   map[string]bool
 }
 
 // pendingPods reads the pods a pass plans for. Pods with DRA requests are left to the
@@ -530,6 +550,11 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 	}
 	var in passInput
 	in.pending, in.bound = planning.SplitPods(pods.Items)
+	leaving, going, err := p.leavingPods(ctx, in.bound)
+	in.going = going
+	if err != nil {
+		return passInput{}, nil, err
+	}
 	if p.Buffers != nil {
 		var err error
 		if in.virtual, err = p.Buffers(ctx); err != nil {
@@ -538,6 +563,9 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 		in.pending = append(in.pending, in.virtual...)
 	}
 	pending, dra := splitDRA(in.pending)
+	// A leaving pod with DRA requests is the kube-scheduler's too once it is back, pending; while
+	// it runs there is nothing to tell it.
+	leaving, _ = splitDRA(leaving)
 	said := make(map[types.UID]string, len(dra))
 	for _, pod := range dra {
 		// Left to the kube-scheduler: Capstan does not simulate DRA devices (Karpenter v1.15 with
@@ -551,17 +579,34 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 			logger.Info("skipping pod with Dynamic Resource Allocation requirements", "Pod", klog.KObj(pod))
 		}
 	}
+	if len(leaving) > 0 {
+		in.leaving = make(map[types.UID]bool, len(leaving))
+		for _, pod := range leaving {
+			in.leaving[pod.UID] = true
+		}
+		pending = append(pending, leaving...)
+	}
 	pending = p.DefaultSpread.Apply(ctx, pending)
 	pending, vols, err := p.withVolumes(ctx, pending)
 	if err != nil {
 		return passInput{}, said, err
 	}
-	// Oldest first, a CapacityBuffer's virtual pods after every real one: when limits cannot hold
-	// every pod, the solver takes the pods in this order.
+	// Oldest first, the pods of nodes going away after the pending ones, a CapacityBuffer's
+	// virtual pods after every real one: when limits cannot hold every pod, the solver takes the
+	// pods in this order.
+	rank := func(pod *corev1.Pod) int {
+		switch {
+		case capacitybuffer.IsVirtual(pod):
+			return 2
+		case in.leaving[pod.UID]:
+			return 1
+		}
+		return 0
+	}
 	sort.Slice(pending, func(i, j int) bool {
 		a, b := pending[i], pending[j]
-		if va, vb := capacitybuffer.IsVirtual(a), capacitybuffer.IsVirtual(b); va != vb {
-			return vb
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra < rb
 		}
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			return a.CreationTimestamp.Before(&b.CreationTimestamp)
@@ -570,6 +615,22 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 	})
 	in.pending, in.vols = pending, vols
 	return in, said, nil
+}
+
+// leavingPods takes the pods of nodes going away out of bound and returns them
+// (planning.Going.TakeLeaving). The cache's own Nodes and NodeClaims are read, not copied: a pass
+// reads them again for its state only when it has pods to plan.
+func (p *Provisioner) leavingPods(ctx context.Context, bound map[string][]*corev1.Pod) ([]*corev1.Pod, map[string]bool, error) {
+	ncs := &karpv1.NodeClaimList{}
+	if err := p.Client.List(ctx, ncs, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := p.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	going := planning.GoingAway(nodes.Items, ncs.Items)
+	return going.TakeLeaving(bound), going.Nodes, nil
 }
 
 // solve plans the pending pods; the pods the runaway guard holds back are planned without.
@@ -631,9 +692,51 @@ func (p *Provisioner) createClaims(ctx context.Context, st *planning.State, plan
 	return made, unresolved, errs
 }
 
+// noteLeaving records, at the end of a pass, the nodes it saw going away and the claims it
+// planned their pods onto (the nominations: new claims, or in-flight ones); a claim recorded
+// before is kept after its node registers (its nomination ends then). Pods no longer leaving are
+// forgotten.
+func (p *Provisioner) noteLeaving(going map[string]bool, leaving map[types.UID]bool) {
+	p.nominatedMu.Lock()
+	defer p.nominatedMu.Unlock()
+	p.goingSeen = going
+	if p.leavingOnto == nil {
+		p.leavingOnto = map[types.UID]string{}
+	}
+	for uid := range p.leavingOnto {
+		if !leaving[uid] {
+			delete(p.leavingOnto, uid)
+		}
+	}
+	for uid := range leaving {
+		if nom, ok := p.nominated[uid]; ok {
+			p.leavingOnto[uid] = nom.claim
+		}
+	}
+}
+
+// LaunchedFor are the NodeClaims provisioning planned the pods of the node going away onto
+// (launched for them, or in flight with room for them), each once; planned says whether a pass
+// has seen the node going away yet (until then, nothing is launched for its pods).
+func (p *Provisioner) LaunchedFor(node string, pods []types.UID) (claims []string, planned bool) {
+	p.nominatedMu.Lock()
+	defer p.nominatedMu.Unlock()
+	if !p.goingSeen[node] {
+		return nil, false
+	}
+	var out []string
+	for _, uid := range pods {
+		if c := p.leavingOnto[uid]; c != "" && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out, true
+}
+
 // recordCreated remembers the made claims, and counts, logs and tells their pods of the created
 // ones, which it returns.
-func (p *Provisioner) recordCreated(ctx context.Context, st *planning.State, plan *solver.Result, made []*karpv1.NodeClaim, unresolved []bool, missed map[types.UID][]string) []*karpv1.NodeClaim {
+func (p *Provisioner) recordCreated(ctx context.Context, st *planning.State, plan *solver.Result, made []*karpv1.NodeClaim, unresolved []bool,
+	missed map[types.UID][]string, leaving map[types.UID]bool) []*karpv1.NodeClaim {
 	var created []*karpv1.NodeClaim
 	for i, nc := range made {
 		if nc == nil {
@@ -648,7 +751,7 @@ func (p *Provisioner) recordCreated(ctx context.Context, st *planning.State, pla
 		p.Metrics.Created(np.Name, metrics.ReasonProvisioned, planned.MinValuesRelaxed)
 		log.FromContext(ctx).Info("created nodeclaim", "NodePool", klog.KObj(np), "NodeClaim", klog.KObj(nc),
 			"requests", describe(planned.Requests), "instance-types", planning.TypeList(planned.InstanceTypes), "pods", len(planned.Pods))
-		p.nominatedEvent(planned.Pods, nc.Name)
+		p.nominatedEvent(planned.Pods, nc.Name, leaving)
 		for _, pod := range planned.Pods {
 			if claims := missed[pod.UID]; claims != nil {
 				// Another machine for a pod whose first came up without it: the count survives a
@@ -660,13 +763,14 @@ func (p *Provisioner) recordCreated(ctx context.Context, st *planning.State, pla
 	return created
 }
 
-// tellUnschedulable tells each pod that fits nowhere why, in an event each pass and a log line
-// when the reason changed.
-func (p *Provisioner) tellUnschedulable(ctx context.Context, unschedulable []solver.PodError, said map[types.UID]string) {
+// tellUnschedulable tells each pending pod that fits nowhere why, in an event each pass and a
+// log line when the reason changed. A pod of a node going away (leaving) is told nothing while it
+// runs: once evicted it comes back pending, and is told then.
+func (p *Provisioner) tellUnschedulable(ctx context.Context, unschedulable []solver.PodError, said map[types.UID]string, leaving map[types.UID]bool) {
 	logger := log.FromContext(ctx)
 	for _, u := range unschedulable {
 		msg := UnschedulableMessage(u)
-		if capacitybuffer.IsVirtual(u.Pod) {
+		if capacitybuffer.IsVirtual(u.Pod) || leaving[u.Pod.UID] {
 			continue
 		}
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedScheduling", eventkey.Action("Schedule", msg), "%s", msg)
@@ -785,8 +889,9 @@ func UnschedulableMessage(u solver.PodError) string {
 	return eventkey.Clip(strings.TrimSuffix(msg, ";"))
 }
 
-// nominatedEvent tells each pod, within the events' budget, which claim it should schedule on.
-func (p *Provisioner) nominatedEvent(pods []*corev1.Pod, claim string) {
+// nominatedEvent tells each pod, within the events' budget, which claim it should schedule on; a
+// pod of a node going away (leaving) is told that the claim is for when it leaves.
+func (p *Provisioner) nominatedEvent(pods []*corev1.Pod, claim string, leaving map[types.UID]bool) {
 	if p.nominatedEvents == nil {
 		p.nominatedEvents = flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(nominatedEventsPerSecond, nominatedEventBurst, p.Clock)
 	}
@@ -797,6 +902,11 @@ func (p *Provisioner) nominatedEvent(pods []*corev1.Pod, claim string) {
 		}
 		if !p.nominatedEvents.TryAccept() {
 			return
+		}
+		if leaving[pod.UID] {
+			p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Nominated", "Schedule",
+				"Pod should schedule on: nodeclaim/%s once it leaves node %s, which is going away", claim, pod.Spec.NodeName)
+			continue
 		}
 		p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Nominated", "Schedule", "Pod should schedule on: nodeclaim/%s", claim)
 	}

@@ -172,13 +172,28 @@ func TestSpotDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(awsfake.SpotInterruptionWarningNotice)
+	// The notice is used: the victim's pods are planned when its claim is deleted, and its drain
+	// waits for their machine, so a replacement is launched while they still run on the victim.
+	replacedFirst := false
 	eventually(t, "the interrupted machine drained and terminated", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		live := len(s.aws.LiveInstances(aws.NodeClaimTag, victim.Name)) > 0
+		stillOn := slices.ContainsFunc(s.Pods(t, "spot-workers"), func(p corev1.Pod) bool {
+			return p.Spec.NodeName == victim.Status.NodeName && p.DeletionTimestamp.IsZero()
+		})
+		for _, c := range claims(t, "spot") {
+			if c.Name != victim.Name && stillOn && meta.IsStatusConditionTrue(c.Status.Conditions, karpv1.ConditionTypeLaunched) {
+				replacedFirst = true
+			}
+		}
 		got := &karpv1.NodeClaim{}
 		err := s.Client.Get(ctx, client.ObjectKeyFromObject(&victim), got)
-		return client.IgnoreNotFound(err) == nil && err != nil && len(s.aws.LiveInstances(aws.NodeClaimTag, victim.Name)) == 0, nil
+		return client.IgnoreNotFound(err) == nil && err != nil && !live, nil
 	})
 	if !time.Now().Before(deadline) {
 		t.Errorf("the instance was gone only after the interruption deadline")
+	}
+	if !replacedFirst {
+		t.Errorf("no replacement was launched while the interrupted machine's pods still ran there")
 	}
 	eventually(t, "the spot workers Running on a replacement", 2*time.Minute, running(t, "spot-workers", 2))
 	if msgs := s.aws.Messages(queue); len(msgs) != 0 {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,6 +48,12 @@ type Controller struct {
 	// be nil.
 	Launches *nodeclaims.Launches
 
+	// Capacity names the NodeClaims provisioning launched for the pods of a node going away, and
+	// whether it has planned them yet (the provisioner); the drain waits for both
+	// (awaitCapacity). May be nil: no wait.
+	Capacity interface {
+		LaunchedFor(node string, pods []types.UID) (claims []string, planned bool)
+	}
 	// pdbEvents bounds the pod events of evictions a PodDisruptionBudget blocks.
 	pdbEvents pdbEvents
 }
@@ -236,9 +243,15 @@ func (c *Controller) drainNode(ctx context.Context, nc *karpv1.NodeClaim, node *
 	} else if err != nil {
 		return reconcile.Result{}, false, err
 	}
-	remaining, err := c.drain(ctx, nc, node)
+	remaining, awaiting, err := c.drain(ctx, nc, node)
 	if err != nil {
 		return reconcile.Result{}, false, err
+	}
+	if awaiting != "" {
+		c.setCondition(nc, karpv1.ConditionTypeDrained, metav1.ConditionFalse, "AwaitingCapacity",
+			fmt.Sprintf("%d pod(s) left to drain once %s; waiting %s after deletion at most", remaining, awaiting, capacityWait(nc).Round(time.Second)))
+		log.FromContext(ctx).V(1).Info("waiting before the drain", "Node", node.Name, "until", awaiting)
+		return reconcile.Result{RequeueAfter: pollInterval}, false, nil
 	}
 	switch {
 	case remaining == 0:

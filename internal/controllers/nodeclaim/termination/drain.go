@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -23,11 +26,22 @@ import (
 )
 
 // drain evicts the node's pods, one priority group at a time (each group once the one before it
-// is gone), and returns how many are left.
-func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (int, error) {
+// is gone), and returns how many are left — or, evicting none, what it waits for first
+// (awaitCapacity).
+func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *corev1.Node) (int, string, error) {
 	onNode := &corev1.PodList{}
 	if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
-		return 0, fmt.Errorf("listing pods of node %s: %w", node.Name, err)
+		return 0, "", fmt.Errorf("listing pods of node %s: %w", node.Name, err)
+	}
+	awaiting, err := c.awaitCapacity(ctx, nc, node.Name, onNode.Items)
+	if err != nil || awaiting != "" {
+		left := 0
+		for i := range onNode.Items {
+			if drainable(&onNode.Items[i], c.Clock.Now()) {
+				left++
+			}
+		}
+		return left, awaiting, err
 	}
 	groups := make([][]*corev1.Pod, 4)
 	left := 0
@@ -62,9 +76,63 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 			}
 		}
 		// Later groups wait until this one is gone.
-		return left, errors.Join(errs...)
+		return left, "", errors.Join(errs...)
 	}
-	return left, nil
+	return left, "", nil
+}
+
+// WaitForCapacity bounds how long a drain waits, before its first eviction, for the machines
+// provisioning launched for the node's pods (capacityWait).
+const WaitForCapacity = time.Minute
+
+// capacityWait is how long after its deletion the claim's drain may wait for the machines
+// launched for its pods: WaitForCapacity, or half its terminationGracePeriod when that is
+// shorter (the wait must leave the pods their graceful eviction).
+func capacityWait(nc *karpv1.NodeClaim) time.Duration {
+	wait := WaitForCapacity
+	if nc.Spec.TerminationGracePeriod != nil {
+		wait = min(wait, nc.Spec.TerminationGracePeriod.Duration/2)
+	}
+	return wait
+}
+
+// awaitCapacity says what the drain waits for before its first eviction ("": nothing), while the
+// claim's deletion is less than capacityWait old: provisioning to plan the node's pods, then the
+// NodeClaims it launched for them to come up (initialized, or deleted for a failed launch). Provisioning plans the pods of a node going away as soon as it goes
+// (planning.Going); evicted before their machines are up, they would wait pending for the launch
+// they need. Waiting first, they move straight onto machines that are Ready — a PDB-limited drain
+// moves each pod once its successor's room is up, not one launch at a time. A machine that fails
+// to launch is deleted and no longer waited for; past capacityWait the drain goes on regardless.
+func (c *Controller) awaitCapacity(ctx context.Context, nc *karpv1.NodeClaim, node string, onNode []corev1.Pod) (string, error) {
+	if c.Capacity == nil || nc.DeletionTimestamp == nil || c.Clock.Since(nc.DeletionTimestamp.Time) >= capacityWait(nc) {
+		return "", nil
+	}
+	var uids []types.UID
+	for i := range onNode {
+		if p := &onNode[i]; p.DeletionTimestamp.IsZero() {
+			uids = append(uids, p.UID)
+		}
+	}
+	claims, planned := c.Capacity.LaunchedFor(node, uids)
+	if !planned {
+		return "provisioning has planned them", nil
+	}
+	var awaiting []string
+	for _, name := range claims {
+		launched := &karpv1.NodeClaim{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, launched); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return "", fmt.Errorf("reading nodeclaim %s: %w", name, err)
+		}
+		if launched.DeletionTimestamp.IsZero() && !meta.IsStatusConditionTrue(launched.Status.Conditions, karpv1.ConditionTypeInitialized) {
+			awaiting = append(awaiting, name)
+		}
+	}
+	if len(awaiting) == 0 {
+		return "", nil
+	}
+	return "the machines launched for them are up (nodeclaim " + strings.Join(awaiting, ", ") + ")", nil
 }
 
 // stuckAfter is how long past its deletion a pod may stay before it no longer holds a drain: a
