@@ -3,7 +3,8 @@
 # default SimNodeClass and NodePool, and runs Capstan in the foreground on the simulated cloud.
 # `make run CLOUD=aws` runs it on the AWS provider instead, against local AWS endpoints
 # (test/awsfake) whose instances register as Nodes, with the runbook's orders pool installed.
-# Ctrl-C stops Capstan and the cluster and removes their state.
+# Ctrl-C, SIGTERM or SIGHUP — to this script or to the `make` running it — stops Capstan (and the
+# local AWS endpoints) and the cluster, and removes their state.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/lib.sh
@@ -22,8 +23,28 @@ done
 cloud=${CLOUD:-sim}
 case "$cloud" in sim|aws) ;; *) echo "[run] CLOUD=$cloud: want sim or aws" >&2; exit 1 ;; esac
 
+# What this script starts in the background, stopped on any exit: bash runs no trap while a
+# foreground child runs, so Capstan runs in the background and the script waits for it.
+children=()
+stop() {
+  trap - EXIT INT TERM HUP
+  local pid
+  for pid in "${children[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${children[@]}"; do wait "$pid" 2>/dev/null || true; done
+  "$root/hack/cluster.sh" down
+}
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+# `make` passes SIGTERM on to its recipe, and a terminal's Ctrl-C or hang-up reaches the whole
+# process group; a parent that dies without passing anything on (`kill -9` of make) is noticed
+# here: when it is gone, this script stops too.
+parent=$PPID
+( while kill -0 "$parent" 2>/dev/null; do sleep 1; done; kill -HUP $$ 2>/dev/null ) &
+children+=($!)
+
 "$root/hack/cluster.sh" up
-trap '"$root/hack/cluster.sh" down' EXIT
 echo "[run] building capstan" >&2
 (cd "$root" && go build -o "$root/bin/capstan" ./cmd/capstan)
 
@@ -36,8 +57,7 @@ if [[ "$cloud" == aws ]]; then
   (cd "$root" && go build -o "$root/bin/awsfake" ./test/awsfake/cmd/awsfake)
   "$root/bin/awsfake" --listen "127.0.0.1:$aws_port" --kubeconfig "$state/kubeconfig" --cluster-name capstan-local \
     >"$state/awsfake.env" 2>"$state/awsfake.log" &
-  fake_pid=$!
-  trap 'kill $fake_pid 2>/dev/null; "$root/hack/cluster.sh" down' EXIT
+  children+=($!)
   for _ in $(seq 50); do grep -q SECURITY_GROUP_ID "$state/awsfake.env" 2>/dev/null && break; sleep 0.1; done
   # shellcheck disable=SC1091
   set -a; . "$state/awsfake.env"; set +a
@@ -62,7 +82,9 @@ MSG
   "$root/bin/capstan" --kubeconfig "$state/kubeconfig" --disable-leader-election --cloud-provider aws \
     --cluster-name "$CLUSTER_NAME" --interruption-queue "$INTERRUPTION_QUEUE" \
     --metrics-bind-address "127.0.0.1:$metrics_port" \
-    --health-probe-bind-address "127.0.0.1:$health_port" "$@" || true
+    --health-probe-bind-address "127.0.0.1:$health_port" "$@" &
+  children+=($!)
+  wait $! || true
   exit 0
 fi
 
@@ -82,4 +104,6 @@ More workloads in examples/. Press Ctrl-C here to stop Capstan and the cluster.
 MSG
 "$root/bin/capstan" --kubeconfig "$state/kubeconfig" --disable-leader-election \
   --metrics-bind-address "127.0.0.1:$metrics_port" \
-  --health-probe-bind-address "127.0.0.1:$health_port" "$@" || true
+  --health-probe-bind-address "127.0.0.1:$health_port" "$@" &
+children+=($!)
+wait $! || true

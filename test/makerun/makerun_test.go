@@ -1,0 +1,131 @@
+// Package makerun tests `make run` as a user runs it: it starts Capstan on a local cluster, and
+// whatever stops it leaves no process and no state behind.
+package makerun
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freePort is a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// processesOf lists the processes whose command line names dir (the state directory each run
+// gets its own of: Capstan's kubeconfig, the cluster's components).
+func processesOf(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		if cmd := strings.ReplaceAll(string(cmdline), "\x00", " "); strings.Contains(cmd, dir) {
+			out = append(out, e.Name()+": "+cmd)
+		}
+	}
+	return out
+}
+
+// TestMakeRunStopsEverythingItStarted runs `make run` and stops it as a user would: SIGTERM to
+// make (a `kill`), SIGHUP to its process group (the terminal closed), SIGINT to the group
+// (Ctrl-C). Each time Capstan, the cluster and the state directory are gone afterwards.
+func TestMakeRunStopsEverythingItStarted(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		group bool
+		sig   syscall.Signal
+	}{
+		{"SIGTERM to make", false, syscall.SIGTERM},
+		{"SIGHUP to the group", true, syscall.SIGHUP},
+		{"SIGINT to the group", true, syscall.SIGINT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			health := freePort(t)
+			cmd := exec.Command("make", "--no-print-directory", "run")
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CAPSTAN_STATE_DIR="+state, fmt.Sprintf("METRICS_PORT=%d", freePort(t)),
+				fmt.Sprintf("HEALTH_PROBE_PORT=%d", health))
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			up := false
+			for deadline := time.Now().Add(5 * time.Minute); !up && time.Now().Before(deadline); time.Sleep(time.Second) {
+				select {
+				case err := <-done:
+					t.Fatalf("make run ended before Capstan was up (%v):\n%s", err, out.String())
+				default:
+				}
+				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", health))
+				if err == nil {
+					_ = resp.Body.Close()
+					up = resp.StatusCode == http.StatusOK
+				}
+			}
+			if !up {
+				t.Fatalf("Capstan was not up within 5 minutes:\n%s", out.String())
+			}
+			if left := processesOf(t, state); len(left) == 0 {
+				t.Fatalf("no process names the state directory %s while Capstan runs: the check below would prove nothing", state)
+			}
+			pid := cmd.Process.Pid
+			if tc.group {
+				pid = -pid
+			}
+			if err := syscall.Kill(pid, tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("make run still running 2 minutes after %s:\n%s", tc.name, out.String())
+			}
+			// The cluster's components are stopped by `down` before the script exits; a process
+			// may still be on its way out for a moment.
+			var left []string
+			for range 20 {
+				if left = processesOf(t, state); len(left) == 0 {
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			if len(left) > 0 {
+				t.Errorf("after %s, processes left: %v", tc.name, left)
+			}
+			if _, err := os.Stat(state); !os.IsNotExist(err) {
+				t.Errorf("after %s, the state directory %s is still there (%v)", tc.name, state, err)
+			}
+		})
+	}
+}
