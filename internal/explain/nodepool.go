@@ -65,11 +65,33 @@ type Allowed struct {
 	Reason string `json:"reason"`
 	// Nodes is how many more nodes may be disrupted (-1: no budget applies).
 	Nodes int `json:"nodes"`
-	// Budget is the index of the deciding budget in spec.disruption.budgets (-1: none); Until
+	// Budget is the index of the deciding budget in spec.disruption.budgets (-1: none); Rule is
+	// that budget as written (its nodes, and its schedule and duration when it has one); Until
 	// is when its schedule window closes.
 	Budget int       `json:"budget"`
+	Rule   string    `json:"rule,omitempty"`
 	Until  time.Time `json:"until,omitzero"`
 	Error  string    `json:"error,omitempty"`
+}
+
+// budgetRule is a budget as its manifest reads: `nodes: "10%"`, with its reasons, schedule and
+// duration when it has them.
+func budgetRule(b karpv1.Budget) string {
+	rule := fmt.Sprintf("nodes: %q", b.Nodes)
+	if len(b.Reasons) > 0 {
+		var rs []string
+		for _, r := range b.Reasons {
+			rs = append(rs, string(r))
+		}
+		rule += ", reasons: " + strings.Join(rs, ", ")
+	}
+	if b.Schedule != nil {
+		rule += fmt.Sprintf(", schedule: %q", *b.Schedule)
+	}
+	if b.Duration != nil {
+		rule += ", duration: " + b.Duration.Duration.String()
+	}
+	return rule
 }
 
 // TypePrice is an instance type with the price of its cheapest offering the pool allows (capacity
@@ -146,6 +168,9 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 			continue
 		}
 		out := Allowed{Reason: string(reason), Nodes: al.Allowed, Budget: al.Budget, Until: al.Until}
+		if al.Budget >= 0 && al.Budget < len(np.Spec.Disruption.Budgets) {
+			out.Rule = budgetRule(np.Spec.Disruption.Budgets[al.Budget])
+		}
 		if al.Allowed == math.MaxInt32 {
 			out.Nodes = -1
 		}
@@ -196,7 +221,7 @@ func (a *NodePoolAnswer) WriteText(w io.Writer) error {
 	b.WriteString("\n")
 	fmt.Fprintln(tw, "DISRUPTION REASON\tNODES ALLOWED NOW\tBY")
 	for _, d := range a.Disruptions {
-		allowed, by := fmt.Sprint(d.Nodes), fmt.Sprintf("budget %d", d.Budget)
+		allowed, by := fmt.Sprint(d.Nodes), fmt.Sprintf("budget %d (%s)", d.Budget, d.Rule)
 		if d.Nodes < 0 {
 			allowed = "any"
 		}

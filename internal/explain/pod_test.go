@@ -192,7 +192,11 @@ func TestExplainNodePool(t *testing.T) {
 	if err := a.WriteText(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{"NodePool explain-np: 2 node(s), ", "2 instance type(s) admitted; cheapest: m5.large "} {
+	// Each reason's budget by what it says, not only its place in the list: a nodes "0" budget
+	// and one that allows a node read apart.
+	for _, line := range []string{"NodePool explain-np: 2 node(s), ", "2 instance type(s) admitted; cheapest: m5.large ",
+		"Drifted            0                  budget 0 (nodes: \"0\", reasons: Drifted)",
+		"Underutilized      1                  budget 1 (nodes: \"1\")"} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("explain nodepool printed:\n%s\nwant %q in it", out.String(), line)
 		}

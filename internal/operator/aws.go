@@ -8,23 +8,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
 	"capstan.dev/capstan/internal/controllers/interruption"
-	"capstan.dev/capstan/internal/metrics"
 )
 
 // newAWS builds the AWS provider and its controllers: EC2NodeClass resolution, the instance
 // status poll and, with --interruption-queue, the interruption queue's consumer.
-func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, unavailable *unavailable.Offerings,
-	log logr.Logger, m *metrics.Metrics) (*aws.Provider, error) {
+func (b *builder) newAWS(cfg *rest.Config, unavailable *unavailable.Offerings) (*aws.Provider, error) {
+	o, mgr, clk, log, m := b.o, b.op.Manager, b.clk, b.log, b.m
 	clients, err := aws.NewClients(context.Background(), aws.ClientOptions{Region: o.AWSRegion, EndpointURL: o.AWSEndpointURL})
 	if err != nil {
 		return nil, err
@@ -46,19 +42,19 @@ func newAWS(cfg *rest.Config, o Options, mgr manager.Manager, clk clock.Clock, u
 		DisableReservedCapacity: !o.FeatureGates.ReservedCapacity,
 		KubernetesVersion:       func(context.Context) (string, error) { return kubeMinorVersion(dc) },
 	})
-	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: recorder(mgr),
+	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: b.rec,
 		Resync: o.NodeClassResync()}).Register(mgr); err != nil {
 		return nil, err
 	}
 	if o.InterruptionQueue != "" {
 		if err := mgr.Add(&interruption.Controller{Client: mgr.GetClient(), SQS: clients.SQS, Queue: o.InterruptionQueue, Clock: clk,
-			Recorder: recorder(mgr), Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance, Region: clients.Region}); err != nil {
+			Recorder: b.rec, Metrics: m, Unavailable: unavailable, ReplaceOnRebalance: o.ReplaceOnRebalance, Region: clients.Region}); err != nil {
 			return nil, err
 		}
 	}
 	// EC2's status checks are read with or without a queue.
 	if err := mgr.Add(&interruption.Health{Client: mgr.GetClient(), EC2: clients.EC2, Clock: clk,
-		Recorder: recorder(mgr), Metrics: m}); err != nil {
+		Recorder: b.rec, Metrics: m}); err != nil {
 		return nil, err
 	}
 	return p, nil

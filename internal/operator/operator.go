@@ -14,6 +14,7 @@ import (
 	uberzap "go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
@@ -150,7 +151,11 @@ func New(cfg *rest.Config, o Options, clk clock.Clock, log logr.Logger) (*Operat
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{op: &Operator{Manager: mgr}, o: o, clk: clk, log: log, m: m, c: mgr.GetClient()}
+	rec, err := eventRecorder(cfg, mgr)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{op: &Operator{Manager: mgr}, o: o, clk: clk, log: log, m: m, c: mgr.GetClient(), rec: rec}
 	if o.FeatureGates.NodeOverlay {
 		// The NodeOverlays' evaluation: the providers' launches read it, and so does every
 		// controller through the wrapped provider.
@@ -229,6 +234,7 @@ type builder struct {
 	log logr.Logger
 	m   *metrics.Metrics
 	c   client.Client
+	rec events.EventRecorder
 	// overlays is the NodeOverlays' evaluation (nil with the gate off); nodeClass an empty
 	// object of the cloud's NodeClass kind.
 	overlays  *overlay.Store
@@ -242,7 +248,7 @@ type builder struct {
 // cloud builds the cloud provider the options name (its NodeClass controller with it), every
 // call to it bounded by a deadline (docs/reliability.md).
 func (b *builder) cloud(cfg *rest.Config) error {
-	mgr, o, clk := b.op.Manager, b.o, b.clk
+	o, clk := b.o, b.clk
 	unavail := unavailable.New(clk, unavailable.DefaultTTL)
 	switch o.CloudProvider {
 	case CloudProviderSim:
@@ -252,7 +258,7 @@ func (b *builder) cloud(cfg *rest.Config) error {
 		}
 		b.op.Cloud, b.nodeClass = p, &simv1alpha1.SimNodeClass{}
 	case CloudProviderAWS:
-		p, err := newAWS(cfg, o, mgr, clk, unavail, b.log, b.m)
+		p, err := b.newAWS(cfg, unavail)
 		if err != nil {
 			return err
 		}
@@ -324,7 +330,7 @@ func (b *builder) nodeOverlays() error {
 func (b *builder) provisioning() error {
 	mgr, o, c := b.op.Manager, b.o, b.c
 	b.spread = &defaultspread.Applier{Reader: c, Constraints: o.SchedulerConfig.Constraints()}
-	b.op.Provisioner = &provisioning.Provisioner{Client: c, APIReader: mgr.GetAPIReader(), Cloud: b.op.Cloud, Clock: b.clk, Recorder: recorder(mgr),
+	b.op.Provisioner = &provisioning.Provisioner{Client: c, APIReader: mgr.GetAPIReader(), Cloud: b.op.Cloud, Clock: b.clk, Recorder: b.rec,
 		BatchIdle: o.BatchIdleDuration, BatchMax: o.BatchMaxDuration, Metrics: b.m,
 		SolverOptions: o.solverOptions(),
 		NodeCost:      o.NodeCost,
@@ -374,9 +380,9 @@ func (b *builder) claimControllers() error {
 	launches := &nodeclaims.Launches{}
 	b.health = &registration.Tracker{}
 	for _, r := range []interface{ Register(ctrl.Manager) error }{
-		&lifecycle.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Health: b.health, Nominated: b.op.Provisioner},
-		&termination.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m, Launches: launches, Capacity: b.op.Provisioner},
-		&expiration.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr), Metrics: m},
+		&lifecycle.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: b.rec, Metrics: m, Launches: launches, Health: b.health, Nominated: b.op.Provisioner},
+		&termination.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: b.rec, Metrics: m, Launches: launches, Capacity: b.op.Provisioner},
+		&expiration.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: b.rec, Metrics: m},
 		&status.Controller{Client: c, Cloud: cloud, Clock: clk, Metrics: m, StaticCapacity: o.FeatureGates.StaticCapacity, Health: b.health},
 		&disruptionconditions.Controller{Client: c, Cloud: cloud, Clock: clk},
 		&podevents.Controller{Client: c, Clock: clk},
@@ -390,7 +396,7 @@ func (b *builder) claimControllers() error {
 		return nil
 	}
 	return (&static.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: cloud, Clock: clk,
-		Recorder: recorder(mgr), Metrics: m,
+		Recorder: b.rec, Metrics: m,
 		NodeRepair: o.FeatureGates.NodeRepair, RepairPolicies: RepairPolicies(o.CloudProvider),
 		TerminateFirstDrift: o.FeatureGates.TerminateFirstDrift}).Register(mgr)
 }
@@ -400,7 +406,7 @@ func (b *builder) claimControllers() error {
 func (b *builder) disruption() error {
 	mgr, o, c, clk, m, cloud := b.op.Manager, b.o, b.c, b.clk, b.m, b.op.Cloud
 	dis := &disruption.Controller{Client: c, APIReader: mgr.GetAPIReader(), Cloud: cloud, Clock: clk,
-		Recorder: recorder(mgr), Metrics: m, Options: disruption.Options{
+		Recorder: b.rec, Metrics: m, Options: disruption.Options{
 			PollPeriod: o.DisruptionPollPeriod, ValidationPeriod: o.DisruptionValidationPeriod, ReplacementTimeout: o.DisruptionReplacementTimeout,
 			NodeCost:        o.NodeCost,
 			SpendingLimit:   o.SpendingLimit,
@@ -421,7 +427,7 @@ func (b *builder) disruption() error {
 		return err
 	}
 	if o.FeatureGates.ReservedCapacity {
-		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: recorder(mgr)}); err != nil {
+		if err := mgr.Add(&reservation.Controller{Client: c, Cloud: cloud, Clock: clk, Recorder: b.rec}); err != nil {
 			return err
 		}
 	}
@@ -496,8 +502,25 @@ func RepairPolicies(cloud string) []disruptionplan.RepairPolicy {
 	return out
 }
 
-// recorder is the recorder the controllers write events with: Karpenter's reporting controller
-// name, notes clipped to what the events API stores (it refuses a longer event).
-func recorder(mgr manager.Manager) events.EventRecorder {
-	return eventkey.Clipping(mgr.GetEventRecorder("karpenter"))
+// eventRecorder is the recorder the controllers write events with: Karpenter's reporting
+// controller name, notes clipped to what the events API stores (it refuses a longer event),
+// stored through the core/v1 API with their timestamps (eventkey.CoreV1Sink). Its broadcaster
+// runs with the manager, on every replica, and flushes what it holds when the manager stops.
+func eventRecorder(cfg *rest.Config, mgr manager.Manager) (events.EventRecorder, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the events client: %w", err)
+	}
+	b := events.NewBroadcaster(eventkey.CoreV1Sink(cs.CoreV1()))
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+			return fmt.Errorf("starting the event broadcaster: %w", err)
+		}
+		<-ctx.Done()
+		b.Shutdown()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	return eventkey.Clipping(b.NewRecorder(mgr.GetScheme(), "karpenter")), nil
 }

@@ -365,16 +365,17 @@ func (s *solver) limitsExhausted(p *pool) string {
 		switch {
 		case !lim:
 		case s.ri.names[i] == spend.LimitKey:
-			parts = append(parts, fmt.Sprintf("spending limit (%s) $%.3f/h", spend.LimitKey, float64(max(p.remaining[i], 0))/1000))
+			parts = append(parts, fmt.Sprintf("spending limit (%s) $%.3f/h left", spend.LimitKey, float64(max(p.remaining[i], 0))/1000))
 		default:
 			q := s.ri.list(oneDim(i, max(p.remaining[i], 0), len(p.remaining)))[s.ri.names[i]]
-			parts = append(parts, fmt.Sprintf("%s %s", s.ri.names[i], q.String()))
+			parts = append(parts, fmt.Sprintf("%s %s left", s.ri.names[i], q.String()))
 		}
 	}
 	if c := p.cluster; c != nil {
-		parts = append(parts, fmt.Sprintf("the cluster's spending limit (--spending-limit) $%.3f/h", float64(max(c.left, 0))/1000))
+		parts = append(parts, fmt.Sprintf("the cluster's spending limit (--spending-limit) $%.3f/h left", float64(max(c.left, 0))/1000))
 	}
-	return "limits exhausted: " + strings.Join(parts, ", ") + " left, too little for any instance type"
+	// Each figure says "left": "cpu 990" alone reads as the CPU used up.
+	return "limits exhausted: " + strings.Join(parts, ", ") + ", too little for any instance type"
 }
 
 // limitedPriceSpread is how much dearer than a claim's target type (or its cheapest candidate) a

@@ -173,3 +173,19 @@ func TestClusterSpendingLimitSpansPools(t *testing.T) {
 		}
 	}
 }
+
+// With a CPU limit beside the spending limit, each figure says it is what is left: "cpu 990m"
+// alone read as the CPU that ran out.
+func TestEveryExhaustedLimitSaysWhatIsLeft(t *testing.T) {
+	its := spotDiscountTypes(8)
+	pool := poolOf(its)
+	pool.Remaining = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("990m"), spend.LimitKey: resource.MustParse("0.015")}
+	res := solve(t, solver.Input{Pods: pods(1, "big", "2", "1Gi", nil), NodePools: []solver.NodePool{pool}}, solver.Options{})
+	if len(res.Unschedulable) != 1 {
+		t.Fatalf("want the 2-CPU pod refused; planned %d claims", len(res.NodeClaims))
+	}
+	want := "limits exhausted: cpu 990m left, spending limit (capstan.dev/dollars-per-hour) $0.015/h left, too little for any instance type"
+	if got := res.Unschedulable[0].Reason; !strings.Contains(got, want) {
+		t.Fatalf("reason %q, want it to contain %q", got, want)
+	}
+}

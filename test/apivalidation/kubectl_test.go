@@ -8,7 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 )
 
 // kubectl runs kubectl against the test API server and returns its standard output.
@@ -106,8 +110,27 @@ spec: {nodeClassRef: {name: orders}}`, "orders-x7k2p")
 		}
 	}
 
+	// A pool without nodes shows 0 once its status is written, as Karpenter's does: the count is
+	// written even when it is 0.
+	np := &karpv1.NodePool{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: "orders"}, np); err != nil {
+		t.Fatal(err)
+	}
+	np.Status.Nodes = 0
+	np.Status.Conditions = []metav1.Condition{{Type: karpv1.ConditionTypeReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(t.Context(), np); err != nil {
+		t.Fatalf("updating the pool's status: %v", err)
+	}
+	out, err := kubectl(t, "get", "nodepool", "orders", "--no-headers")
+	if err != nil {
+		t.Fatalf("kubectl get nodepool orders: %v", err)
+	}
+	if f := strings.Fields(out); len(f) < 4 || f[2] != "0" || f[3] != "True" {
+		t.Errorf("kubectl get nodepool orders: %q, want NODES 0 and READY True", out)
+	}
+
 	// All three kinds in one call, as users type it.
-	out, err := kubectl(t, "get", "ec2nodeclasses,nodepools,nodeclaims")
+	out, err = kubectl(t, "get", "ec2nodeclasses,nodepools,nodeclaims")
 	if err != nil {
 		t.Fatalf("kubectl get ec2nodeclasses,nodepools,nodeclaims: %v", err)
 	}

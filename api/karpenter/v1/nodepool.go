@@ -175,9 +175,10 @@ type NodePoolStatus struct {
 	// Resources is the summed capacity of the pool's NodeClaims, with "nodes" their count.
 	// +optional
 	Resources corev1.ResourceList `json:"resources,omitempty"`
-	// Nodes is the number of the pool's NodeClaims.
+	// Nodes is the number of the pool's NodeClaims, 0 when it has none.
+	// +kubebuilder:default:=0
 	// +optional
-	Nodes int64 `json:"nodes,omitempty"`
+	Nodes int64 `json:"nodes"`
 	// NodeClassObservedGeneration is the generation of the pool's NodeClass last seen by Capstan.
 	// +optional
 	NodeClassObservedGeneration int64 `json:"nodeClassObservedGeneration,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,23 @@ func TestAPodLeavingADrainingNodeFindsAMachineWaiting(t *testing.T) {
 			}
 		}
 		return waiting != "", err
+	})
+	// Its Nominated event says where it goes, and carries the timestamps `kubectl get events
+	// --sort-by=.lastTimestamp` sorts by.
+	eventually(t, "the pinned pod told where it goes", time.Minute, func(ctx context.Context) (bool, error) {
+		evs := &corev1.EventList{}
+		if err := s.Client.List(ctx, evs, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.UID == old.UID && e.Reason == "Nominated" && strings.Contains(e.Message, "which is going away") {
+				if e.LastTimestamp.IsZero() || e.FirstTimestamp.IsZero() {
+					return false, fmt.Errorf("event %q has no lastTimestamp or firstTimestamp", e.Message)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	eventually(t, "the pinned pod's successor Running", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		for _, p := range pods(t, "leave-pinned") {
