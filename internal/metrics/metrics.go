@@ -12,6 +12,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	"capstan.dev/capstan/internal/spend"
 )
 
 // Label names, as Karpenter's.
@@ -159,8 +160,13 @@ func (m *Metrics) collectors() []prometheus.Collector {
 func Registry() prometheus.Registerer { return crmetrics.Registry }
 
 // ResourceTypeValue is a resource name as Karpenter writes it in resource_type: lower case, "-"
-// as "_".
+// as "_" — but for Capstan's spending limit, which keeps its key's spelling
+// (capstan.dev/dollars-per-hour): it is Capstan's own, no dashboard of Karpenter's reads it, and
+// a user looks for it as written in spec.limits.
 func ResourceTypeValue(name string) string {
+	if name == string(spend.LimitKey) {
+		return name
+	}
 	return strings.ReplaceAll(strings.ToLower(name), "-", "_")
 }
 

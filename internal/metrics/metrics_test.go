@@ -15,7 +15,7 @@ import (
 
 func TestResourceTypesAreWrittenAsKarpenterWritesThem(t *testing.T) {
 	for in, want := range map[string]string{"cpu": "cpu", "ephemeral-storage": "ephemeral_storage", "nvidia.com/gpu": "nvidia.com/gpu",
-		"hugepages-2Mi": "hugepages_2mi"} {
+		"hugepages-2Mi": "hugepages_2mi", "capstan.dev/dollars-per-hour": "capstan.dev/dollars-per-hour"} {
 		if got := ResourceTypeValue(in); got != want {
 			t.Errorf("%s → %s, want %s", in, got, want)
 		}

@@ -92,7 +92,7 @@ spec: {nodeClassRef: {name: orders}}`, "orders-x7k2p")
 		{[]string{"get", "nodeclaims", "-o", "wide"}, []string{"NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE", "IMAGEID", "ID", "NODEPOOL", "NODECLASS", "DRIFTED"},
 			[]string{"orders-x7k2p", "ami-0123456789abcdef0", "aws:///us-east-1a/i-0123456789abcdef0", "orders", "True"}},
 		{[]string{"get", "nodepools"}, []string{"NAME", "NODECLASS", "NODES", "READY", "AGE"}, []string{"orders"}},
-		{[]string{"get", "nodepools", "-o", "wide"}, []string{"NAME", "NODECLASS", "NODES", "READY", "AGE", "WEIGHT", "CPU", "MEMORY"}, []string{"orders"}},
+		{[]string{"get", "nodepools", "-o", "wide"}, []string{"NAME", "NODECLASS", "NODES", "READY", "AGE", "WEIGHT", "CPU", "MEMORY", "SPEND"}, []string{"orders"}},
 		{[]string{"get", "ec2nodeclasses"}, []string{"NAME", "READY", "AGE"}, []string{"orders"}},
 		{[]string{"get", "ec2nodeclasses", "-o", "wide"}, []string{"NAME", "READY", "AGE", "ROLE"}, []string{"orders", "KarpenterNodeRole"}},
 	}

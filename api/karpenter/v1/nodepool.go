@@ -179,6 +179,11 @@ type NodePoolStatus struct {
 	// +kubebuilder:default:=0
 	// +optional
 	Nodes int64 `json:"nodes"`
+	// Spend is, for a pool with a spending limit (spec.limits["capstan.dev/dollars-per-hour"]),
+	// what its NodeClaims count against it and the limit, in dollars per hour ("$0.085/h of
+	// $0.500/h"); the same figure as status.resources' key, which reads as a quantity ("85m").
+	// +optional
+	Spend string `json:"spend,omitempty"`
 	// NodeClassObservedGeneration is the generation of the pool's NodeClass last seen by Capstan.
 	// +optional
 	NodeClassObservedGeneration int64 `json:"nodeClassObservedGeneration,omitempty"`
@@ -214,6 +219,7 @@ const (
 // +kubebuilder:printcolumn:name="Weight",type="integer",JSONPath=".spec.weight",priority=1
 // +kubebuilder:printcolumn:name="CPU",type="string",JSONPath=".status.resources.cpu",priority=1
 // +kubebuilder:printcolumn:name="Memory",type="string",JSONPath=".status.resources.memory",priority=1
+// +kubebuilder:printcolumn:name="Spend",type="string",JSONPath=".status.spend",priority=1
 type NodePool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -2,6 +2,7 @@ package autoscaling
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -62,8 +63,11 @@ func TestSpendingLimitHoldsAtEveryMoment(t *testing.T) {
 		if err := s.Client.Get(ctx, client.ObjectKey{Name: "e2e-spend"}, np); err != nil {
 			return false, err
 		}
+		// In dollars too (status.spend, kubectl get nodepools -o wide's SPEND): the quantity
+		// reads "850m".
 		q, ok := np.Status.Resources[spend.LimitKey]
-		return ok && q.AsApproximateFloat64() > 0 && q.AsApproximateFloat64() <= limit, nil
+		return ok && q.AsApproximateFloat64() > 0 && q.AsApproximateFloat64() <= limit &&
+			np.Status.Spend == fmt.Sprintf("$%.3f/h of $%.3f/h", q.AsApproximateFloat64(), limit), nil
 	})
 }
 

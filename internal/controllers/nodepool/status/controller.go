@@ -168,6 +168,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	classOK := err == nil
 	if _, capped := np.Spec.Limits[spend.LimitKey]; capped && classOK {
 		setSpend(np, ncs.Items, its)
+	} else if !capped {
+		np.Status.Spend = ""
 	}
 	c.record(np, ncs.Items, its)
 	if classOK {
@@ -261,6 +263,8 @@ func setSpend(np *karpv1.NodePool, ncs []karpv1.NodeClaim, its []*cloudprovider.
 		milli += spend.Milli(nodeclaims.Spend(&ncs[i], its))
 	}
 	np.Status.Resources[spend.LimitKey] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+	limit := np.Spec.Limits[spend.LimitKey]
+	np.Status.Spend = fmt.Sprintf("$%.3f/h of $%.3f/h", float64(milli)/1000, limit.AsApproximateFloat64())
 }
 
 // setCondition sets one of the pool's conditions, True when ok.
