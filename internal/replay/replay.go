@@ -495,7 +495,9 @@ func (c *Cluster) schedule() {
 		byName[en.Name] = m
 		in.Nodes = append(in.Nodes, en)
 	}
-	plan := solver.Solve(in, c.cfg.Disruption.Solver)
+	opts := c.cfg.Disruption.Solver
+	opts.FillLimits = true // as the provisioner plans
+	plan := solver.Solve(in, opts)
 	c.unschedulable = plan.Unschedulable
 	placed := map[*corev1.Pod]bool{}
 	for _, b := range plan.Bindings {

@@ -227,3 +227,56 @@ func BenchmarkNodeCost(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPodsPlacedUnderLimits counts the pods a binding CPU limit lets run, with and without
+// FillLimits (provisioning's re-plan with the types that run the most pods within the limit), on
+// the scheduling benchmark's shapes: Karpenter's diverse workload (1,000 pods, without the
+// hostname-constrained ones) on its 400 fake types, and the 1,000-pod burst of 1.5-CPU pods on
+// the EC2 catalog (amd64), each under a CPU limit of a quarter, a half and three quarters of its
+// pods' CPU.
+//
+//	go test -run XXX -bench PodsPlacedUnderLimits -benchtime 1x ./internal/solver/
+func BenchmarkPodsPlacedUnderLimits(b *testing.B) {
+	fake := workload.FakeInstanceTypes(400)
+	ec2, err := workload.EC2InstanceTypes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var diverse []*corev1.Pod
+	for _, p := range workload.DiversePods(1000, 42) {
+		if !workload.HasHostnameConstraint(p) {
+			diverse = append(diverse, p)
+		}
+	}
+	burst := make([]*corev1.Pod, 1000)
+	for i := range burst {
+		burst[i] = workload.Pod(fmt.Sprintf("burst-%d", i), "1500m", "256Mi", map[string]string{"app": "burst"})
+	}
+	for _, shape := range []struct {
+		name string
+		its  []*cloudprovider.InstanceType
+		pods []*corev1.Pod
+		amd  bool
+	}{{"diverse", fake, diverse, false}, {"ec2-burst", ec2, burst, true}} {
+		need := solver.Requests(shape.pods)
+		demand := need.Cpu().AsApproximateFloat64()
+		for _, share := range []float64{0.25, 0.5, 0.75} {
+			for _, fill := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/limit=%.0f%%/fill=%v", shape.name, share*100, fill), func(b *testing.B) {
+					np := workload.UnlimitedPool("default", shape.its)
+					if shape.amd {
+						np.Requirements.Add(requirements.Single(karpv1.ArchLabelKey, karpv1.ArchitectureAmd64))
+					}
+					np.Remaining = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(demand*share*1000), resource.DecimalSI)}
+					in := solver.Input{Pods: shape.pods, NodePools: []solver.NodePool{np}}
+					var r *solver.Result
+					for b.Loop() {
+						r = solver.Solve(in, solver.Options{FillLimits: fill})
+					}
+					b.ReportMetric(float64(len(shape.pods)-len(r.Unschedulable)), "pods-placed")
+					b.ReportMetric(r.Price(), "$/h")
+				})
+			}
+		}
+	}
+}

@@ -107,6 +107,11 @@ func Solve(in Input, opts Options) *Result {
 	if res.fellBack {
 		res = replanReserved(in, opts, res)
 	}
+	if opts.FillLimits {
+		if dense := fillLimits(in, opts, res); dense != nil {
+			res = dense
+		}
+	}
 	return res
 }
 

@@ -120,6 +120,11 @@ type Options struct {
 	// the solver did before bursts were spread over machines of an eighth of their CPU
 	// (burstShare in sizing.go); for measuring that rule against its absence.
 	LargestAtTies bool
+	// FillLimits plans again when a NodePool's limits leave pods out, with the pool's types
+	// narrowed to those that run the most of them within the limits, and keeps the plan that
+	// places more (fillLimits). Provisioning sets it; disruption's simulations, which only ask
+	// whether pods fit, do not pay the second solve.
+	FillLimits bool
 	// Cache, when set, keeps what consecutive Solves over the same NodePools and nodes share
 	// (see Cache); nil prepares every Solve from scratch.
 	Cache *Cache

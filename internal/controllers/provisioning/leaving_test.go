@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
+	simv1alpha1 "capstan.dev/capstan/api/sim/v1alpha1"
 	"capstan.dev/capstan/internal/nodeclaims"
 )
 
@@ -246,5 +247,36 @@ func TestPodsLeavingAPoolAtItsLimitWaitAndAreNotTold(t *testing.T) {
 		if e := <-rec.Events; strings.Contains(e, "FailedScheduling") {
 			t.Errorf("a running pod was told it failed scheduling: %s", e)
 		}
+	}
+}
+
+// When a limit binds, a pass places the most pods it allows: under `cpu: 16`, 25 pods of 1.5 CPU
+// on 2-vCPU t3a.micro machines (the cheapest per pod) would be 8; on t3a.2xlarge machines, five
+// to each, 10.
+func TestABindingLimitPlacesTheMostPodsItAllows(t *testing.T) {
+	np := pool("prov-fill-limit", func(np *karpv1.NodePool) {
+		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+	})
+	p, _ := setup(t, np)
+	snc := &simv1alpha1.SimNodeClass{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: np.Spec.Template.Spec.NodeClassRef.Name}, snc); err != nil {
+		t.Fatal(err)
+	}
+	snc.Spec.InstanceTypes = []string{"t3a.micro", "t3a.2xlarge"}
+	if err := env.Client.Update(t.Context(), snc); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t)
+	pendingPods(t, ns, "batch", 25, "1500m", nil)
+	res, err := p.Provision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := 0
+	for _, nc := range res.Plan.NodeClaims {
+		placed += len(nc.Pods)
+	}
+	if placed != 10 || len(res.Created) != 2 {
+		t.Errorf("%d pods placed on %d claims under cpu: 16; want 10 on two t3a.2xlarge", placed, len(res.Created))
 	}
 }

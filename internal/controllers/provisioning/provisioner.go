@@ -641,11 +641,13 @@ func (p *Provisioner) solve(ctx context.Context, st *planning.State, vols *volum
 		in.Attachments = vols.attachments
 	}
 	start := time.Now()
-	plan := solver.Solve(in, p.SolverOptions)
+	opts := p.SolverOptions
+	opts.FillLimits = true
+	plan := solver.Solve(in, opts)
 	if rest := p.heldFrom(ctx, plan, pending, st, missed, said); rest != nil {
 		// Pods held by the runaway guard: the plan without them.
 		pending, in.Pods = rest, rest
-		plan = solver.Solve(in, p.SolverOptions)
+		plan = solver.Solve(in, opts)
 	}
 	p.Metrics.Scheduled(p.Name(), time.Since(start).Seconds(), len(pending), len(plan.Unschedulable))
 	return plan
