@@ -12,6 +12,9 @@
 # RECORD=FILE saves the settled cluster with `kubectl capstan record` before it is torn down, so
 # `kubectl capstan explain --recording FILE` can say afterwards why a node stayed.
 #
+# MEASURE=leaving runs hack/leaving instead (its scenarios, do-not-disrupt and pdb, in place of the
+# scale-down's; the policy is ignored): how long the pods of deleted NodeClaims wait for a machine.
+#
 # Another autoscaler that speaks Karpenter's v1 API and launches kwok Nodes is measured the same
 # way: AUTOSCALER_CMD is its command line (run with KUBECONFIG set, from the state directory),
 # EXTRA_CRDS the CRD files it needs beyond Capstan's, NODE_CLASS a manifest of its node class and
@@ -29,7 +32,9 @@ export KUBECONFIG=$state/kubeconfig
 
 log() { printf '[scaledown] %s\n' "$*" >&2; }
 
-(cd "$root" && go build -o "$root/bin/scaledown" ./hack/scaledown)
+measure=${MEASURE:-scaledown}
+case "$measure" in scaledown|leaving) ;; *) echo "MEASURE=$measure: want scaledown or leaving" >&2; exit 2 ;; esac
+(cd "$root" && go build -o "$root/bin/$measure" "./hack/$measure")
 "$root/hack/cluster.sh" down
 "$root/hack/cluster.sh" up
 pid=
@@ -67,6 +72,6 @@ fi
 log "autoscaler: ${cmd[*]} (FEATURE_GATES=${FEATURE_GATES:-})"
 (cd "$state" && exec "${cmd[@]}") >"$state/autoscaler.log" 2>&1 &
 pid=$!
-"$root/bin/scaledown" --menu "$MENU" --scenario "$scenario" --policy "$policy" --node-class "$ref" \
+"$root/bin/$measure" --menu "$MENU" --scenario "$scenario" --policy "$policy" --node-class "$ref" \
   ${SCALEDOWN_FLAGS:-} | tee "$out"
 cp "$state/autoscaler.log" "$out.autoscaler" 2>/dev/null || true
