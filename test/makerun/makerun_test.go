@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -55,6 +56,12 @@ func TestMakeRunStopsEverythingItStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A signal ignored here (a run under nohup, or started in the background of a script) stays
+	// ignored in every child, and `make run` could not be stopped by it as a terminal stops it.
+	// Caught here, the signals are reset to their default in the children, as in a terminal.
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, syscall.SIGHUP, syscall.SIGINT)
+	defer signal.Stop(caught)
 	for _, tc := range []struct {
 		name  string
 		group bool
