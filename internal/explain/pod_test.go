@@ -123,19 +123,12 @@ To fit there: request less, or let the NodePool use larger instance types.
 		{held(pod("retried", "search", "1")), `Pod default/retried is pending and held: it did not schedule on the 2 machines bought for it (nodeclaim/search-a, nodeclaim/search-b)`},
 		{dra(pod("gpu-claim", "search", "1")), `Pod default/gpu-claim is pending: the pod has Dynamic Resource Allocation requirements: Capstan buys no machine for it`},
 	} {
-		a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, tc.pod, sim.Clock.Now())
-		if err != nil {
-			t.Fatal(err)
+		a, out := explainPod(t, sim, tc.pod)
+		if !strings.HasPrefix(out, tc.want) {
+			t.Errorf("explain pod %s:\n%s\nwant it to start:\n%s", tc.pod.Name, out, tc.want)
 		}
-		var out strings.Builder
-		if err := a.WriteText(&out); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasPrefix(out.String(), tc.want) {
-			t.Errorf("explain pod %s:\n%s\nwant it to start:\n%s", tc.pod.Name, out.String(), tc.want)
-		}
-		if a.Closest != nil && !strings.Contains(out.String(), "NODEPOOL") {
-			t.Errorf("explain pod %s: no per-NodePool table:\n%s", tc.pod.Name, out.String())
+		if a.Closest != nil && !strings.Contains(out, "NODEPOOL") {
+			t.Errorf("explain pod %s: no per-NodePool table:\n%s", tc.pod.Name, out)
 		}
 	}
 }
@@ -292,16 +285,22 @@ func TestExplainAPodLeavingANodeGoingAway(t *testing.T) {
 			"Provisioning launches a machine for it now, before it leaves, from NodePool explain-leave: m5.large"},
 		{bare, "Pod default/leave-bare runs on node explain-leave-a, of NodeClaim explain-leave-a (NodePool explain-leave).\n"},
 	} {
-		a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, tc.pod, sim.Clock.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out strings.Builder
-		if err := a.WriteText(&out); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasPrefix(out.String(), tc.want) {
-			t.Errorf("explain pod %s:\n%s\nwant it to start:\n%s", tc.pod.Name, out.String(), tc.want)
+		if _, out := explainPod(t, sim, tc.pod); !strings.HasPrefix(out, tc.want) {
+			t.Errorf("explain pod %s:\n%s\nwant it to start:\n%s", tc.pod.Name, out, tc.want)
 		}
 	}
+}
+
+// explainPod is explain pod's answer for the pod, and its text.
+func explainPod(t *testing.T, sim *simtest.Cloud, pod *corev1.Pod) (*PodAnswer, string) {
+	t.Helper()
+	a, err := Pod(t.Context(), env.Client, sim.Provider, planning.Settings{}, pod, sim.Clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := a.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	return a, out.String()
 }
