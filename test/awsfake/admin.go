@@ -32,8 +32,13 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Instances())
 	case "messages":
+		msgs := s.Messages(q.Get("queue"))
+		if msgs == nil {
+			http.Error(w, "no queue "+strconv.Quote(q.Get("queue")), http.StatusNotFound)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.Messages(q.Get("queue")))
+		_ = json.NewEncoder(w).Encode(msgs)
 	default:
 		http.Error(w, "unknown control; try interrupt-spot?instance=&queue=, insufficient-capacity?type=&zone=&lifecycle=&short=, instances, messages?queue=", http.StatusNotFound)
 	}

@@ -3,9 +3,12 @@ package awsfake_test
 import (
 	"bufio"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,5 +143,51 @@ func TestTheAWSCLIReadsTheEndpoints(t *testing.T) {
 	aws(&after, "sqs", "get-queue-attributes", "--queue-url", q.QueueUrl, "--attribute-names", "All")
 	if n := after.Attributes["ApproximateNumberOfMessages"]; n != "0" {
 		t.Errorf("messages left after delete-message: %v", after.Attributes)
+	}
+	// The dead-letter path as docs/aws.md sets it up: a queue with a redrive policy, read back by
+	// the one attribute asked for, and every queue listed.
+	var dlq struct{ QueueUrl string }
+	aws(&dlq, "sqs", "create-queue", "--queue-name", "cli-dlq")
+	var dlqAttrs struct{ Attributes map[string]string }
+	aws(&dlqAttrs, "sqs", "get-queue-attributes", "--queue-url", dlq.QueueUrl, "--attribute-names", "QueueArn")
+	policy, err := json.Marshal(map[string]string{"deadLetterTargetArn": dlqAttrs.Attributes["QueueArn"], "maxReceiveCount": "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs, err := json.Marshal(map[string]string{"RedrivePolicy": string(policy)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var redriven struct{ QueueUrl string }
+	aws(&redriven, "sqs", "create-queue", "--queue-name", "cli-redriven", "--attributes", string(attrs))
+	var rp struct{ Attributes map[string]string }
+	aws(&rp, "sqs", "get-queue-attributes", "--queue-url", redriven.QueueUrl, "--attribute-names", "RedrivePolicy")
+	var got struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+		MaxReceiveCount     int    `json:"maxReceiveCount"`
+	}
+	if err := json.Unmarshal([]byte(rp.Attributes["RedrivePolicy"]), &got); err != nil || len(rp.Attributes) != 1 ||
+		got.DeadLetterTargetArn != dlqAttrs.Attributes["QueueArn"] || got.MaxReceiveCount != 3 {
+		t.Errorf("get-queue-attributes --attribute-names RedrivePolicy: %v (%v); want only the redrive policy to %s after 3 receives",
+			rp.Attributes, err, dlqAttrs.Attributes["QueueArn"])
+	}
+	var list struct{ QueueUrls []string }
+	aws(&list, "sqs", "list-queues")
+	for _, want := range []string{q.QueueUrl, dlq.QueueUrl, redriven.QueueUrl} {
+		if !slices.Contains(list.QueueUrls, want) {
+			t.Errorf("list-queues: %v, want %s among them", list.QueueUrls, want)
+		}
+	}
+	// The control endpoint lists an empty queue's messages as [], and refuses a queue it lacks.
+	for queue, want := range map[string]string{"cli-dlq": "[]\n", "no-such-queue": "no queue \"no-such-queue\"\n"} {
+		resp, err := http.Get(endpoint + "/_awsfake/messages?queue=" + queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if string(body) != want {
+			t.Errorf("/_awsfake/messages?queue=%s: %q, want %q", queue, body, want)
+		}
 	}
 }

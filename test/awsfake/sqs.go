@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,7 +81,7 @@ func (s *Server) Messages(queueName string) []QueueMessage {
 	if q == nil {
 		return nil
 	}
-	var out []QueueMessage
+	out := []QueueMessage{}
 	for _, m := range q.messages {
 		out = append(out, QueueMessage{ID: m.id, Body: m.body, Receives: m.receives})
 	}
@@ -99,7 +100,7 @@ func (s *Server) queueFromURL(u string) *queue {
 
 func (s *Server) sqs(w http.ResponseWriter, r *http.Request, action string, body []byte) {
 	var in struct {
-		QueueName, QueueUrl, ReceiptHandle, MessageBody string
+		QueueName, QueueUrl, ReceiptHandle, MessageBody, QueueNamePrefix string
 		Attributes                                      map[string]string
 		MaxNumberOfMessages, WaitTimeSeconds            int
 		VisibilityTimeout                               *int
@@ -163,8 +164,23 @@ func (s *Server) sqs(w http.ResponseWriter, r *http.Request, action string, body
 		}
 		attrs := map[string]string{"QueueArn": q.arn, "ApproximateNumberOfMessages": strconv.Itoa(visible),
 			"ApproximateNumberOfMessagesNotVisible": strconv.Itoa(inflight), "VisibilityTimeout": strconv.Itoa(int(q.visibilityTimeout.Seconds()))}
+		if d := s.queues[q.dlq]; d != nil {
+			policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": d.arn, "maxReceiveCount": q.maxReceives})
+			attrs["RedrivePolicy"] = string(policy)
+		}
 		s.mu.Unlock()
-		writeJSON(w, awsJSON10, map[string]any{"Attributes": attrs})
+		writeJSON(w, awsJSON10, map[string]any{"Attributes": onlyAttributes(attrs, in.AttributeNames)})
+	case "ListQueues":
+		s.mu.Lock()
+		urls := []string{}
+		for name := range s.queues {
+			if strings.HasPrefix(name, in.QueueNamePrefix) {
+				urls = append(urls, base+name)
+			}
+		}
+		s.mu.Unlock()
+		slices.Sort(urls)
+		writeJSON(w, awsJSON10, map[string]any{"QueueUrls": urls})
 	case "SendMessage":
 		s.mu.Lock()
 		q := s.queueFromURL(in.QueueUrl)
@@ -352,4 +368,19 @@ func (s *Server) InterruptSpot(instanceID, queueName string) error {
 		map[string]any{"instance-id": instanceID, "instance-action": "terminate"}))
 	inst.ReclaimAt = s.clock.Now().Add(SpotInterruptionWarningNotice)
 	return nil
+}
+
+// onlyAttributes are the attributes asked for by name, as SQS answers GetQueueAttributes: all of
+// them for "All" or no names.
+func onlyAttributes(attrs map[string]string, names []string) map[string]string {
+	if len(names) == 0 || slices.Contains(names, "All") {
+		return attrs
+	}
+	out := map[string]string{}
+	for _, n := range names {
+		if v, ok := attrs[n]; ok {
+			out[n] = v
+		}
+	}
+	return out
 }

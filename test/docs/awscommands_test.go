@@ -93,6 +93,22 @@ func TestNewClusterCommandsRun(t *testing.T) {
 	if !deniesHTTP {
 		t.Errorf("the queue policy does not deny requests made without TLS (Karpenter's DenyHTTP): %s", attrs.Policy)
 	}
+	// The queue redrives to its dead-letter queue after three receives (docs/aws.md, the
+	// interruption section): a message Capstan cannot handle is kept, not retried for ever.
+	var create struct{ RedrivePolicy string }
+	if b, err := os.ReadFile(filepath.Join(dir, "queue-create.json")); err != nil {
+		t.Error(err)
+	} else if err := json.Unmarshal(b, &create); err != nil {
+		t.Errorf("queue-create.json: %v\n%s", err, b)
+	} else {
+		var redrive struct {
+			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+			MaxReceiveCount     string `json:"maxReceiveCount"`
+		}
+		if err := json.Unmarshal([]byte(create.RedrivePolicy), &redrive); err != nil || redrive.DeadLetterTargetArn != queue+"-dlq" || redrive.MaxReceiveCount != "3" {
+			t.Errorf("the queue's redrive policy %q (%v), want %s-dlq after 3 receives", create.RedrivePolicy, err, queue)
+		}
+	}
 	calls, err := os.ReadFile(filepath.Join(dir, "calls.txt"))
 	if err != nil {
 		t.Fatal(err)
