@@ -101,10 +101,10 @@ func (s *Server) queueFromURL(u string) *queue {
 func (s *Server) sqs(w http.ResponseWriter, r *http.Request, action string, body []byte) {
 	var in struct {
 		QueueName, QueueUrl, ReceiptHandle, MessageBody, QueueNamePrefix string
-		Attributes                                      map[string]string
-		MaxNumberOfMessages, WaitTimeSeconds            int
-		VisibilityTimeout                               *int
-		AttributeNames                                  []string
+		Attributes                                                       map[string]string
+		MaxNumberOfMessages, WaitTimeSeconds                             int
+		VisibilityTimeout                                                *int
+		AttributeNames                                                   []string
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
 		s.writeError(w, "sqs", Fault{Code: "InvalidParameterValue", Message: err.Error()})
