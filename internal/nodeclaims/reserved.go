@@ -34,15 +34,24 @@ func ReservePods(nc *karpv1.NodeClaim, pods []*corev1.Pod) {
 // ReservedPods returns the pods reserved on the claim that still run elsewhere: of the bound pods
 // by UID, those listed in its annotation and bound to another node than the claim's.
 func ReservedPods(nc *karpv1.NodeClaim, bound map[types.UID]*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, uid := range ReservedUIDs(nc) {
+		if p := bound[uid]; p != nil && (nc.Status.NodeName == "" || p.Spec.NodeName != nc.Status.NodeName) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ReservedUIDs are the UIDs the claim's ReservedPodsAnnotationKey lists.
+func ReservedUIDs(nc *karpv1.NodeClaim) []types.UID {
 	v := nc.Annotations[ReservedPodsAnnotationKey]
 	if v == "" {
 		return nil
 	}
-	var out []*corev1.Pod
+	var out []types.UID
 	for uid := range strings.SplitSeq(v, ",") {
-		if p := bound[types.UID(uid)]; p != nil && (nc.Status.NodeName == "" || p.Spec.NodeName != nc.Status.NodeName) {
-			out = append(out, p)
-		}
+		out = append(out, types.UID(uid))
 	}
 	return out
 }

@@ -1,8 +1,6 @@
 package planning
 
 import (
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,10 +31,8 @@ func GoingAway(nodes []corev1.Node, claims []karpv1.NodeClaim) Going {
 			}
 			continue
 		}
-		if v := nc.Annotations[nodeclaims.ReservedPodsAnnotationKey]; v != "" {
-			for uid := range strings.SplitSeq(v, ",") {
-				g.Reserved[types.UID(uid)] = true
-			}
+		for _, uid := range nodeclaims.ReservedUIDs(nc) {
+			g.Reserved[uid] = true
 		}
 	}
 	for i := range nodes {

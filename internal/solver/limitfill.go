@@ -12,7 +12,7 @@ import (
 )
 
 // fillLimits plans again, when a NodePool's limits left pods out, with the pool's types narrowed
-// to those that run the most of those pods within the limit (densest; then with denseSlack), and
+// to those that run the most of those pods within the limit (limitRuns, densest; then with denseSlack), and
 // returns the re-plan that places the most pods, the cheaper at a tie, when it places more than
 // the plan (nil otherwise). The cheapest machines per pod are often the ones that use a
 // limit worst: 1.5-CPU pods on 2-vCPU machines spend 2 of a CPU limit per pod, on 8-vCPU machines
@@ -31,23 +31,28 @@ func fillLimits(in Input, opts Options, res *Result) *Result {
 	if len(short) == 0 {
 		return nil
 	}
-	var best *Result
+	// Per pool, how many of its pods each type would run within the limits (runs).
+	runs := map[string][]float64{}
+	for _, p := range in.NodePools {
+		refused := short[p.Name]
+		if len(refused) == 0 || p.Remaining == nil {
+			continue
+		}
+		taken := refused
+		for _, nc := range res.NodeClaims {
+			if nc.NodePool == p.Name {
+				taken = append(slices.Clip(taken), nc.Pods...)
+			}
+		}
+		runs[p.Name] = limitRuns(&p, taken)
+	}
+	best := res
 	for _, slack := range []float64{0, denseSlack} {
 		narrowed := false
 		pools := slices.Clone(in.NodePools)
 		for i := range pools {
 			p := &pools[i]
-			refused := short[p.Name]
-			if len(refused) == 0 || p.Remaining == nil {
-				continue
-			}
-			taken := refused
-			for _, nc := range res.NodeClaims {
-				if nc.NodePool == p.Name {
-					taken = append(slices.Clip(taken), nc.Pods...)
-				}
-			}
-			if dense := densest(p, taken, slack); len(dense) > 0 && len(dense) < len(p.InstanceTypes) {
+			if dense := densest(p.InstanceTypes, runs[p.Name], slack); len(dense) > 0 && len(dense) < len(p.InstanceTypes) {
 				p.InstanceTypes, narrowed = dense, true
 			}
 		}
@@ -60,27 +65,25 @@ func fillLimits(in Input, opts Options, res *Result) *Result {
 		if dense.fellBack {
 			dense = replanReserved(again, opts, dense)
 		}
-		if fewer, than := len(dense.Unschedulable), res; best != nil {
-			than = best
-			if fewer < len(than.Unschedulable) || fewer == len(than.Unschedulable) && dense.Price() < than.Price() {
-				best = dense
-			}
-		} else if fewer < len(than.Unschedulable) {
+		fewer, than := len(dense.Unschedulable), len(best.Unschedulable)
+		if fewer < than || fewer == than && best != res && dense.Price() < best.Price() {
 			best = dense
 		}
+	}
+	if best == res {
+		return nil
 	}
 	return best
 }
 
-// densest are the pool's types that, bought alone, would run the most of pods within what is left
-// of the pool's limits (at most all of them), less slack, for pods shaped as their average: per
-// type, how many such pods fit one machine, times how many machines the tightest limit lets it buy
-// (each machine counting its capacity, one node, its cheapest price).
-func densest(p *NodePool, pods []*corev1.Pod, slack float64) []*cloudprovider.InstanceType {
+// limitRuns is, per type of the pool, how many of pods it would run bought alone within what is
+// left of the pool's limits (at most all of them), for pods shaped as their average: how many
+// such pods fit one machine, times how many machines the tightest limit lets it buy (each machine
+// counting its capacity, one node, its cheapest price).
+func limitRuns(p *NodePool, pods []*corev1.Pod) []float64 {
 	need := Requests(pods)
 	scale := 1 / float64(len(pods))
 	runs := make([]float64, len(p.InstanceTypes))
-	best := 0.0
 	for i, it := range p.InstanceTypes {
 		alloc := it.Allocatable()
 		fit := math.Inf(1)
@@ -117,13 +120,22 @@ func densest(p *NodePool, pods []*corev1.Pod, slack float64) []*cloudprovider.In
 			}
 		}
 		runs[i] = min(fit*machines, float64(len(pods)))
-		best = max(best, runs[i])
+	}
+	return runs
+}
+
+// densest are the types whose runs (limitRuns) are within slack of the most; nil when no type
+// runs a pod (or runs is nil: the pool had none refused for its limits).
+func densest(types []*cloudprovider.InstanceType, runs []float64, slack float64) []*cloudprovider.InstanceType {
+	best := 0.0
+	for _, r := range runs {
+		best = max(best, r)
 	}
 	if best < 1 {
 		return nil
 	}
 	var out []*cloudprovider.InstanceType
-	for i, it := range p.InstanceTypes {
+	for i, it := range types {
 		if runs[i] >= best*(1-slack) {
 			out = append(out, it)
 		}

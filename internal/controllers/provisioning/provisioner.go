@@ -551,10 +551,10 @@ func (p *Provisioner) pendingPods(ctx context.Context) (passInput, map[types.UID
 	var in passInput
 	in.pending, in.bound = planning.SplitPods(pods.Items)
 	leaving, going, err := p.leavingPods(ctx, in.bound)
-	in.going = going
 	if err != nil {
 		return passInput{}, nil, err
 	}
+	in.going = going
 	if p.Buffers != nil {
 		var err error
 		if in.virtual, err = p.Buffers(ctx); err != nil {

@@ -33,16 +33,6 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 	if err := c.Client.List(ctx, onNode, client.MatchingFields{"spec.nodeName": node.Name}); err != nil {
 		return 0, "", fmt.Errorf("listing pods of node %s: %w", node.Name, err)
 	}
-	awaiting, err := c.awaitCapacity(ctx, nc, node.Name, onNode.Items)
-	if err != nil || awaiting != "" {
-		left := 0
-		for i := range onNode.Items {
-			if drainable(&onNode.Items[i], c.Clock.Now()) {
-				left++
-			}
-		}
-		return left, awaiting, err
-	}
 	groups := make([][]*corev1.Pod, 4)
 	left := 0
 	now := c.Clock.Now()
@@ -62,6 +52,9 @@ func (c *Controller) drain(ctx context.Context, nc *karpv1.NodeClaim, node *core
 			g += 2
 		}
 		groups[g] = append(groups[g], p)
+	}
+	if awaiting, err := c.awaitCapacity(ctx, nc, node.Name, onNode.Items); err != nil || awaiting != "" {
+		return left, awaiting, err
 	}
 	end := deadline(nc)
 	for _, g := range groups {
