@@ -14,11 +14,13 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
+	"capstan.dev/capstan/internal/controllers/instancetags"
 	"capstan.dev/capstan/internal/controllers/interruption"
 )
 
-// newAWS builds the AWS provider and its controllers: EC2NodeClass resolution, the instance
-// status poll and, with --interruption-queue, the interruption queue's consumer.
+// newAWS builds the AWS provider and its controllers: EC2NodeClass resolution, the tags of
+// registered instances, the instance status poll and, with --interruption-queue, the
+// interruption queue's consumer.
 func (b *builder) newAWS(cfg *rest.Config, unavailable *unavailable.Offerings) (*aws.Provider, error) {
 	o, mgr, clk, log, m := b.o, b.op.Manager, b.clk, b.log, b.m
 	clients, err := aws.NewClients(context.Background(), aws.ClientOptions{Region: o.AWSRegion, EndpointURL: o.AWSEndpointURL})
@@ -44,6 +46,9 @@ func (b *builder) newAWS(cfg *rest.Config, unavailable *unavailable.Offerings) (
 	})
 	if err := (&ec2nodeclass.Controller{Client: mgr.GetClient(), Provider: p, Clock: clk, Recorder: b.rec,
 		Resync: o.NodeClassResync()}).Register(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&instancetags.Controller{Client: mgr.GetClient(), Tagger: p}).Register(mgr); err != nil {
 		return nil, err
 	}
 	if o.InterruptionQueue != "" {

@@ -205,7 +205,7 @@ func (p *Provider) resourceTags(nc *awsv1.EC2NodeClass, claim *karpv1.NodeClaim)
 		tags = map[string]string{}
 	}
 	tags["kubernetes.io/cluster/"+p.opts.ClusterName] = "owned"
-	tags["eks:eks-cluster-name"] = p.opts.ClusterName
+	tags[TagEKSClusterName] = p.opts.ClusterName
 	tags[awsv1.TagEC2NodeClass] = nc.Name
 	if np := claim.Labels[karpv1.NodePoolLabelKey]; np != "" {
 		tags[karpv1.NodePoolLabelKey] = np

@@ -167,7 +167,7 @@ func TestOrdersLaunchIsOneFleetOfCurrentOnDemandTypes(t *testing.T) {
 		t.Fatalf("%d instances for the claim", len(insts))
 	}
 	tags := insts[0].Tags
-	for k, v := range map[string]string{"team": "orders", "cost-center": "4711", "karpenter.sh/nodepool": "orders", "karpenter.sh/nodeclaim": "orders-a",
+	for k, v := range map[string]string{"Team": "commerce", "Environment": "staging", "karpenter.sh/nodepool": "orders", "karpenter.sh/nodeclaim": "orders-a",
 		"kubernetes.io/cluster/" + awstest.Cluster: "owned", "eks:eks-cluster-name": awstest.Cluster, "karpenter.k8s.aws/ec2nodeclass": nc.Name} {
 		if tags[k] != v {
 			t.Errorf("tag %s=%q, want %q", k, tags[k], v)

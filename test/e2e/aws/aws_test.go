@@ -138,7 +138,7 @@ func TestOrdersRunbook(t *testing.T) {
 		if len(insts) != 1 {
 			t.Fatalf("NodeClaim %s has %d instances", claim.Name, len(insts))
 		}
-		for k, v := range map[string]string{"team": "orders", "cost-center": "4711", "karpenter.sh/nodepool": "orders",
+		for k, v := range map[string]string{"Team": "commerce", "Environment": "staging", "karpenter.sh/nodepool": "orders",
 			"kubernetes.io/cluster/" + cluster: "owned", "eks:eks-cluster-name": cluster} {
 			if insts[0].Tags[k] != v {
 				t.Errorf("instance %s tag %s=%q, want %q", insts[0].ID, k, insts[0].Tags[k], v)
