@@ -125,6 +125,11 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	}
 	if pool == nil {
 		_, why, err := planning.PoolFor(ctx, cloud, set.NodeCost, np, nil)
+		if err != nil {
+			if cf := cloudFailure([]*planning.PoolError{{NodePool: name, Why: why, Err: err}}); cf != nil {
+				return nil, cf
+			}
+		}
 		a.Why = why
 		if err != nil {
 			a.Why += ": " + err.Error()
@@ -179,9 +184,14 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 		}
 		a.Disruptions = append(a.Disruptions, out)
 	}
-	a.InstanceTypes = len(pool.Solver.InstanceTypes)
+	// Admitted as the solver admits a type: labels its requirements allow, and an available
+	// offering in a zone and capacity type they allow.
 	for _, it := range pool.Solver.InstanceTypes {
+		if it.Requirements.Intersects(pool.Solver.Requirements) != nil {
+			continue
+		}
 		if low, ok := solver.CheapestOffering(it, pool.Solver.Requirements); ok {
+			a.InstanceTypes++
 			a.Cheapest = append(a.Cheapest, TypePrice{Name: it.Name, Price: low + pool.Solver.NodeCost})
 		}
 	}

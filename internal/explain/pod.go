@@ -112,6 +112,9 @@ func (a *PodAnswer) place(ctx context.Context, c client.Reader, cloud cloudprovi
 	if err != nil {
 		return err
 	}
+	if err := cloudFailure(st.PoolErrors); err != nil {
+		return err
+	}
 	booked := planning.Booked(st, claims, now)
 	if req, ok := provreq.Consumes(pod); ok && booked[req] > 0 && !a.Leaving {
 		a.Waiting = fmt.Sprintf("the pod consumes ProvisioningRequest %s, whose %d machine(s) are kept for its pods: provisioning buys it no other, the kube-scheduler binds it there once they register", req, booked[req])
@@ -246,4 +249,16 @@ func typeList(its []string) string {
 		return strings.Join(its, ", ")
 	}
 	return fmt.Sprintf("%s and %d other(s)", strings.Join(its[:show], ", "), len(its)-show)
+}
+
+// cloudFailure is the first pool whose instance types or prices the cloud provider could not
+// read (its NodeClass ready): an answer without that pool would be wrong, so explain fails with
+// the cloud's error rather than say no NodePool fits. A NodeClass not ready is an answer.
+func cloudFailure(errs []*planning.PoolError) error {
+	for _, e := range errs {
+		if e.Why == planning.WhyNoInstanceTypes && !cloudprovider.IsNodeClassNotReady(e.Err) {
+			return fmt.Errorf("reading the instance types of nodepool %s: %w", e.NodePool, e.Err)
+		}
+	}
+	return nil
 }

@@ -78,18 +78,41 @@ type Pool struct {
 // unless annotated) — each with what is left of its limits after the claims. Pools left out are
 // logged with why.
 func Pools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, nps []karpv1.NodePool, claims []karpv1.NodeClaim) []Pool {
+	out, _ := readPools(ctx, cloud, nodeCost, nps, claims)
+	return out
+}
+
+// WhyNoInstanceTypes is PoolFor's why when the cloud provider could not give a pool's instance
+// types (its NodeClass not ready, or the cloud unreachable).
+const WhyNoInstanceTypes = "no instance types"
+
+// PoolError is a NodePool left out of Pools with an error: why, and the error.
+type PoolError struct {
+	NodePool, Why string
+	Err           error
+}
+
+func (e *PoolError) Error() string { return fmt.Sprintf("nodepool %s: %s: %v", e.NodePool, e.Why, e.Err) }
+
+// Unwrap is the error.
+func (e *PoolError) Unwrap() error { return e.Err }
+
+// readPools is Pools, and the pools left out with an error.
+func readPools(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost float64, nps []karpv1.NodePool, claims []karpv1.NodeClaim) ([]Pool, []*PoolError) {
 	var out []Pool
+	var errs []*PoolError
 	for i := range nps {
 		p, why, err := PoolFor(ctx, cloud, nodeCost, &nps[i], claims)
 		if p == nil {
 			if err != nil {
 				log.FromContext(ctx).Info("skipping nodepool: "+why, "NodePool", klog.KObj(&nps[i]), "error", err.Error())
+				errs = append(errs, &PoolError{NodePool: nps[i].Name, Why: why, Err: err})
 			}
 			continue
 		}
 		out = append(out, *p)
 	}
-	return out
+	return out, errs
 }
 
 // PoolFor is the NodePool as one new machines may come from, or nil and why it is not one: being
@@ -112,7 +135,7 @@ func PoolFor(ctx context.Context, cloud cloudprovider.CloudProvider, nodeCost fl
 	}
 	types, err := cloud.GetInstanceTypes(ctx, np)
 	if err != nil {
-		return nil, "no instance types", err
+		return nil, WhyNoInstanceTypes, err
 	}
 	// Capacity reservations: what the claims already hold is not there for new ones.
 	types = cloudprovider.LessPinned(types, claims)

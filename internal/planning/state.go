@@ -34,6 +34,8 @@ type State struct {
 	Inputs string
 	// SpendingLeft is what is left of the cluster's spending limit (SpendingLeft); nil: none.
 	SpendingLeft *float64
+	// PoolErrors are the NodePools left out of Pools with an error (logged too).
+	PoolErrors []*PoolError
 }
 
 // Settings are the operator's settings planning reads.
@@ -78,7 +80,8 @@ func ReadState(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPr
 	st.DaemonSetPods = DaemonSetPods(dss.Items, bound, lrs.Items)
 	st.Inputs = Inputs(nps.Items, dss.Items, lrs.Items)
 
-	pools := Pools(ctx, cloud, set.NodeCost, nps.Items, ncs.Items)
+	pools, poolErrs := readPools(ctx, cloud, set.NodeCost, nps.Items, ncs.Items)
+	st.PoolErrors = poolErrs
 	st.SpendingLeft = SpendingLeft(set.SpendingLimit, pools, ncs.Items)
 	its := map[string][]*cloudprovider.InstanceType{}
 	for _, pool := range pools {
