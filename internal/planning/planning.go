@@ -92,7 +92,9 @@ type PoolError struct {
 	Err           error
 }
 
-func (e *PoolError) Error() string { return fmt.Sprintf("nodepool %s: %s: %v", e.NodePool, e.Why, e.Err) }
+func (e *PoolError) Error() string {
+	return fmt.Sprintf("nodepool %s: %s: %v", e.NodePool, e.Why, e.Err)
+}
 
 // Unwrap is the error.
 func (e *PoolError) Unwrap() error { return e.Err }
