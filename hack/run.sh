@@ -54,28 +54,38 @@ if [[ "$cloud" == aws ]]; then
     echo "[run] port 127.0.0.1:$aws_port is taken; set AWS_FAKE_PORT" >&2
     exit 1
   fi
-  (cd "$root" && go build -o "$root/bin/awsfake" ./test/awsfake/cmd/awsfake)
+  (cd "$root" && go build -o "$root/bin/awsfake" ./test/awsfake/cmd/awsfake && go build -o "$root/bin/kubectl-capstan" ./cmd/kubectl-capstan)
   "$root/bin/awsfake" --listen "127.0.0.1:$aws_port" --kubeconfig "$state/kubeconfig" --cluster-name capstan-local \
     >"$state/awsfake.env" 2>"$state/awsfake.log" &
   children+=($!)
   for _ in $(seq 50); do grep -q SECURITY_GROUP_ID "$state/awsfake.env" 2>/dev/null && break; sleep 0.1; done
   # shellcheck disable=SC1091
   set -a; . "$state/awsfake.env"; set +a
-  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local
   sed -e "s/\${CLUSTER_NAME}/$CLUSTER_NAME/g" -e "s/\${AMI_ID}/$AMI_ID/g" -e "s/\${SECURITY_GROUP_ID}/$SECURITY_GROUP_ID/g" \
     "$root/examples/aws/orders.yaml" | KUBECONFIG="$state/kubeconfig" kubectl apply -f - >&2
+  # The lines between "In another terminal:" and "Press Ctrl-C" run as printed, in order, from
+  # the repository's root (test/makerun runs them): the runbook's drill.
   cat <<MSG >&2
 
 Capstan runs on a local cluster with its AWS provider, against local AWS endpoints at
-$AWS_ENDPOINT_URL (values in $state/awsfake.env). In another terminal:
+$AWS_ENDPOINT_URL (values, dummy credentials among them, in $state/awsfake.env).
+The runbook's orders pool is installed. In another terminal, from $root:
 
   export KUBECONFIG=$state/kubeconfig
-  kubectl get ec2nodeclass orders -o yaml        # subnets, security group, AMI, Ready
-  kubectl apply -f examples/aws/orders-worker.yaml   # workers that select workload=orders
-  kubectl get nodeclaims,nodes -w
-  curl -s $AWS_ENDPOINT_URL/_awsfake/instances   # the "EC2" instances
-  bin/awsfake drill spot --endpoint $AWS_ENDPOINT_URL --instance i-… --queue $INTERRUPTION_QUEUE
+  set -a; . $state/awsfake.env; set +a
+  kubectl get ec2nodeclass orders
+  kubectl apply -f examples/aws/orders-worker.yaml
+  kubectl rollout status deployment/orders-worker --timeout 3m
+  kubectl get nodeclaims,nodes
+  bin/kubectl-capstan explain nodepool orders --cluster-name "\$CLUSTER_NAME"
+  kubectl apply -f examples/aws/spot-drill.yaml
+  kubectl rollout status deployment/spot-drill-worker --timeout 3m
+  bin/awsfake drill spot --nodepool spot-drill
+  bin/awsfake drill dead-letter --nodepool orders
+  aws --endpoint-url "\$AWS_ENDPOINT_URL" sqs get-queue-attributes --attribute-names ApproximateNumberOfMessages RedrivePolicy --queue-url "\$(aws --endpoint-url "\$AWS_ENDPOINT_URL" sqs get-queue-url --queue-name "\$INTERRUPTION_QUEUE" --output text)"
+  curl -s "\$AWS_ENDPOINT_URL/_awsfake/messages?queue=\$INTERRUPTION_QUEUE-dlq"
 
+docs/aws.md, "The runbook's drill, locally", says what each line shows.
 Press Ctrl-C here to stop Capstan, the endpoints and the cluster.
 
 MSG

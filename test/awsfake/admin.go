@@ -28,6 +28,14 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) {
 		}
 		s.SetInsufficientCapacity(q.Get("type"), q.Get("zone"), q.Get("lifecycle"), short)
 		fmt.Fprintln(w, "ok")
+	case "send":
+		id, err := s.SendEvent(q.Get("queue"), q.Get("event"), q.Get("instance"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"ID": id})
 	case "instances":
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Instances())
@@ -40,6 +48,6 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(msgs)
 	default:
-		http.Error(w, "unknown control; try interrupt-spot?instance=&queue=, insufficient-capacity?type=&zone=&lifecycle=&short=, instances, messages?queue=", http.StatusNotFound)
+		http.Error(w, "unknown control; try interrupt-spot?instance=&queue=, send?queue=&event=&instance=, insufficient-capacity?type=&zone=&lifecycle=&short=, instances, messages?queue=", http.StatusNotFound)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -343,6 +344,35 @@ func (s *Server) ScheduledChange(instanceIDs ...string) string {
 			"eventTypeCode": "AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED", "affectedEntities": entities}}
 	b, _ := json.Marshal(e)
 	return string(b)
+}
+
+// Events are the messages SendEvent sends, by name.
+var Events = map[string]func(*Server, string) string{
+	"spot-interruption":        (*Server).SpotInterruptionWarning,
+	"rebalance":                (*Server).RebalanceRecommendation,
+	"scheduled-change":         func(s *Server, id string) string { return s.ScheduledChange(id) },
+	"state-change":             func(s *Server, id string) string { return s.StateChange(id, "stopping") },
+	"reservation-interruption": (*Server).CapacityReservationInterruption,
+}
+
+// SendEvent puts the event named (a key of Events) for the instance on the queue, and returns
+// the message's ID. Unlike InterruptSpot it changes no instance.
+func (s *Server) SendEvent(queueName, event, instanceID string) (string, error) {
+	build, ok := Events[event]
+	if !ok {
+		return "", fmt.Errorf("event %q: want one of %s", event, strings.Join(slices.Sorted(maps.Keys(Events)), ", "))
+	}
+	body := build(s, instanceID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.instances[instanceID] == nil {
+		return "", fmt.Errorf("no instance %s", instanceID)
+	}
+	q := s.queues[queueName]
+	if q == nil {
+		return "", fmt.Errorf("no queue %s", queueName)
+	}
+	return s.send(q, body).id, nil
 }
 
 // SpotInterruptionWarningNotice is how long a Spot instance runs after its warning.

@@ -117,19 +117,22 @@ func NewClients(ctx context.Context, o ClientOptions) (*Clients, error) {
 	if cfg.Region == "" {
 		return nil, fmt.Errorf("no AWS region: set --aws-region (AWS_REGION) or a region in the shared config")
 	}
-	var endpoint *string
-	if o.EndpointURL != "" {
-		endpoint = aws.String(o.EndpointURL)
+	// Only an endpoint given here replaces the SDK's own: left unset, each client keeps what the
+	// SDK resolved (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>, the shared config).
+	endpoint := func(base **string) {
+		if o.EndpointURL != "" {
+			*base = aws.String(o.EndpointURL)
+		}
 	}
 	pricingCfg := cfg.Copy()
 	pricingCfg.Region = PricingRegion(cfg.Region)
 	return &Clients{
-		EC2:     ec2.NewFromConfig(cfg, func(x *ec2.Options) { x.BaseEndpoint = endpoint }),
-		SSM:     ssm.NewFromConfig(cfg, func(x *ssm.Options) { x.BaseEndpoint = endpoint }),
-		Pricing: pricing.NewFromConfig(pricingCfg, func(x *pricing.Options) { x.BaseEndpoint = endpoint }),
-		IAM:     iam.NewFromConfig(cfg, func(x *iam.Options) { x.BaseEndpoint = endpoint }),
-		SQS:     sqs.NewFromConfig(cfg, func(x *sqs.Options) { x.BaseEndpoint = endpoint }),
-		EKS:     eks.NewFromConfig(cfg, func(x *eks.Options) { x.BaseEndpoint = endpoint }),
+		EC2:     ec2.NewFromConfig(cfg, func(x *ec2.Options) { endpoint(&x.BaseEndpoint) }),
+		SSM:     ssm.NewFromConfig(cfg, func(x *ssm.Options) { endpoint(&x.BaseEndpoint) }),
+		Pricing: pricing.NewFromConfig(pricingCfg, func(x *pricing.Options) { endpoint(&x.BaseEndpoint) }),
+		IAM:     iam.NewFromConfig(cfg, func(x *iam.Options) { endpoint(&x.BaseEndpoint) }),
+		SQS:     sqs.NewFromConfig(cfg, func(x *sqs.Options) { endpoint(&x.BaseEndpoint) }),
+		EKS:     eks.NewFromConfig(cfg, func(x *eks.Options) { endpoint(&x.BaseEndpoint) }),
 		Region:  cfg.Region,
 	}, nil
 }
