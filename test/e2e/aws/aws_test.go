@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +29,17 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/test/awsfake"
 )
+
+// ec2Client is an SDK client of the local endpoints, with the credentials Capstan uses.
+func ec2Client(t testing.TB) *ec2.Client {
+	t.Helper()
+	cfg, err := config.LoadDefaultConfig(t.Context(), config.WithRegion(s.aws.Region()),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("e2e", "e2e", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = awssdk.String(s.aws.URL()) })
+}
 
 // pool creates an EC2NodeClass (al2023@latest, the cluster's discovery-tagged subnets and
 // security group) and a NodePool labelling its machines pool=<name>.
@@ -148,6 +163,23 @@ func TestOrdersRunbook(t *testing.T) {
 		if err := s.Client.Get(t.Context(), client.ObjectKey{Name: claim.Status.NodeName}, node); err != nil {
 			t.Fatalf("node of %s: %v", claim.Name, err)
 		}
+		// Named after its node once registered, as Karpenter names it, read through the SDK.
+		eventually(t, "instance "+insts[0].ID+" named after its node", time.Minute, func(ctx context.Context) (bool, error) {
+			out, err := ec2Client(t).DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{insts[0].ID}})
+			if err != nil {
+				return false, err
+			}
+			for _, r := range out.Reservations {
+				for _, i := range r.Instances {
+					for _, tag := range i.Tags {
+						if awssdk.ToString(tag.Key) == "Name" {
+							return awssdk.ToString(tag.Value) == node.Name, nil
+						}
+					}
+				}
+			}
+			return false, nil
+		})
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
 			a, b := node.Status.Allocatable[r], claim.Status.Allocatable[r]
 			if a.Cmp(b) != 0 {

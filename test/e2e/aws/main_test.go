@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -140,9 +141,15 @@ func manifests(t testing.TB, file string, edit func(client.Object)) []client.Obj
 		for i := len(objs) - 1; i >= 0; i-- {
 			o := objs[i]
 			_ = s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationForeground))
-			if np, ok := o.(*karpv1.NodePool); ok {
+			switch o := o.(type) {
+			case *karpv1.NodePool:
 				_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-					return len(claims(t, np.Name)) == 0, nil
+					return len(claims(t, o.Name)) == 0, nil
+				})
+			case *awsv1.EC2NodeClass:
+				// Gone (its finalizer done) before a later test makes a class of the same name.
+				_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+					return apierrors.IsNotFound(s.Client.Get(ctx, client.ObjectKeyFromObject(o), &awsv1.EC2NodeClass{})), nil
 				})
 			}
 		}
