@@ -387,8 +387,8 @@ var limitedPriceSpread = 0.5
 
 // reservable narrows a new claim's candidates in a pool with limits to those priced within
 // limitedPriceSpread of its target type (or its cheapest candidate, when dearer; of its cheapest
-// candidate alone without a target). Requirements
-// with minValues keep every candidate.
+// candidate alone without a target), and those no larger than the largest of them (nearInPrice).
+// Requirements with minValues keep every candidate.
 func reservable(p *pool, cands []*itInfo, target *itInfo, reqs requirements.Requirements) []*itInfo {
 	if !p.capped() || len(cands) == 0 || hasMinValues(reqs) {
 		return cands
@@ -401,9 +401,31 @@ func reservable(p *pool, cands []*itInfo, target *itInfo, reqs requirements.Requ
 		bound = max(bound, target.minPrice)
 	}
 	bound *= 1 + limitedPriceSpread
+	return nearInPrice(cands, func(info *itInfo) bool { return info.minPrice <= bound }, nil)
+}
+
+// nearInPrice keeps the candidates near (in price) that hold the claim's pods (holds; nil: all
+// do), and besides them every candidate that holds them and is no larger, in any dimension of
+// capacity, than the largest near one — dollars included under a spending cap, where a
+// machine's capacity in dollars is its dearest offering. Such a type, however dear, raises
+// neither what the claim reserves against the limits (its candidates' largest capacity) nor
+// what it may be filled to; it stays on the claim as a fallback the cloud launches only when
+// every cheaper type is unavailable, as Karpenter lists every valid type.
+func nearInPrice(cands []*itInfo, near, holds func(*itInfo) bool) []*itInfo {
+	ok := func(info *itInfo) bool { return holds == nil || holds(info) }
+	var most vec
+	for _, info := range cands {
+		switch {
+		case !near(info) || !ok(info):
+		case most == nil:
+			most = info.capacity.clone()
+		default:
+			most.maxInto(info.capacity)
+		}
+	}
 	out := cands[:0:0]
 	for _, info := range cands {
-		if info.minPrice <= bound {
+		if ok(info) && (near(info) || most != nil && info.capacity.lessEq(most)) {
 			out = append(out, info)
 		}
 	}

@@ -107,7 +107,8 @@ func (s *solver) limitsMissed(failed []podItem) bool {
 }
 
 // tightenLimited narrows every claim of a pool with limits to the candidates priced within
-// limitedPriceSpread of the cheapest one that holds its pods now, and gives back to the pool what
+// limitedPriceSpread of the cheapest one that holds its pods now (and those no larger than the
+// largest of them, nearInPrice), and gives back to the pool what
 // the claim no longer reserves. A claim is created with the candidates near the type it was meant
 // to grow to; a claim that did not grow (one pod per machine, an anti-affinity) would otherwise
 // hold, against the limit, a machine many times its size, and pods that fit within the limit
@@ -127,12 +128,8 @@ func (s *solver) tightenLimited() {
 			continue
 		}
 		bound := cheapest * (1 + limitedPriceSpread)
-		keep := make([]*itInfo, 0, len(t.candidates))
-		for _, info := range t.candidates {
-			if info.minPrice <= bound && t.used.lessEq(info.alloc) {
-				keep = append(keep, info)
-			}
-		}
+		keep := nearInPrice(t.candidates, func(info *itInfo) bool { return info.minPrice <= bound },
+			func(info *itInfo) bool { return t.used.lessEq(info.alloc) })
 		if len(keep) < len(t.candidates) {
 			t.setCandidates(keep)
 		}
