@@ -52,7 +52,8 @@ func assortedSpot(n int) []*cloudprovider.InstanceType {
 }
 
 // upstreamSpotToSpot sets up the spec's cluster: 18 spot types priced 1.0, 1.1, … 2.7, the 17th
-// repriced to 0.001 (outside the first 15); a pool whose instance-type requirement has minValues;
+// repriced to 0.001 (outside the first 15); a pool with test.NodePool's 2000-CPU limit whose
+// instance-type requirement has minValues (none when 0);
 // one spot node of the dearest type with one pod (no requests) of a ReplicaSet; and decides with
 // SpotToSpotConsolidation on. It returns the replacement's type names and the 16 cheapest names.
 func upstreamSpotToSpot(t *testing.T, minValues int) (got, cheapest []string, cheapestType, dearest string) {
@@ -64,8 +65,13 @@ func upstreamSpotToSpot(t *testing.T, minValues int) (got, cheapest []string, ch
 	its[16].Offerings[0].Price = 0.001
 	c := &cluster{t: t, its: its, snap: &disruptionplan.Snapshot{Now: t0}}
 	c.pool("default", func(np *karpv1.NodePool) {
-		np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpExists, MinValues: &minValues}}
+		// test.NodePool's limit, 2000 CPU, of which the node holds 1.
+		np.Spec.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2000")}
+		if minValues > 0 {
+			np.Spec.Template.Spec.Requirements = karpv1.Requirements{{Key: karpv1.InstanceTypeLabelKey, Operator: karpv1.NodeSelectorOpExists, MinValues: &minValues}}
+		}
 	})
+	c.snap.NodePools[0].Solver.Remaining = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1999")}
 	byPrice := slices.Clone(its)
 	sort.SliceStable(byPrice, func(i, j int) bool { return byPrice[i].Offerings[0].Price < byPrice[j].Offerings[0].Price })
 	for _, it := range byPrice[:16] {
@@ -124,6 +130,22 @@ func TestUpstreamSpotToSpotKeepsTheCheapestMinValuesTypes(t *testing.T) {
 // less than 15": minValues 10 — the replacement lists the 15 cheapest types.
 func TestUpstreamSpotToSpotKeepsTheCheapestFifteenTypes(t *testing.T) {
 	got, cheapest, cheapestType, dearest := upstreamSpotToSpot(t, 10)
+	if len(got) != 15 || slices.Contains(got, dearest) || !slices.Contains(got, cheapestType) {
+		t.Fatalf("replacement types %v: want 15, with %s and without %s", got, cheapestType, dearest)
+	}
+	for _, name := range cheapest[:15] {
+		if !slices.Contains(got, name) {
+			t.Errorf("replacement types %v lack %s, one of the 15 cheapest", got, name)
+		}
+	}
+}
+
+// "spot to spot consolidation should order the instance types by price before enforcing minimum
+// flexibility": no minValues — the replacement lists the 15 cheapest types. In a pool with
+// limits a claim keeps the types near its target in price and those no larger, so the cheaper
+// types are counted, not only the one repriced to 0.001 (which alone is within 1.5x of itself).
+func TestUpstreamSpotToSpotOrdersByPriceBeforeCountingFifteen(t *testing.T) {
+	got, cheapest, cheapestType, dearest := upstreamSpotToSpot(t, 0)
 	if len(got) != 15 || slices.Contains(got, dearest) || !slices.Contains(got, cheapestType) {
 		t.Fatalf("replacement types %v: want 15, with %s and without %s", got, cheapestType, dearest)
 	}
