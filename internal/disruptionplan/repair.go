@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	karpv1 "capstan.dev/capstan/api/karpenter/v1"
 	"capstan.dev/capstan/internal/nodeclaims"
@@ -68,7 +69,15 @@ func CorrelatedFailure(pool string, sick, total int) string {
 const (
 	KindUnhealthyShare = "UnhealthyShare"
 	KindDoNotRepair    = "DoNotRepair"
+	KindNotRegistered  = "NotRegistered"
 )
+
+// claimRegistered reports whether the node's NodeClaim has registered: its Registered condition,
+// or the Node's karpenter.sh/registered label (which registration sets, and Karpenter reads).
+func claimRegistered(n *Node) bool {
+	return meta.IsStatusConditionTrue(n.NodeClaim.Status.Conditions, karpv1.ConditionTypeRegistered) ||
+		n.Node.Labels[karpv1.NodeRegisteredLabelKey] == "true"
+}
 
 // unhealthy is a node matching a repair policy, since when.
 type unhealthy struct {
@@ -136,6 +145,16 @@ func (d *decider) repair() *Command {
 		}
 		p, since, ok := MatchRepair(n.Node, policies)
 		if !ok {
+			continue
+		}
+		if !claimRegistered(n) {
+			// A machine that never registered belongs to its registration timeout, which deletes
+			// and replaces it (as Karpenter leaves it): repairing it too would buy twice.
+			if now.Sub(since) >= p.Toleration {
+				d.explain(newCandidate(n, pool), EventDisruptionBlocked, Blocker{KindNotRegistered, fmt.Sprintf(
+					"%s=%s for %s, but Node isn't initialized nor registered: its NodeClaim's registration timeout decides",
+					p.ConditionType, p.ConditionStatus, now.Sub(since).Round(time.Second))})
+			}
 			continue
 		}
 		sick[name]++

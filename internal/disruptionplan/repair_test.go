@@ -235,3 +235,29 @@ func TestSimulatedFaultIsRepairedAfterThirtySeconds(t *testing.T) {
 		t.Fatalf("command %+v, want node b repaired for SimulatedUnhealthy=True", d.Command)
 	}
 }
+
+// Karpenter v1.15's "should not repair a node that never registered": a NodeClaim Launched and
+// not Registered, its Node without the karpenter.sh/registered label, unhealthy (BadNode) for 31
+// minutes. The registration timeout owns it: no repair, and the event says why.
+func TestANodeThatNeverRegisteredIsLeftToTheRegistrationTimeout(t *testing.T) {
+	c, nodes := repairFleet(t, nil)
+	n := nodes[2]
+	n.Pods = nil
+	n.NodeClaim.Status.Conditions = slices.DeleteFunc(n.NodeClaim.Status.Conditions, func(c metav1.Condition) bool {
+		return c.Type != karpv1.ConditionTypeLaunched
+	})
+	delete(n.Node.Labels, karpv1.NodeRegisteredLabelKey)
+	policies := []disruptionplan.RepairPolicy{{ConditionType: "BadNode", ConditionStatus: corev1.ConditionFalse, Toleration: 30 * time.Minute}}
+	n.Node.Status.Conditions = append(n.Node.Status.Conditions, corev1.NodeCondition{Type: "BadNode", Status: corev1.ConditionFalse,
+		LastTransitionTime: metav1.NewTime(t0.Add(-31 * time.Minute))})
+	d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: policies})
+	ev, msg := explanation(d, "c")
+	if d.Command != nil || ev != disruptionplan.EventDisruptionBlocked || !strings.Contains(msg, "Node isn't initialized nor registered") {
+		t.Fatalf("command %v, event %s %q; want no repair and the registration timeout named", names(d.Command), ev, msg)
+	}
+	// Registered (the label, as registration sets it), the same node is repaired.
+	n.Node.Labels[karpv1.NodeRegisteredLabelKey] = "true"
+	if d := c.decide(disruptionplan.Options{NodeRepair: true, RepairPolicies: policies}); !slices.Equal(names(d.Command), []string{"c"}) {
+		t.Fatalf("registered: command %v, want c repaired", names(d.Command))
+	}
+}
