@@ -297,6 +297,13 @@ var invalidCases = []invalidCase{
 		[]string{"spec.kubelet.evictionHard", "valid keys for evictionHard are"}},
 	{"ec2nodeclass maxPods negative", baseEC2NodeClass, "spec: {kubelet: {maxPods: -1}}",
 		[]string{"spec.kubelet.maxPods", "greater than or equal to 0"}},
+	// Karpenter's NodeClassCEL (alpha, off by default) takes CEL expressions evaluated per
+	// instance type in these fields; Capstan has no such gate, and the expression is refused
+	// with the field named rather than stored and ignored.
+	{"ec2nodeclass maxPods as a CEL expression", baseEC2NodeClass, `spec: {kubelet: {maxPods: "((default_enis - 1) * (ips_per_eni - 1)) + 2"}}`,
+		[]string{"spec.kubelet.maxPods", "must be of type integer"}},
+	{"ec2nodeclass kubeReserved as a CEL expression", baseEC2NodeClass, `spec: {kubelet: {kubeReserved: {cpu: "max(60, vcpus * 30)"}}}`,
+		[]string{"spec.kubelet.kubeReserved.cpu", "should match"}},
 	// SimNodeClass.
 	{"simnodeclass duplicate zones", baseSimNodeClass, "spec: {zones: [zone-a, zone-a]}", []string{"spec.zones", "zones must be unique"}},
 	{"simnodeclass catalog unknown", baseSimNodeClass, "spec: {catalog: Huge}", []string{"spec.catalog", `Unsupported value: "Huge"`}},
