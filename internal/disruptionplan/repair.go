@@ -72,6 +72,17 @@ const (
 	KindNotRegistered  = "NotRegistered"
 )
 
+// leftToRegistration explains, once it is past its toleration, why a machine that never
+// registered is not repaired: its registration timeout deletes and replaces it (Karpenter leaves
+// it so too), and repairing it as well would buy twice.
+func (d *decider) leftToRegistration(n *Node, pool *Pool, p RepairPolicy, since time.Time) {
+	if age := d.snap.Now.Sub(since); age >= p.Toleration {
+		d.explain(newCandidate(n, pool), EventDisruptionBlocked, Blocker{KindNotRegistered, fmt.Sprintf(
+			"%s=%s for %s, but Node isn't initialized nor registered: its NodeClaim's registration timeout decides",
+			p.ConditionType, p.ConditionStatus, age.Round(time.Second))})
+	}
+}
+
 // claimRegistered reports whether the node's NodeClaim has registered: its Registered condition,
 // or the Node's karpenter.sh/registered label (which registration sets, and Karpenter reads).
 func claimRegistered(n *Node) bool {
@@ -148,13 +159,7 @@ func (d *decider) repair() *Command {
 			continue
 		}
 		if !claimRegistered(n) {
-			// A machine that never registered belongs to its registration timeout, which deletes
-			// and replaces it (as Karpenter leaves it): repairing it too would buy twice.
-			if now.Sub(since) >= p.Toleration {
-				d.explain(newCandidate(n, pool), EventDisruptionBlocked, Blocker{KindNotRegistered, fmt.Sprintf(
-					"%s=%s for %s, but Node isn't initialized nor registered: its NodeClaim's registration timeout decides",
-					p.ConditionType, p.ConditionStatus, now.Sub(since).Round(time.Second))})
-			}
+			d.leftToRegistration(n, pool, p, since)
 			continue
 		}
 		sick[name]++
