@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -56,9 +57,9 @@ func main() {
 
 // options are the flags every command shares.
 type options struct {
+	// kube holds kubectl's connection flags (clientcmd.BindOverrideFlags).
 	kube      clientcmd.ConfigOverrides
 	kubeconf  string
-	namespace string
 	output    string
 	cloud     string
 	nodeCost  float64
@@ -101,15 +102,18 @@ and with changes. It reads the cluster with your credentials and writes nothing 
 	root.SetErr(stderr)
 	f := root.PersistentFlags()
 	f.StringVar(&o.kubeconf, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.kube.CurrentContext, "context", "", "the kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "the namespace (default: the context's)")
+	// kubectl's own connection flags (--context, -n/--namespace, --as, --as-group, --token,
+	// --server, --cluster, --user, --request-timeout, --insecure-skip-tls-verify …), as client-go
+	// binds them for kubectl. --cluster is the kubeconfig's cluster entry; --cluster-name below is
+	// Capstan's CLUSTER_NAME.
+	clientcmd.BindOverrideFlags(&o.kube, f, clientcmd.RecommendedConfigOverrideFlags(""))
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&o.cloud, "cloud-provider", "", "sim or aws (default: from the NodePools' node classes)")
 	f.Float64Var(&o.nodeCost, "node-cost", 0, "Capstan's NODE_COST setting ($/h per node), if set")
 	f.Float64Var(&o.spending, "spending-limit", 0, "Capstan's SPENDING_LIMIT setting ($/h for the cluster), if set")
 	f.StringVar(&o.awsRegion, "aws-region", "", "AWS region (aws; default: the SDK's)")
 	f.StringVar(&o.awsURL, "aws-endpoint-url", "", "AWS endpoint URL (aws; local endpoints)")
-	f.StringVar(&o.cluster, "cluster-name", "", "the cluster's name as Capstan's CLUSTER_NAME (aws)")
+	f.StringVar(&o.cluster, "cluster-name", "", "the cluster's name as Capstan's CLUSTER_NAME (aws; not --cluster, the kubeconfig's entry)")
 	f.StringVar(&o.recording, "recording", "", "read this recording (kubectl capstan record) instead of the cluster")
 
 	explainCmd := &cobra.Command{Use: "explain", Short: "Say why Capstan decided what it did"}
@@ -250,7 +254,7 @@ func (o *options) fromRecording() (client.Reader, string, cloudprovider.CloudPro
 		return nil, "", nil, fmt.Errorf("--recording %s: %w", o.recording, err)
 	}
 	o.recordedAt = r.RecordedAt.Time
-	ns := o.namespace
+	ns := o.kube.Context.Namespace
 	if ns == "" {
 		ns = "default"
 	}
@@ -266,16 +270,23 @@ func (o *options) client() (client.Client, string, error) {
 		}
 		rules.ExplicitPath = o.kubeconf
 	}
+	if t := o.kube.Timeout; t != "" {
+		// As client-go reads it: whole seconds, or a duration with its unit.
+		if _, errSec := strconv.Atoi(t); errSec != nil {
+			if _, err := time.ParseDuration(t); err != nil {
+				return nil, "", fmt.Errorf("--request-timeout %q: want seconds or a duration such as 30s, 2m", t)
+			}
+		}
+	}
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &o.kube)
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the kubeconfig: %w", err)
 	}
-	ns := o.namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
-		}
+	// -n, else the context's namespace.
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
 	}
 	s, err := scheme.New()
 	if err != nil {

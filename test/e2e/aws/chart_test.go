@@ -152,7 +152,7 @@ func TestTheControllerChangesOnPodsOnlyItsAnnotations(t *testing.T) {
 			t.Errorf("the controller's patch of %s: %v, want refused", what, err)
 		}
 	}
-	owned := `{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-5","capstan.dev/missed-nodeclaims":"a-1"}}}`
+	owned := `{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-5","capstan.dev/pod-deletion-cost":"-5","capstan.dev/missed-nodeclaims":"a-1"}}}`
 	if err := patch(as, owned); err != nil {
 		t.Fatalf("the controller's patch of its own annotations: %v", err)
 	}
