@@ -121,6 +121,32 @@ func (c *builtCache) put(uid types.UID, key string, version int, its []*cloudpro
 	c.types[uid] = builtTypes{key: key, version: version, its: its}
 }
 
+// retain drops the types of every class live does not name (deleted classes).
+func (c *builtCache) retain(live func(types.UID) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.types {
+		if !live(uid) {
+			delete(c.types, uid)
+		}
+	}
+}
+
+// size counts the classes whose types are kept.
+func (c *builtCache) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.types)
+}
+
+// ForgetClasses drops what the provider keeps for EC2NodeClasses live does not name: the
+// instance types built for each class, by UID. The EC2NodeClass controller calls it when a class
+// is gone, so memory does not grow with the classes that come and go.
+func (p *Provider) ForgetClasses(live func(types.UID) bool) { p.built.retain(live) }
+
+// KeptClasses counts the EC2NodeClasses whose instance types the provider keeps.
+func (p *Provider) KeptClasses() int { return p.built.size() }
+
 // builtTypes are a class's types, and what they were built from.
 type builtTypes struct {
 	key     string

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,7 +76,10 @@ func (c *Controller) Register(mgr ctrl.Manager) error {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	nc := &awsv1.EC2NodeClass{}
 	if err := c.Client.Get(ctx, req.NamespacedName, nc); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, c.forgetGone(ctx)
+		}
+		return reconcile.Result{}, err
 	}
 	if !nc.DeletionTimestamp.IsZero() {
 		return c.finalize(ctx, nc)
@@ -209,6 +213,20 @@ func (c *Controller) resolve(ctx context.Context, nc *awsv1.EC2NodeClass) []erro
 	}
 	meta.SetStatusCondition(&nc.Status.Conditions, ready)
 	return errs
+}
+
+// forgetGone drops what the provider keeps for classes that no longer exist.
+func (c *Controller) forgetGone(ctx context.Context) error {
+	classes := &awsv1.EC2NodeClassList{}
+	if err := c.Client.List(ctx, classes, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing ec2nodeclasses: %w", err)
+	}
+	live := make(map[types.UID]bool, len(classes.Items))
+	for i := range classes.Items {
+		live[classes.Items[i].UID] = true
+	}
+	c.Provider.ForgetClasses(func(uid types.UID) bool { return live[uid] })
+	return nil
 }
 
 // finalize waits for the class's NodeClaims to go, deletes the launch templates and instance

@@ -219,6 +219,9 @@ func TestClassInUseWaitsForItsClaimsThenCleansUp(t *testing.T) {
 	if len(f.AWS.LaunchTemplates()) == 0 {
 		t.Fatal("no launch template was made")
 	}
+	if n := f.Provider.KeptClasses(); n != 1 {
+		t.Fatalf("instance types kept for %d classes after a launch, want 1", n)
+	}
 	if err := env.Client.Delete(ctx, got); err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +243,13 @@ func TestClassInUseWaitsForItsClaimsThenCleansUp(t *testing.T) {
 	}
 	if n, p := len(f.AWS.LaunchTemplates()), len(f.AWS.InstanceProfiles()); n != 0 || p != 0 {
 		t.Errorf("left behind: %d launch templates, %d instance profiles", n, p)
+	}
+	// Gone: the reconcile that finds it so forgets the instance types built for it.
+	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Provider.KeptClasses(); n != 0 {
+		t.Errorf("instance types still kept for %d deleted class(es)", n)
 	}
 }
 

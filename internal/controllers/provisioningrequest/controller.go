@@ -124,10 +124,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if !provreq.Supported(pr) || provreq.Done(pr) {
+		c.succeeded(pr.UID) // nothing more is tried for it
 		return reconcile.Result{}, nil
 	}
 	stored := pr.DeepCopy()
 	now := c.Clock.Now()
+	c.forgetStale(now)
 	c.set(pr, autoscalingv1.ConditionAccepted, true, provreq.ReasonAccepted, "Capstan answers this class")
 	res, err := c.answer(ctx, pr, now)
 	if !equalStatus(stored, pr) {
@@ -432,6 +434,29 @@ func (c *Controller) waitToRetry(uid types.UID, now time.Time) time.Duration {
 		return 0
 	}
 	return max(c.tried[uid].Add(c.retries.Get(string(uid))).Sub(now), time.Millisecond)
+}
+
+// forgetStale drops what is remembered of attempts made longer ago than twice the longest wait
+// between them (flowcontrol.Backoff.GC's horizon): those of a request deleted, or ended, before
+// one succeeded. Memory does not grow with the requests that come and go.
+func (c *Controller) forgetStale(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.retries != nil {
+		c.retries.GC()
+	}
+	for uid, at := range c.tried {
+		if now.Sub(at) > 2*MaxRetryScaleUp {
+			delete(c.tried, uid)
+		}
+	}
+}
+
+// remembered counts the requests whose failed attempts are remembered.
+func (c *Controller) remembered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tried)
 }
 
 // succeeded forgets the request's attempts that did not succeed.

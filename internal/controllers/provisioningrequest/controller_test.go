@@ -527,3 +527,42 @@ func TestARequestsPodsGetTheDefaultSpread(t *testing.T) {
 		t.Fatalf("%d claims for four pods spread one to a node, want 4", n)
 	}
 }
+
+// A request whose attempts failed and that is then deleted (or ends) before one succeeds is
+// forgotten: its backoff and last attempt are dropped once past twice the longest wait, so the
+// controller's memory does not grow with the requests that come and go. One that ended is
+// forgotten at once.
+func TestFailedAttemptsOfGoneRequestsAreForgotten(t *testing.T) {
+	cl := &failingCreates{Client: env.Client} // no create allowed: the attempt fails
+	f := newFixture(t, "provreq-forget", cl)
+	pr := f.request(t, 8, nil)
+	if _, _, err := f.reconcile(t, pr); err == nil {
+		t.Fatal("the attempt did not fail")
+	}
+	if n := f.c.remembered(); n != 1 {
+		t.Fatalf("%d requests remembered after a failed attempt, want 1", n)
+	}
+	terminate(t, pr)
+	if err := env.Client.Delete(t.Context(), pr); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted: the next reconcile (of anything) past the horizon forgets it.
+	if _, err := f.c.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pr)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.remembered(); n != 1 {
+		t.Fatalf("%d remembered right after the delete, want 1 (within the backoff's horizon)", n)
+	}
+	f.cloud.Clock.Step(2*MaxRetryScaleUp + time.Second)
+	other := f.submit(t, "other", "workers", 1, nil)
+	cl.n.Store(1000)
+	if _, _, err := f.reconcile(t, other); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.remembered(); n != 0 {
+		t.Errorf("%d requests remembered past the horizon, want 0", n)
+	}
+	if f.c.retries.Get(string(pr.UID)) != 0 {
+		t.Errorf("the deleted request's backoff is still held")
+	}
+}
