@@ -74,11 +74,13 @@ test: verify ## Run all tests (unit, API validation on a real API server, local 
 # The suite `make conformance` runs, and the specs it picks (FOCUS) and leaves out (SKIP).
 SUITE ?= all
 
-# The EC2 instance-type facts the embedded catalog is made from, one JSON object per line.
-CATALOG_SOURCE ?= ../shared/data/ec2-instance-types.jsonl
+# The EC2 instance-type facts the embedded catalog is made from, one JSON object per line: a
+# file outside the repository, so it has no default (make catalog CATALOG_SOURCE=path).
+CATALOG_SOURCE ?=
 
 .PHONY: catalog
 catalog: ## Regenerate the embedded EC2 catalog (internal/catalog/data) from CATALOG_SOURCE, each line checked.
+	@test -n '$(CATALOG_SOURCE)' || { echo "make catalog: set CATALOG_SOURCE to the instance-type facts file (one JSON object per line)" >&2; exit 1; }
 	go run ./hack/catalog -in '$(CATALOG_SOURCE)' -out internal/catalog/data/ec2-instance-types.jsonl.gz
 
 .PHONY: conformance

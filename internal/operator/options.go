@@ -325,7 +325,7 @@ func defineDisruption(f flags, o *Options) {
 func defineAWS(f flags, o *Options, r *raw) {
 	f.str(&o.AWSRegion, "aws-region", "AWS_REGION", "", "AWS region (default: the SDK's chain: AWS_REGION, the shared config, IMDS)")
 	f.str(&o.AWSEndpointURL, "aws-endpoint-url", "AWS_ENDPOINT_URL", "", "send every AWS call to this URL (local endpoints, a proxy)")
-	f.str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default: the one Capstan talks to)")
+	f.str(&o.ClusterEndpoint, "cluster-endpoint", "CLUSTER_ENDPOINT", "", "API server URL new nodes join (default on AWS: the cluster's endpoint read with EKS DescribeCluster)")
 	f.str(&o.ClusterCABundle, "cluster-ca-bundle", "CLUSTER_CA_BUNDLE", "", "base64 PEM CA bundle new nodes trust for the API server (default: Capstan's own)")
 	f.str(&o.InterruptionQueue, "interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue of EventBridge interruption events to consume (AWS; empty: none)")
 	f.envs["replace-on-rebalance-recommendation"] = "REPLACE_ON_REBALANCE_RECOMMENDATION"
