@@ -358,7 +358,10 @@ func (p *Provider) ResolveInstanceProfile(ctx context.Context, nc *awsv1.EC2Node
 	case errors.As(err, &nse):
 		created, err := p.clients.IAM.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String(name),
 			Tags: []iamtypes.Tag{
+				// The tags Karpenter's IAM policy asks of CreateInstanceProfile (cluster, EKS cluster
+				// name, region, class), so a controller role made from its template works.
 				{Key: aws.String("kubernetes.io/cluster/" + p.opts.ClusterName), Value: aws.String("owned")},
+				{Key: aws.String(TagEKSClusterName), Value: aws.String(p.opts.ClusterName)},
 				{Key: aws.String(awsv1.TagEC2NodeClass), Value: aws.String(nc.Name)},
 				{Key: aws.String("karpenter.sh/managed-by"), Value: aws.String(p.opts.ClusterName)},
 				{Key: aws.String(corev1.LabelTopologyRegion), Value: aws.String(p.clients.Region)},

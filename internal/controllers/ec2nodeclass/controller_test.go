@@ -97,9 +97,15 @@ func TestOrdersClassResolves(t *testing.T) {
 	if got.Status.InstanceProfile != profile {
 		t.Errorf("instance profile %q, want %q", got.Status.InstanceProfile, profile)
 	}
-	if p, ok := f.AWS.InstanceProfiles()[profile]; !ok || !slices.Equal(p.Roles, []string{"KarpenterNodeRole-" + awstest.Cluster}) ||
-		p.Tags["kubernetes.io/cluster/"+awstest.Cluster] != "owned" {
+	if p, ok := f.AWS.InstanceProfiles()[profile]; !ok || !slices.Equal(p.Roles, []string{"KarpenterNodeRole-" + awstest.Cluster}) {
 		t.Errorf("instance profile in IAM: %+v (found %v)", p, ok)
+	}
+	// The tags Karpenter's own IAM policy requires on CreateInstanceProfile.
+	for k, v := range map[string]string{"kubernetes.io/cluster/" + awstest.Cluster: "owned", "eks:eks-cluster-name": awstest.Cluster,
+		"topology.kubernetes.io/region": "us-east-1", "karpenter.k8s.aws/ec2nodeclass": nc.Name} {
+		if got := f.AWS.InstanceProfiles()[profile].Tags[k]; got != v {
+			t.Errorf("instance profile tag %s=%q, want %q", k, got, v)
+		}
 	}
 	if !slices.Contains(got.Finalizers, Finalizer) {
 		t.Errorf("finalizers %v", got.Finalizers)
