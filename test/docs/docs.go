@@ -1,5 +1,6 @@
 // Package docs tests the documentation against the repository: every relative link and anchor in
-// the README and docs/ resolves, and the chart's values keys are all in docs/install.md. Its
+// the README and docs/ resolves, every make target they name exists, and the chart's values keys
+// are all in docs/install.md. Its
 // helpers serve the tests elsewhere that hold a reference table to the code they document (the
 // settings and feature gates in internal/operator, the metrics in internal/metrics).
 package docs
