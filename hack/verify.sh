@@ -87,7 +87,7 @@ for pkg in "${neutral[@]}"; do
     case "$p" in
       # The solver's benchmark workloads draw from the EC2 catalog; the AWS and simulated
       # clouds' own controllers are theirs.
-      */solver/workload|*/controllers/ec2nodeclass|*/controllers/interruption|*/controllers/instancetags|*/controllers/simnodeclass) continue ;;
+      */solver/workload|*/controllers/ec2nodeclass|*/controllers/interruption|*/controllers/nodeclaim/tagging|*/controllers/simnodeclass) continue ;;
     esac
     via=$(go list -deps -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' "$p" |
       awk '{for (i = 2; i <= NF; i++) if ($i ~ /^capstan\.dev\/capstan\/api\/(aws|sim)\//) print $1 " imports " $i}' | sort -u | head -5)

@@ -14,8 +14,8 @@ import (
 	"capstan.dev/capstan/internal/cloudprovider/aws"
 	"capstan.dev/capstan/internal/cloudprovider/unavailable"
 	"capstan.dev/capstan/internal/controllers/ec2nodeclass"
-	"capstan.dev/capstan/internal/controllers/instancetags"
 	"capstan.dev/capstan/internal/controllers/interruption"
+	"capstan.dev/capstan/internal/controllers/nodeclaim/tagging"
 )
 
 // newAWS builds the AWS provider and its controllers: EC2NodeClass resolution, the tags of
@@ -48,7 +48,7 @@ func (b *builder) newAWS(cfg *rest.Config, unavailable *unavailable.Offerings) (
 		Resync: o.NodeClassResync()}).Register(mgr); err != nil {
 		return nil, err
 	}
-	if err := (&instancetags.Controller{Client: mgr.GetClient(), Tagger: p}).Register(mgr); err != nil {
+	if err := (&tagging.Controller{Client: mgr.GetClient(), Tagger: p}).Register(mgr); err != nil {
 		return nil, err
 	}
 	if o.InterruptionQueue != "" {

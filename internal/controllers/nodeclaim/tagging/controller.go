@@ -1,8 +1,8 @@
-// Package instancetags tags the EC2 instance of each registered NodeClaim with Name (its node's
+// Package tagging tags the EC2 instance of each registered NodeClaim with Name (its node's
 // name), karpenter.sh/nodeclaim and eks:eks-cluster-name, as Karpenter's AWS provider does, and
 // marks the claim karpenter.k8s.aws/tagged so that it is done once. Consoles, cost reports and
 // dashboards key on Name, which is only known once the node registers.
-package instancetags
+package tagging
 
 import (
 	"context"

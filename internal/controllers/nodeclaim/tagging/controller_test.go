@@ -1,4 +1,4 @@
-package instancetags
+package tagging
 
 import (
 	"context"
