@@ -108,7 +108,7 @@ func claimTypes(nc *solver.PlannedNodeClaim) string {
 // "should launch pods with different instance type node selectors on different instances", with
 // the fake provider's six default types exactly: each pod's claim launches only the type it
 // selects (one through the deprecated beta label, one through the stable label).
-func TestUpstreamExactDifferentInstanceTypeSelectors(t *testing.T) {
+func TestUpstreamDifferentInstanceTypeSelectorsGetDifferentMachines(t *testing.T) {
 	pool := karpenterPool(karpenterDefaultTypes())
 	pool.Requirements.Add(requirements.MustNew(karpv1.ArchLabelKey, requirements.In, karpv1.ArchitectureArm64, karpv1.ArchitectureAmd64))
 	pods := []*corev1.Pod{
@@ -132,7 +132,7 @@ func TestUpstreamExactDifferentInstanceTypeSelectors(t *testing.T) {
 // spec builds them through fake.NewInstanceType: medium (2 CPU, 2Gi, $3), small (1, 1Gi, $2),
 // large (4, 4Gi, $1), one on-demand offering each in test-zone-1a, and the fake's labels. A pod
 // of 1m and 1Mi: its claim lists all three, cheapest first.
-func TestUpstreamExactValidInstanceTypesRegardlessOfPrice(t *testing.T) {
+func TestUpstreamValidInstanceTypesRegardlessOfPrice(t *testing.T) {
 	typ := func(name, cpu, mem string, price float64) *cloudprovider.InstanceType {
 		it := karpenterType(name, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}, "")
 		it.Offerings = []cloudprovider.Offering{{Zone: "test-zone-1a", CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true}}

@@ -44,34 +44,6 @@ func upstreamPod(name string, selector map[string]string) *corev1.Pod {
 		Spec: corev1.PodSpec{NodeSelector: selector, Containers: []corev1.Container{{Name: "c"}}}}
 }
 
-// "should launch pods with different instance type node selectors on different instances": one
-// pod selects small-instance-type through the deprecated beta label, one default-instance-type
-// through the stable one. Each gets a machine of its own type.
-func TestUpstreamDifferentInstanceTypeSelectorsGetDifferentMachines(t *testing.T) {
-	pool := poolOf(upstreamTypes())
-	pool.Requirements.Add(requirements.MustNew(karpv1.ArchLabelKey, requirements.In, karpv1.ArchitectureArm64, karpv1.ArchitectureAmd64))
-	pods := []*corev1.Pod{
-		upstreamPod("beta", map[string]string{corev1.LabelInstanceType: "small-instance-type"}),
-		upstreamPod("stable", map[string]string{corev1.LabelInstanceTypeStable: "default-instance-type"}),
-	}
-	r := solve(t, solver.Input{Pods: pods, NodePools: []solver.NodePool{pool}}, solver.Options{})
-	wantAllPlaced(t, r)
-	if len(r.NodeClaims) != 2 {
-		t.Fatalf("%d claims, want 2", len(r.NodeClaims))
-	}
-	for _, nc := range r.NodeClaims {
-		want := map[string]string{"beta": "small-instance-type", "stable": "default-instance-type"}[nc.Pods[0].Name]
-		for _, it := range nc.InstanceTypes {
-			if it.Name != want {
-				t.Errorf("pod %s's claim may launch %s, want only %s", nc.Pods[0].Name, it.Name, want)
-			}
-		}
-		if len(nc.Pods) != 1 {
-			t.Errorf("claim with %d pods, want one each", len(nc.Pods))
-		}
-	}
-}
-
 // "should allow two nodes to be created when two pods with matching affinities have incompatible
 // selectors": two pods labelled security=s1, each with a required zone affinity to security=s1
 // pods, one requiring test-zone-2, the other test-zone-3. Karpenter buys a machine in each zone.
@@ -101,34 +73,6 @@ func TestUpstreamMatchingAffinitiesWithIncompatibleSelectorsBuyOneUsableMachine(
 	}
 	if reason := r.Unschedulable[0].Reason; !strings.Contains(reason, "topology") {
 		t.Errorf("reason %q, want the pod's affinity named", reason)
-	}
-}
-
-// "should select for valid instance types, regardless of price": small (1 CPU, 2.00 $/h),
-// medium (2 CPU, 3.00) and large (4 CPU, 1.00), one on-demand offering each; a pod of 1m and
-// 1Mi (its limits, which the API server makes its requests). The claim lists all three types,
-// the cheapest — large — first.
-func TestUpstreamValidInstanceTypesRegardlessOfPrice(t *testing.T) {
-	typ := func(name string, cpu, memGi int64, price float64) *cloudprovider.InstanceType {
-		it := workload.FakeInstanceType(name, cpu, memGi, 5, karpv1.ArchitectureAmd64, price)
-		it.Offerings = []cloudprovider.Offering{{Zone: "test-zone-1a", CapacityType: karpv1.CapacityTypeOnDemand, Price: price, Available: true}}
-		return cloudprovider.NewInstanceType(name, map[string]string{karpv1.ArchLabelKey: karpv1.ArchitectureAmd64, karpv1.OSLabelKey: karpv1.OSLinux},
-			it.Capacity, it.Overhead, it.Offerings)
-	}
-	pool := poolOf([]*cloudprovider.InstanceType{typ("medium", 2, 2, 3), typ("small", 1, 1, 2), typ("large", 4, 4, 1)})
-	p := upstreamPod("pod", nil)
-	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("1Mi")}
-	r := solve(t, solver.Input{Pods: []*corev1.Pod{p}, NodePools: []solver.NodePool{pool}}, solver.Options{})
-	wantAllPlaced(t, r)
-	if len(r.NodeClaims) != 1 {
-		t.Fatalf("%d claims, want 1", len(r.NodeClaims))
-	}
-	var names []string
-	for _, it := range r.NodeClaims[0].InstanceTypes {
-		names = append(names, it.Name)
-	}
-	if strings.Join(names, ",") != "large,small,medium" {
-		t.Fatalf("claim's types %v, want large, small, medium (every valid type, cheapest first)", names)
 	}
 }
 
