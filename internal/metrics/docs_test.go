@@ -18,9 +18,9 @@ var (
 	metricName = regexp.MustCompile("`((?:karpenter|capstan|operator)_[a-z0-9_{},]+)`")
 )
 
-// Every metric Capstan serves (those New registers, and the status-condition collector) is in
-// docs/controllers.md's metrics table, and every metric the table names is served: a metric
-// renamed or added without its doc fails here.
+// Every metric Capstan serves (those New registers, the status-condition and ProvisioningRequest
+// collectors) is in docs/controllers.md's metrics table, and every metric the table names is
+// served: a metric renamed or added without its doc fails here.
 func TestMetricsAreDocumented(t *testing.T) {
 	m, err := New(prometheus.NewRegistry())
 	if err != nil {
@@ -28,7 +28,8 @@ func TestMetricsAreDocumented(t *testing.T) {
 	}
 	// Describe needs no samples: every family, whether or not it has series yet.
 	descs := make(chan *prometheus.Desc, 1024)
-	for _, c := range append(m.collectors(), &StatusConditions{}) {
+	// The collectors the operator registers beside them: status conditions, ProvisioningRequests.
+	for _, c := range append(m.collectors(), &StatusConditions{}, &ProvisioningRequests{}) {
 		c.Describe(descs)
 	}
 	close(descs)
