@@ -125,10 +125,8 @@ func NodePool(ctx context.Context, c client.Reader, cloud cloudprovider.CloudPro
 	}
 	if pool == nil {
 		_, why, err := planning.PoolFor(ctx, cloud, set.NodeCost, np, nil)
-		if err != nil {
-			if cf := cloudFailure([]*planning.PoolError{{NodePool: name, Why: why, Err: err}}); cf != nil {
-				return nil, cf
-			}
+		if cf := cloudFailure(name, why, err); cf != nil {
+			return nil, cf
 		}
 		a.Why = why
 		if err != nil {

@@ -112,8 +112,10 @@ func (a *PodAnswer) place(ctx context.Context, c client.Reader, cloud cloudprovi
 	if err != nil {
 		return err
 	}
-	if err := cloudFailure(st.PoolErrors); err != nil {
-		return err
+	for _, e := range st.PoolErrors {
+		if err := cloudFailure(e.NodePool, e.Why, e.Err); err != nil {
+			return err
+		}
 	}
 	booked := planning.Booked(st, claims, now)
 	if req, ok := provreq.Consumes(pod); ok && booked[req] > 0 && !a.Leaving {
@@ -251,14 +253,13 @@ func typeList(its []string) string {
 	return fmt.Sprintf("%s and %d other(s)", strings.Join(its[:show], ", "), len(its)-show)
 }
 
-// cloudFailure is the first pool whose instance types or prices the cloud provider could not
-// read (its NodeClass ready): an answer without that pool would be wrong, so explain fails with
-// the cloud's error rather than say no NodePool fits. A NodeClass not ready is an answer.
-func cloudFailure(errs []*planning.PoolError) error {
-	for _, e := range errs {
-		if e.Why == planning.WhyNoInstanceTypes && !cloudprovider.IsNodeClassNotReady(e.Err) {
-			return fmt.Errorf("reading the instance types of nodepool %s: %w", e.NodePool, e.Err)
-		}
+// cloudFailure is the error explain fails with when a pool was left out because the cloud
+// provider could not read its instance types or prices (its NodeClass ready): an answer without
+// that pool would be wrong, so explain names the cloud's error rather than say no NodePool fits.
+// A NodeClass not ready, or any other reason, is an answer: nil.
+func cloudFailure(pool, why string, err error) error {
+	if err == nil || why != planning.WhyNoInstanceTypes || cloudprovider.IsNodeClassNotReady(err) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("reading the instance types of nodepool %s: %w", pool, err)
 }

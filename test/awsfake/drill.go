@@ -1,6 +1,7 @@
 package awsfake
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,16 +81,9 @@ func (d *Drill) Instance(ctx context.Context, id, nodepool, lifecycle string) (I
 		if id != "" {
 			return Instance{}, fmt.Errorf("no live instance %s", id)
 		}
-		return Instance{}, fmt.Errorf("no live %s instance of NodePool %q", cmpOr(lifecycle, "spot or on-demand"), nodepool)
+		return Instance{}, fmt.Errorf("no live %s instance of NodePool %q", cmp.Or(lifecycle, "spot or on-demand"), nodepool)
 	}
 	return insts[0], nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Spot sends a Spot interruption warning for the instance (the instance terminates two minutes

@@ -737,19 +737,28 @@ func instanceID(providerID string) (string, error) {
 // its kubelet may still run, and the termination controller must not delete its Node (which the
 // kubelet would register again) before it is gone.
 func (p *Provider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
+	inst, err := p.instance(ctx, providerID)
+	if err != nil {
+		return nil, err
+	}
+	return p.instanceClaim(ctx, inst, nil)
+}
+
+// instance is the instance a provider ID names, unless it is terminated: a NodeClaimNotFoundError
+// when it is not there (or the ID is not an EC2 one, as EC2 answers an unknown id).
+func (p *Provider) instance(ctx context.Context, providerID string) (ec2types.Instance, error) {
 	id, err := instanceID(providerID)
 	if err != nil {
-		// Not an EC2 provider ID: it names no instance (as EC2 answers an unknown id).
-		return nil, &cloudprovider.NodeClaimNotFoundError{Err: err}
+		return ec2types.Instance{}, &cloudprovider.NodeClaimNotFoundError{Err: err}
 	}
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
 	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || terminated(insts[0])) {
-		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
+		return ec2types.Instance{}, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("describing instance %s: %w", id, err)
+		return ec2types.Instance{}, fmt.Errorf("describing instance %s: %w", id, err)
 	}
-	return p.instanceClaim(ctx, insts[0], nil)
+	return insts[0], nil
 }
 
 func terminated(inst ec2types.Instance) bool {

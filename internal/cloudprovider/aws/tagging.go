@@ -31,19 +31,13 @@ var RegisteredTagKeys = []string{TagName, NodeClaimTag, TagEKSClusterName}
 // value (an EC2NodeClass's own Name tag wins), so a second call writes nothing. It returns the
 // keys it wrote. An instance that is gone is a NodeClaimNotFoundError.
 func (p *Provider) TagRegistered(ctx context.Context, providerID, claim, nodeName string) ([]string, error) {
-	id, err := instanceID(providerID)
+	inst, err := p.instance(ctx, providerID)
 	if err != nil {
 		return nil, err
 	}
-	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
-	if isCode(err, "InvalidInstanceID.NotFound") || err == nil && (len(insts) == 0 || terminated(insts[0])) {
-		return nil, &cloudprovider.NodeClaimNotFoundError{Err: fmt.Errorf("instance %s", id)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("describing instance %s: %w", id, err)
-	}
+	id := aws.ToString(inst.InstanceId)
 	want := map[string]string{TagName: nodeName, NodeClaimTag: claim, TagEKSClusterName: p.opts.ClusterName}
-	for _, t := range insts[0].Tags {
+	for _, t := range inst.Tags {
 		delete(want, aws.ToString(t.Key))
 	}
 	if len(want) == 0 {
